@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Build one dlbench image with BuildKit, after checking the inputs that would
+# otherwise fail deep inside Docker with pages of output.
+#
+#   containers/build.sh {tf|torch} [docker build args...]
+#
+# Env (all optional; `make image-tf` sets them):
+#   BASE_IMAGE  base image (default python:3.11-slim-bookworm; offline:
+#               dlbench-base:bookworm from `make base-image`)
+#   IMAGE       name:tag (default dlbench-tensorflow:VERSION / dlbench-torch:VERSION)
+#   CA_CERT     extra CA bundle for pip over a proxy, passed as build secret `ca`
+#   TF_REQUIREMENT  GPU TensorFlow instead of tensorflow-cpu (Dockerfile.tf)
+#   BUILD_LOG   where the full build output goes (default /tmp/dlbench-build-FW.log)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+fw=${1:-}
+case "$fw" in
+    tf) name=dlbench-tensorflow ;;
+    torch) name=dlbench-torch ;;
+    "") die "missing framework argument (valid: tf, torch)" ;;
+    *) die "unknown framework '$fw' (valid: tf, torch)" ;;
+esac
+shift
+
+cd "$DLBENCH_ROOT"
+version=$(sed -n 's/^__version__ *= *"\(.*\)"/\1/p' benchmarks/__init__.py)
+[ -n "$version" ] || die "cannot read __version__ from benchmarks/__init__.py"
+image=${IMAGE:-$name:$version}
+base=${BASE_IMAGE:-python:3.11-slim-bookworm}
+log=${BUILD_LOG:-/tmp/dlbench-build-$fw.log}
+
+require_daemon
+build=$(buildkit_build_cmd)
+
+if ! image_exists "$base"; then
+    # A registry may be reachable elsewhere; here a pull fails, and says why.
+    if ! out=$(docker pull -q "$base" 2>&1); then
+        die "base image '$base' is not available locally and cannot be pulled ($(printf '%s' "$out" | tail -n1 | cut -c1-120)); without a registry use BASE_IMAGE=dlbench-base:bookworm (make base-image)"
+    fi
+fi
+
+secret=()
+if [ -n "${CA_CERT:-}" ]; then
+    [ -r "$CA_CERT" ] && [ -s "$CA_CERT" ] || die "CA_CERT=$CA_CERT is not a readable, non-empty file"
+    secret=(--secret "id=ca,src=$CA_CERT")
+fi
+mkdir -p wheelhouse   # the Dockerfiles bind-mount it; wheels in it mean offline
+wheels=$(compgen -G 'wheelhouse/*.whl' | wc -l || true)
+
+extra=()
+[ "$fw" = tf ] && [ -n "${TF_REQUIREMENT:-}" ] && extra+=(--build-arg "TF_REQUIREMENT=$TF_REQUIREMENT")
+vcs_ref=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+vcs_url=$(git remote get-url origin 2>/dev/null || echo unknown)
+
+note "building $image from $base ($([ "$wheels" -gt 0 ] && echo "offline, $wheels wheels" || echo "pip from PyPI")); log: $log"
+start=$(date +%s)
+set +e
+# shellcheck disable=SC2086  # $build is an argv prefix by design
+$build --progress=plain -f "Dockerfile.$fw" \
+    --build-arg "BASE_IMAGE=$base" \
+    --build-arg "IMAGE_NAME=$image" \
+    --build-arg "DLBENCH_VERSION=$version" \
+    --build-arg "VCS_REF=$vcs_ref" \
+    --build-arg "VCS_URL=$vcs_url" \
+    "${secret[@]}" "${extra[@]}" \
+    -t "$image" -t "$name:latest" "$@" . >"$log" 2>&1
+rc=$?
+set -e
+secs=$(( $(date +%s) - start ))
+if [ "$rc" -ne 0 ]; then
+    tail -n 15 "$log" >&2
+    echo "dlbench-containers: error: building $image failed after $secs s (exit $rc); full log: $log" >&2
+    exit 1
+fi
+# Rebuilds leave the previous image dangling; only ours are pruned.
+docker image prune -f --filter "label=io.dlbench.framework" >/dev/null
+size=$(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')
+note "built $image in $secs s ($size)"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Make sure a Docker daemon answers; start one if none runs. Shared by ci.sh and
+# the pytest suite so both bring Docker up the same way. Idempotent.
+#
+#   containers/dockerd.sh [--install]
+#
+# --install: apt-get docker.io + docker-compose when dockerd is absent (root).
+# The daemon's log goes to $DLBENCH_DOCKERD_LOG (default /var/log/dlbench-dockerd.log).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+install=0
+for a in "$@"; do
+    case "$a" in
+        --install) install=1 ;;
+        *) die "unknown option '$a' (valid: --install)" ;;
+    esac
+done
+
+if docker info >/dev/null 2>&1; then
+    exit 0
+fi
+
+if [ -n "${DOCKER_HOST:-}" ] && [ "${DOCKER_HOST#unix://}" = "$DOCKER_HOST" ]; then
+    die "DOCKER_HOST=$DOCKER_HOST does not answer and is not a local socket we could start"
+fi
+
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker-compose >/dev/null 2>&1; then
+    [ "$install" = 1 ] || command -v dockerd >/dev/null 2>&1 || die "dockerd is not installed (run: containers/dockerd.sh --install, or apt-get install docker.io)"
+    if [ "$install" = 1 ]; then
+        [ "$(id -u)" = 0 ] || die "installing docker.io needs root"
+        command -v apt-get >/dev/null 2>&1 || die "dockerd is absent and this is not a Debian/Ubuntu system (no apt-get)"
+        note "installing docker.io docker-compose (apt-get)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq docker.io docker-compose >/dev/null
+    fi
+fi
+
+if docker info >/dev/null 2>&1; then
+    exit 0   # the package install may have started it
+fi
+
+[ "$(id -u)" = 0 ] || die "no Docker daemon answers and starting dockerd needs root"
+
+sock=${DOCKER_HOST:-unix:///var/run/docker.sock}
+sock=${sock#unix://}
+if pgrep -x dockerd >/dev/null 2>&1; then
+    note "a dockerd process exists but does not answer yet; waiting"
+else
+    log=${DLBENCH_DOCKERD_LOG:-/var/log/dlbench-dockerd.log}
+    note "starting dockerd (log: $log)"
+    # setsid: the daemon must outlive this script and the CI step that ran it.
+    setsid dockerd -H "unix://$sock" >>"$log" 2>&1 </dev/null &
+fi
+for _ in $(seq 1 150); do
+    if [ -S "$sock" ] && docker info >/dev/null 2>&1; then
+        exit 0
+    fi
+    sleep 0.2
+done
+die "dockerd did not answer on $sock within 30 s (see ${DLBENCH_DOCKERD_LOG:-/var/log/dlbench-dockerd.log})"
