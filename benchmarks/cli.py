@@ -1,0 +1,174 @@
+"""`bench`: the entrypoint every dlbench image runs.
+
+Only argparse and the config tables are imported at start-up: `bench --help`
+and `bench --version` never load a framework (or numpy, pydantic, rich).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .config import DATA_FORMATS, DEVICES, FRAMEWORK_ALIASES, FRAMEWORKS, MODELS, PRECISIONS, build_config
+from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, choices
+
+DESCRIPTION = """\
+Measure training throughput (images/sec) and peak memory of one CNN on one
+framework. Warmup is excluded; the device is synchronised at every timing
+boundary; images/sec = images in the timed loop / its wall time.
+
+Other command:
+  bench make-dataset DIR --images N --classes C   write a small JPEG ImageFolder for --data-dir
+
+Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
+3 out of memory, 4 timeout, 130 interrupted. Records for 1, 3, 4 and 130
+are still written to --output / --json with that status.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other bad input
+        raise UsageError(message)
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def bench_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="bench",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"bench (dlbench) {__version__}")
+    what = p.add_argument_group("what to train")
+    what.add_argument(
+        "--framework",
+        default=os.environ.get("BENCH_FRAMEWORK"),
+        help=f"{choices(FRAMEWORKS)} (alias: {choices(FRAMEWORK_ALIASES)}); default: $BENCH_FRAMEWORK, set in each image",
+    )
+    what.add_argument("--model", default="resnet50", help=f"{choices(MODELS)} (default: resnet50)")
+    what.add_argument("--batch-size", type=integer, default=64, help="images per step per worker (default: 64)")
+    what.add_argument("--image-size", type=integer, help="input height = width in px (default: 224; 299 for inception3)")
+    what.add_argument("--precision", default="fp32", help=f"{choices(PRECISIONS)}; amp = fp16 autocast on GPU, bf16 on CPU (default: fp32)")
+    what.add_argument("--data-format", help=f"{choices(DATA_FORMATS)} (default: the framework's native layout)")
+    what.add_argument("--xla", action="store_true", help="compile the TensorFlow train step with XLA (tensorflow only)")
+    how = p.add_argument_group("how long")
+    how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
+    how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
+    how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
+    how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'")
+    where = p.add_argument_group("where and on what data")
+    where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
+    where.add_argument("--num-threads", type=integer, help="intra-op CPU threads (default: the framework's)")
+    where.add_argument("--data-dir", help="ImageFolder tree of JPEGs (DIR/<class>/<image>.jpg); default: synthetic data on the device")
+    where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
+    where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
+    where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
+    out = p.add_argument_group("output")
+    out.add_argument("--output", help="append the record as one JSON line to this file")
+    out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
+    out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
+    return p
+
+
+def dataset_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="bench make-dataset", description="Write a small ImageFolder tree of random JPEGs.")
+    p.add_argument("dir", help="new or empty directory to create")
+    p.add_argument("--images", type=integer, default=256, help="number of images (default: 256)")
+    p.add_argument("--classes", type=integer, default=8, help="number of class directories (default: 8)")
+    p.add_argument("--min-size", type=integer, default=160, help="smallest image side in px (default: 160)")
+    p.add_argument("--max-size", type=integer, default=320, help="largest image side in px (default: 320)")
+    p.add_argument("--seed", type=integer, default=0)
+    return p
+
+
+def check_output_path(path: str | None) -> None:
+    """Refuse an unusable --output before running, so a long run never ends unwritable."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"--output {path!r} is a directory; give a file path")
+    parent = next((p for p in [target.parent, *target.parent.parents] if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"--output {path!r} is not writable")
+
+
+def run_benchmark(argv: list[str]) -> int:
+    args = bench_parser().parse_args(argv)
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.seed < 0:
+        raise UsageError("--seed must be zero or more")
+    check_output_path(args.output)
+    config = build_config(
+        framework=args.framework,
+        model=args.model,
+        image_size=args.image_size,
+        data_format=args.data_format,
+        batch_size=args.batch_size,
+        num_warmup_batches=args.num_warmup_batches,
+        num_batches=args.num_batches,
+        repeats=args.repeats,
+        precision=args.precision,
+        device=args.device,
+        num_threads=args.num_threads,
+        num_data_workers=args.num_data_workers,
+        data_dir=args.data_dir,
+        seed=args.seed,
+        xla=args.xla,
+        synthetic_batches=args.synthetic_batches,
+    )
+    from . import output, provenance, record
+    from .supervisor import supervise
+
+    report = sys.stderr if args.json else sys.stdout
+    base = {
+        "run_id": record.new_run_id(),
+        "timestamp_utc": record.utc_now(),
+        "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
+    }
+    result = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout)
+    if result is None:
+        return EXIT_USAGE
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        record.append_jsonl(args.output, result)
+    output.render(result, report)
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+    return EXIT_CODE_BY_STATUS[result["status"]]
+
+
+def make_dataset(argv: list[str]) -> int:
+    args = dataset_parser().parse_args(argv)
+    from .dataset import make_dataset as write
+
+    root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
+    print(f"wrote {args.images} images in {args.classes} classes to {root}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["make-dataset"]:
+            return make_dataset(argv[1:])
+        return run_benchmark(argv)
+    except UsageError as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""What a run is: the validated configuration shared by the CLI, the worker and the record.
+
+Validation that needs no framework happens here, before anything is spawned,
+so bad input costs milliseconds and never leaves half a result behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import UsageError, choices
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    default_image_size: int
+    min_image_size: int  # smallest input both frameworks' architectures accept
+
+
+# Minimum sizes were found by building each model in both frameworks
+# (tests/test_models_min_size.py keeps them honest).
+MODELS: dict[str, ModelSpec] = {
+    "alexnet": ModelSpec(224, 63),
+    "resnet50": ModelSpec(224, 32),
+    "resnet101": ModelSpec(224, 32),
+    "resnet152": ModelSpec(224, 32),
+    "inception3": ModelSpec(299, 75),
+}
+
+FRAMEWORKS = ("torch", "tensorflow")
+FRAMEWORK_ALIASES = {"tf": "tensorflow", "pytorch": "torch"}
+# Modules whose presence (not import) tells whether a framework is installed.
+FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorflow",)}
+NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}
+
+PRECISIONS = ("fp32", "amp")
+DATA_FORMATS = ("channels_first", "channels_last")
+DEVICES = ("auto", "cpu", "gpu")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+NUM_CLASSES = 1000
+SYNTHETIC_BATCHES = 4  # distinct device-resident batches, rotated: one fixed batch flatters caches
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    framework: str
+    model: str
+    batch_size: int = 64
+    image_size: int = 224
+    num_warmup_batches: int = 10
+    num_batches: int = 100
+    repeats: int = 1
+    precision: str = "fp32"
+    data_format: str = "channels_first"
+    device: str = "auto"
+    num_threads: int | None = None
+    num_data_workers: int = 2
+    data_dir: str | None = None
+    seed: int = 0
+    xla: bool = False
+    synthetic_batches: int = SYNTHETIC_BATCHES
+    num_classes: int = NUM_CLASSES
+
+    @property
+    def data(self) -> str:
+        return "real" if self.data_dir else "synthetic"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "data": self.data}
+
+
+def resolve_framework(name: str | None) -> str:
+    if not name:
+        raise UsageError(
+            "no framework given: pass --framework or set BENCH_FRAMEWORK "
+            f"(choices: {choices(FRAMEWORKS + tuple(FRAMEWORK_ALIASES))})"
+        )
+    key = name.strip().lower()
+    key = FRAMEWORK_ALIASES.get(key, key)
+    if key not in FRAMEWORKS:
+        raise UsageError(
+            f"unknown framework {name!r} (choices: {choices(FRAMEWORKS + tuple(FRAMEWORK_ALIASES))})"
+        )
+    return key
+
+
+def require_installed(framework: str) -> None:
+    missing = [m for m in FRAMEWORK_MODULES[framework] if importlib.util.find_spec(m) is None]
+    if missing:
+        installed = [f for f in FRAMEWORKS if all(importlib.util.find_spec(m) for m in FRAMEWORK_MODULES[f])]
+        raise UsageError(
+            f"framework {framework!r} is not installed in this environment (missing: {choices(missing)}; "
+            f"installed: {choices(installed) or 'none'})"
+        )
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise UsageError(f"{name} must be a positive integer, got {value}")
+
+
+def _non_negative(name: str, value: int) -> None:
+    if value < 0:
+        raise UsageError(f"{name} must be zero or more, got {value}")
+
+
+def build_config(
+    *,
+    framework: str | None,
+    model: str,
+    image_size: int | None = None,
+    data_format: str | None = None,
+    **options,
+) -> BenchConfig:
+    """Turn CLI values into a validated BenchConfig or raise UsageError."""
+    framework = resolve_framework(framework)
+    if model not in MODELS:
+        raise UsageError(f"unknown model {model!r} (choices: {choices(MODELS)})")
+    spec = MODELS[model]
+    if image_size is None:
+        image_size = spec.default_image_size
+    _positive("--image-size", image_size)
+    for flag in ("batch_size", "num_batches", "repeats", "num_threads", "num_data_workers", "synthetic_batches"):
+        if flag in options:
+            _positive("--" + flag.replace("_", "-"), options[flag])
+    _non_negative("--num-warmup-batches", options.get("num_warmup_batches", 0))
+    if image_size < spec.min_image_size:
+        raise UsageError(
+            f"--image-size {image_size} is too small for {model} (minimum {spec.min_image_size})"
+        )
+    for flag, value, valid in (
+        ("--precision", options.get("precision", "fp32"), PRECISIONS),
+        ("--device", options.get("device", "auto"), DEVICES),
+        ("--data-format", data_format, DATA_FORMATS + (None,)),
+    ):
+        if value not in valid:
+            raise UsageError(f"{flag} {value!r} is invalid (choices: {choices(v for v in valid if v)})")
+    if options.get("xla") and framework != "tensorflow":
+        raise UsageError("--xla applies to --framework tensorflow only")
+    data_dir = options.get("data_dir")
+    if data_dir is not None:
+        options["data_dir"] = str(validate_data_dir(data_dir))
+    config = BenchConfig(
+        framework=framework,
+        model=model,
+        image_size=image_size,
+        data_format=data_format or NATIVE_DATA_FORMAT[framework],
+        **options,
+    )
+    require_installed(framework)
+    return config
+
+
+def validate_data_dir(path: str | os.PathLike) -> Path:
+    """An ImageFolder tree: one sub-directory per class, at least one image somewhere."""
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"--data-dir {str(path)!r} does not exist")
+    if not root.is_dir():
+        raise UsageError(f"--data-dir {str(path)!r} is not a directory")
+    classes = list_classes(root)
+    if not classes:
+        raise UsageError(
+            f"--data-dir {str(path)!r} has no class sub-directories (expected DIR/<class>/<image>.jpg; "
+            "make one with `bench make-dataset DIR`)"
+        )
+    if not any(list_images(root / c) for c in classes):
+        raise UsageError(
+            f"--data-dir {str(path)!r} has no images with extensions {choices(IMAGE_EXTENSIONS)}"
+        )
+    return root.resolve()
+
+
+def list_classes(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def list_images(class_dir: Path) -> list[Path]:
+    return sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+
+
+def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[str]]:
+    """(paths, labels, class names) in torchvision ImageFolder order, for tf.data."""
+    root = Path(root)
+    classes = list_classes(root)
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        for image in list_images(root / name):
+            paths.append(str(image))
+            labels.append(label)
+    return paths, labels, classes
+
+
+

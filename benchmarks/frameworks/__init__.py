@@ -1,0 +1,23 @@
+"""Framework backends, loaded by name only when a run needs one.
+
+Adding a framework = one module with a `Framework` subclass + one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Framework
+
+BACKENDS = {
+    "torch": "benchmarks.frameworks.torch_backend:TorchFramework",
+    "tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowFramework",
+}
+
+
+def load(name: str) -> type[Framework]:
+    module, _, cls = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["BACKENDS", "Framework", "load"]

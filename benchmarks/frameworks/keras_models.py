@@ -1,0 +1,75 @@
+"""Keras models matching torchvision's, so both frameworks train the same network.
+
+ResNets and InceptionV3 come from keras.applications (weights=None). Keras has
+no AlexNet: `alexnet` below is torchvision's variant, the single-tower network
+of Krizhevsky, "One weird trick for parallelizing convolutional neural
+networks" (arXiv:1404.5997): 64-192-384-256-256 convolutions, no local
+response normalisation, 6x6 adaptive pooling, two 4096-wide dropout layers.
+InceptionV3 gets torchvision's auxiliary classifier on the Mixed_6e output
+('mixed7' in Keras) when the input is large enough for it (299 px).
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers
+
+APPLICATIONS = {
+    "resnet50": keras.applications.ResNet50,
+    "resnet101": keras.applications.ResNet101,
+    "resnet152": keras.applications.ResNet152,
+    "inception3": keras.applications.InceptionV3,
+}
+
+
+def build(model: str, input_shape: tuple, num_classes: int, aux_head: bool) -> keras.Model:
+    if model == "alexnet":
+        return alexnet(input_shape, num_classes)
+    net = APPLICATIONS[model](
+        weights=None, input_shape=input_shape, classes=num_classes, classifier_activation=None
+    )
+    if model == "inception3" and aux_head:
+        aux = inception_aux_head(net.get_layer("mixed7").output, num_classes)
+        net = keras.Model(net.inputs, [net.outputs[0], aux], name="inception_v3_aux")
+    return net
+
+
+def _conv(x, filters, kernel, strides=1, padding="valid"):
+    return layers.Conv2D(filters, kernel, strides=strides, padding=padding, activation="relu")(x)
+
+
+def alexnet(input_shape: tuple, num_classes: int) -> keras.Model:
+    inputs = keras.Input(input_shape)
+    x = layers.ZeroPadding2D(2)(inputs)
+    x = _conv(x, 64, 11, strides=4)
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = _conv(x, 192, 5, padding="same")
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = _conv(x, 384, 3, padding="same")
+    x = _conv(x, 256, 3, padding="same")
+    x = _conv(x, 256, 3, padding="same")
+    x = layers.MaxPooling2D(3, strides=2)(x)
+    x = layers.AdaptiveAveragePooling2D((6, 6))(x)
+    x = layers.Flatten()(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu")(x)
+    x = layers.Dropout(0.5)(x)
+    x = layers.Dense(4096, activation="relu")(x)
+    outputs = layers.Dense(num_classes)(x)
+    return keras.Model(inputs, outputs, name="alexnet")
+
+
+def _conv_bn(x, filters, kernel):
+    axis = 1 if keras.config.image_data_format() == "channels_first" else -1
+    x = layers.Conv2D(filters, kernel, use_bias=False)(x)
+    x = layers.BatchNormalization(axis=axis, epsilon=0.001)(x)
+    return layers.Activation("relu")(x)
+
+
+def inception_aux_head(features, num_classes: int):
+    """torchvision's InceptionAux: 5x5/3 average pool, 1x1x128, 5x5x768, pool, linear."""
+    x = layers.AveragePooling2D(5, strides=3)(features)
+    x = _conv_bn(x, 128, 1)
+    x = _conv_bn(x, 768, 5)
+    x = layers.GlobalAveragePooling2D()(x)
+    return layers.Dense(num_classes, name="aux_logits")(x)

@@ -1,0 +1,192 @@
+"""TensorFlow backend: Keras models, a custom tf.function train step, tf.data input.
+
+`model.fit` is avoided on purpose: it warms up slowly, hides the step boundary
+and fails under ParameterServerStrategy; a tf.function step is what
+tf_cnn_benchmarks-style measurement needs.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from ..config import image_folder  # noqa: E402
+from ..errors import UsageError  # noqa: E402
+from . import keras_models  # noqa: E402
+from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom  # noqa: E402
+
+INCEPTION_AUX_MIN_SIZE = 299
+AUX_LOSS_WEIGHT = 0.4
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+class TensorFlowFramework(Framework):
+    name = "tensorflow"
+
+    def version(self) -> str:
+        return tf.__version__
+
+    def setup(self) -> None:
+        cfg = self.config
+        if cfg.num_threads:
+            tf.config.threading.set_intra_op_parallelism_threads(cfg.num_threads)
+            tf.config.threading.set_inter_op_parallelism_threads(cfg.num_threads)
+        self._pick_device(cfg.device)
+        keras.utils.set_random_seed(cfg.seed)
+        if cfg.data_format == "channels_first" and not self.gpus:
+            raise UsageError(
+                "--data-format channels_first: TensorFlow's CPU convolutions support only channels_last"
+            )
+        keras.config.set_image_data_format(cfg.data_format)
+        self.fp16 = cfg.precision == "amp" and bool(self.gpus)
+        if cfg.precision == "amp":
+            keras.mixed_precision.set_global_policy("mixed_float16" if self.fp16 else "mixed_bfloat16")
+        self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
+        with tf.device(self.device_name):
+            self.model = keras_models.build(cfg.model, self._image_shape(), cfg.num_classes, self.aux_head)
+            optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+            self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.fp16 else optimizer
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self._step = tf.function(self._train_step, jit_compile=cfg.xla, reduce_retracing=True)
+
+    def _pick_device(self, wanted: str) -> None:
+        gpus = tf.config.list_physical_devices("GPU")
+        if wanted == "gpu" and not gpus:
+            raise UsageError("--device gpu but TensorFlow sees no GPU (choices here: auto, cpu)")
+        if wanted == "cpu" and gpus:
+            tf.config.set_visible_devices([], "GPU")
+            gpus = []
+        if gpus:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0")) % len(gpus)
+            gpus = [gpus[local_rank]]
+            tf.config.set_visible_devices(gpus, "GPU")
+            # Grow on demand so device-level (NVML) peaks reflect use, not TF's upfront grab.
+            tf.config.experimental.set_memory_growth(gpus[0], True)
+        self.gpus = gpus
+        self.device_name = "/GPU:0" if gpus else "/CPU:0"
+
+    def _image_shape(self) -> tuple:
+        s = self.config.image_size
+        return (3, s, s) if self.config.data_format == "channels_first" else (s, s, 3)
+
+    def model_info(self) -> dict:
+        return {
+            "parameters": int(sum(np.prod(v.shape) for v in self.model.trainable_variables)),
+            "aux_head": self.aux_head,
+        }
+
+    def device_info(self) -> DeviceInfo:
+        build = tf.sysconfig.get_build_info()
+        if self.gpus:
+            details = tf.config.experimental.get_device_details(self.gpus[0])
+            name = details.get("device_name", self.gpus[0].name)
+        else:
+            from ..provenance import cpu_model
+
+            name = cpu_model()
+        return DeviceInfo(
+            kind="gpu" if self.gpus else "cpu",
+            name=name,
+            count=1,
+            cuda_version=build.get("cuda_version"),
+            cudnn_version=build.get("cudnn_version"),
+            visible_gpus=len(tf.config.list_physical_devices("GPU")),
+        )
+
+    def _loss(self, outputs, labels):
+        if self.aux_head:
+            logits, aux = outputs
+            return self.loss_fn(labels, tf.cast(logits, tf.float32)) + AUX_LOSS_WEIGHT * self.loss_fn(
+                labels, tf.cast(aux, tf.float32)
+            )
+        return self.loss_fn(labels, tf.cast(outputs, tf.float32))
+
+    def _train_step(self, images, labels):
+        with tf.GradientTape() as tape:
+            loss = self._loss(self.model(images, training=True), labels)
+            scaled = self.optimizer.scale_loss(loss) if self.fp16 else loss
+        variables = self.model.trainable_variables
+        gradients = tape.gradient(scaled, variables)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return loss
+
+    def synthetic_batches(self) -> list:
+        cfg = self.config
+        rng = tf.random.Generator.from_seed(cfg.seed)
+        with tf.device(self.device_name):
+            return [
+                (
+                    rng.normal((cfg.batch_size, *self._image_shape())),
+                    rng.uniform((cfg.batch_size,), 0, cfg.num_classes, dtype=tf.int64),
+                )
+                for _ in range(cfg.synthetic_batches)
+            ]
+
+    def _decode_and_augment(self, path, label):
+        """Random-resized-crop (area 8-100%, aspect 3/4-4/3) + flip, as torchvision's."""
+        size = self.config.image_size
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        begin, crop, _ = tf.image.sample_distorted_bounding_box(
+            tf.shape(image),
+            bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+            area_range=(0.08, 1.0),
+            aspect_ratio_range=(3 / 4, 4 / 3),
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
+        image = tf.slice(image, begin, crop)
+        image = tf.image.resize(image, (size, size)) / 255.0
+        image = tf.image.random_flip_left_right(image)
+        image = (image - IMAGENET_MEAN) / IMAGENET_STD
+        if self.config.data_format == "channels_first":
+            image = tf.transpose(image, (2, 0, 1))
+        return image, label
+
+    def real_batches(self):
+        cfg = self.config
+        paths, labels, _ = image_folder(cfg.data_dir)
+        dataset = (
+            tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
+            .shuffle(len(paths), seed=cfg.seed, reshuffle_each_iteration=True)
+            .repeat()
+            .map(self._decode_and_augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+            .batch(cfg.batch_size, drop_remainder=True)
+        )
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = max(cfg.num_data_workers, 1)
+        dataset = dataset.with_options(options)
+        if self.gpus:
+            dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self.device_name))
+        else:
+            dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        return iter(dataset)
+
+    def train_step(self, batch):
+        return self._step(*batch)
+
+    def synchronize(self) -> None:
+        if self.gpus:  # CPU ops of a tf.function call complete before it returns
+            tf.test.experimental.sync_devices()
+
+    def loss_value(self, loss) -> float:
+        return float(loss.numpy())
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)) or looks_like_oom(
+            str(error)
+        )
+
+    def reset_peak_memory(self) -> None:
+        if self.gpus:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+
+    def peak_memory(self) -> AllocatorPeaks:
+        if not self.gpus:
+            return AllocatorPeaks()
+        return AllocatorPeaks(allocated=tf.config.experimental.get_memory_info("GPU:0")["peak"])

@@ -1,0 +1,175 @@
+"""PyTorch backend: torchvision models, SGD with momentum, optional autocast."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Iterator
+
+import torch
+import torchvision
+
+from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
+
+TORCHVISION_MODELS = {
+    "alexnet": "alexnet",
+    "resnet50": "resnet50",
+    "resnet101": "resnet101",
+    "resnet152": "resnet152",
+    "inception3": "inception_v3",
+}
+INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
+AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
+
+
+class TorchFramework(Framework):
+    name = "torch"
+
+    def version(self) -> str:
+        return torch.__version__
+
+    def setup(self) -> None:
+        cfg = self.config
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        torch.manual_seed(cfg.seed)
+        self.device = self._pick_device(cfg.device)
+        self.memory_format = (
+            torch.channels_last if cfg.data_format == "channels_last" else torch.contiguous_format
+        )
+        self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
+        self.model = self._build_model().to(self.device, memory_format=self.memory_format)
+        self.model.train()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self.amp_dtype = None
+        if cfg.precision == "amp":
+            self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+
+    def _pick_device(self, wanted: str) -> torch.device:
+        from ..errors import UsageError
+
+        has_gpu = torch.cuda.is_available()
+        if wanted == "gpu" and not has_gpu:
+            raise UsageError("--device gpu but torch sees no CUDA device (choices here: auto, cpu)")
+        if wanted == "cpu" or not has_gpu:
+            return torch.device("cpu")
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def _build_model(self) -> torch.nn.Module:
+        builder = getattr(torchvision.models, TORCHVISION_MODELS[self.config.model])
+        kwargs = {"weights": None, "num_classes": self.config.num_classes}
+        if self.config.model == "inception3":
+            kwargs.update(aux_logits=self.aux_head, init_weights=False)
+        return builder(**kwargs)
+
+    def model_info(self) -> dict:
+        return {
+            "parameters": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            "aux_head": self.aux_head,
+        }
+
+    def device_info(self) -> DeviceInfo:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        if self.device.type == "cuda":
+            name, count = torch.cuda.get_device_name(self.device), 1
+        else:
+            from ..provenance import cpu_model
+
+            name, count = cpu_model(), 1
+        return DeviceInfo(
+            kind="gpu" if self.device.type == "cuda" else "cpu",
+            name=name,
+            count=count,
+            cuda_version=torch.version.cuda,
+            cudnn_version=str(cudnn) if cudnn else None,
+            visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        )
+
+    def _to_device(self, images: torch.Tensor, labels: torch.Tensor):
+        images = images.to(self.device, non_blocking=True).contiguous(memory_format=self.memory_format)
+        return images, labels.to(self.device, non_blocking=True)
+
+    def synthetic_batches(self) -> list:
+        cfg = self.config
+        generator = torch.Generator().manual_seed(cfg.seed)
+        shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+        return [
+            self._to_device(
+                torch.randn(shape, generator=generator),
+                torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=generator),
+            )
+            for _ in range(cfg.synthetic_batches)
+        ]
+
+    def real_batches(self) -> Iterator:
+        from torchvision import transforms
+
+        cfg = self.config
+        pipeline = transforms.Compose(
+            [
+                transforms.RandomResizedCrop(cfg.image_size),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+            ]
+        )
+        dataset = torchvision.datasets.ImageFolder(cfg.data_dir, transform=pipeline)
+        self.loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=cfg.batch_size,
+            shuffle=True,
+            drop_last=len(dataset) >= cfg.batch_size,
+            num_workers=cfg.num_data_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=cfg.num_data_workers > 0,
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )
+        epochs = itertools.chain.from_iterable(itertools.repeat(self.loader))
+        return (self._to_device(images, labels) for images, labels in epochs)
+
+    def train_step(self, batch):
+        images, labels = batch
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            output = self.model(images)
+            if self.aux_head:
+                loss = self.criterion(output.logits, labels) + AUX_LOSS_WEIGHT * self.criterion(
+                    output.aux_logits, labels
+                )
+            else:
+                loss = self.criterion(output, labels)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss.detach()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def loss_value(self, loss) -> float:
+        return float(loss.float().item())
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+
+    def reset_peak_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory(self) -> AllocatorPeaks:
+        if self.device.type != "cuda":
+            return AllocatorPeaks()
+        return AllocatorPeaks(
+            allocated=torch.cuda.max_memory_allocated(self.device),
+            reserved=torch.cuda.max_memory_reserved(self.device),
+        )
+
+    def close(self) -> None:
+        loader = getattr(self, "loader", None)
+        if loader is not None and getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()

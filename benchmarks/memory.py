@@ -1,0 +1,173 @@
+"""Peak memory, each kind labelled for what it measures.
+
+- allocator peak: bytes the framework's allocator handed to tensors
+  (torch.cuda.max_memory_allocated, TF get_memory_info()['peak']);
+- reserved peak: bytes PyTorch's caching allocator held from the driver;
+- device peak: NVML "used" memory of the device, sampled in a thread
+  (includes the CUDA context and any other process on that GPU);
+- host RSS peak: the process's resident set high-water mark (VmHWM).
+
+All GPU counters are reset after warmup so they describe steady training.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def parse_vm_hwm(status_text: str) -> int | None:
+    """VmHWM from /proc/<pid>/status text, in bytes."""
+    for line in status_text.splitlines():
+        if line.startswith("VmHWM:"):
+            value, unit = line.split()[1:3]
+            assert unit == "kB", unit
+            return int(value) * 1024
+    return None
+
+
+def host_rss_peak_bytes() -> int:
+    try:
+        peak = parse_vm_hwm(PROC_STATUS.read_text())
+    except OSError:
+        peak = None
+    if peak is None:  # not Linux: ru_maxrss is kB on Linux, bytes on macOS
+        import sys
+
+        scale = 1 if sys.platform == "darwin" else 1024
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    return peak
+
+
+def reset_host_rss_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False where not permitted."""
+    try:
+        PROC_CLEAR_REFS.write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def host_only() -> dict:
+    """Memory section of a run that died: only the host peak is still known."""
+    return {
+        "allocator_peak_bytes": None,
+        "reserved_peak_bytes": None,
+        "device_peak_bytes": None,
+        "device_total_bytes": None,
+        "host_rss_peak_bytes": host_rss_peak_bytes(),
+        "host_rss_peak_since": "process_start",
+    }
+
+
+class PeakSampler:
+    """Polls a reader in a daemon thread and keeps the maximum since the last reset.
+
+    The reader is injected so the logic is tested without a GPU; on a GPU it is
+    `nvml_used_bytes(handles)`.
+    """
+
+    def __init__(self, read: Callable[[], int], interval_s: float = 0.005):
+        self._read = read
+        self._interval = interval_s
+        self._peak = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="nvml-peak", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._interval)
+
+    def sample(self) -> None:
+        value = self._read()
+        with self._lock:
+            self._peak = max(self._peak, value)
+
+    def start(self) -> "PeakSampler":
+        self._thread.start()
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self._peak = 0
+        self.sample()
+
+    def peak(self) -> int:
+        self.sample()
+        with self._lock:
+            return self._peak
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=1)
+        return self.peak()
+
+
+def nvml_handles(device_indices: Sequence[int]):
+    """NVML handles for the given CUDA device indices, or None when NVML is unusable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in device_indices]
+    except Exception:  # no driver, no library, no permission: the field stays null
+        return None
+
+
+def nvml_used_bytes(handles) -> int:
+    import pynvml
+
+    return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles)
+
+
+def nvml_total_bytes(handles) -> int:
+    import pynvml
+
+    return sum(pynvml.nvmlDeviceGetMemoryInfo(h).total for h in handles)
+
+
+def cuda_visible_indices(count: int, env: dict) -> list[int]:
+    """NVML indexes physical GPUs; CUDA indexes the visible ones. Map CUDA 0..count-1 to NVML.
+
+    CUDA_VISIBLE_DEVICES may list indices or UUIDs; with UUIDs (or unset) the
+    order is taken as is and NVML is looked up by position.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        entries = [e.strip() for e in visible.split(",") if e.strip()]
+        if entries and all(e.isdigit() for e in entries):
+            return [int(e) for e in entries[:count]]
+    return list(range(count))
+
+
+class DeviceMemoryMonitor:
+    """NVML peak for the GPUs this process uses; inert (all None) without a GPU."""
+
+    def __init__(self, cuda_device_count: int, env: dict):
+        self._handles = nvml_handles(cuda_visible_indices(cuda_device_count, env)) if cuda_device_count else None
+        self._sampler = (
+            PeakSampler(lambda: nvml_used_bytes(self._handles)).start() if self._handles else None
+        )
+
+    def reset(self) -> None:
+        if self._sampler:
+            self._sampler.reset()
+
+    def peak_bytes(self) -> int | None:
+        return self._sampler.peak() if self._sampler else None
+
+    def total_bytes(self) -> int | None:
+        return nvml_total_bytes(self._handles) if self._handles else None
+
+    def close(self) -> None:
+        if self._sampler:
+            self._sampler.stop()
+
+

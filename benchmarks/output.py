@@ -1,0 +1,71 @@
+"""Human-readable summary of a record: a compact table and the closing throughput line."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 2**20:,.0f} MiB"
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:,.1f}"
+
+
+def headline(record: dict) -> str:
+    cfg, fw = record["config"], record["provenance"].get("framework") or {}
+    device = fw.get("device_name") or cfg["device"]
+    threads = f", {cfg['num_threads']} threads" if cfg["num_threads"] else ""
+    return (
+        f"{cfg['framework']} {fw.get('version', '')} | {cfg['model']} | batch {cfg['batch_size']} | "
+        f"{cfg['image_size']} px | {cfg['precision']} | {cfg['data']} data | "
+        f"{fw.get('device_kind', '?')}: {device}{threads} | runtime: {record['provenance']['container_runtime']}"
+    )
+
+
+def throughput_line(record: dict) -> str:
+    throughput = record["throughput"]
+    if record["status"] != "ok" or throughput is None:
+        return f"total images/sec: n/a (status: {record['status']}: {record['error']['message']})"
+    half = throughput["ci95_halfwidth"]
+    spread = f" ± {half:.2f}" if half is not None else ""
+    return f"total images/sec: {throughput['images_per_sec']:.2f}{spread}"
+
+
+def render(record: dict, stream: TextIO) -> None:
+    console = Console(file=stream, highlight=False, width=100, soft_wrap=True)
+    console.print(headline(record), markup=False)
+    if record["status"] == "ok":
+        table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
+        for column in ("repeat", "images/sec", "step ms mean", "median", "p90", "jitter", "input wait"):
+            table.add_column(column, justify="right")
+        for rep in record["repeats"]:
+            step = rep["step_time_s"]
+            table.add_row(
+                str(rep["index"] + 1),
+                f"{rep['images_per_sec']:.2f}",
+                _ms(step["mean"]),
+                _ms(step["median"]),
+                _ms(step["p90"]),
+                _ms(step["jitter"]),
+                f"{rep['input_wait_fraction'] * 100:.1f}%",
+            )
+        console.print(table)
+        mem = record["memory"]
+        console.print(
+            f"memory: host RSS peak {_bytes(mem['host_rss_peak_bytes'])} (since {mem['host_rss_peak_since']}), "
+            f"allocator peak {_bytes(mem['allocator_peak_bytes'])}, reserved peak {_bytes(mem['reserved_peak_bytes'])}, "
+            f"device peak {_bytes(mem['device_peak_bytes'])}",
+            markup=False,
+        )
+        throughput = record["throughput"]
+        if throughput["ci_method"]:
+            console.print(f"interval: 95% {throughput['ci_method']}", markup=False)
+    console.print(throughput_line(record), markup=False)

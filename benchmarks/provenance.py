@@ -1,0 +1,76 @@
+"""Where a number came from: host, software and container, detected from inside.
+
+Detection reads only markers the runtimes themselves create, so a record says
+what it ran under even when nobody told it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Callable, Mapping
+
+CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none")
+
+
+def detect_container_runtime(
+    env: Mapping[str, str] = os.environ, exists: Callable[[str], bool] = os.path.exists
+) -> str:
+    """The container runtime this process runs under, or "none".
+
+    Markers: Charliecloud's ch-run sets CH_RUNNING; Apptainer sets
+    APPTAINER_CONTAINER (and Singularity SINGULARITY_CONTAINER; Apptainer also
+    sets the latter for compatibility); Shifter sets SHIFTER_RUNTIME; Podman
+    writes /run/.containerenv; Docker writes /.dockerenv.
+    """
+    if env.get("CH_RUNNING"):
+        return "charliecloud"
+    if env.get("APPTAINER_CONTAINER") or env.get("APPTAINER_NAME"):
+        return "apptainer"
+    if env.get("SINGULARITY_CONTAINER") or env.get("SINGULARITY_NAME") or exists("/.singularity.d"):
+        return "singularity"
+    if env.get("SHIFTER_RUNTIME"):
+        return "shifter"
+    if exists("/run/.containerenv") or env.get("container") == "podman":
+        return "podman"
+    if exists("/.dockerenv"):
+        return "docker"
+    return "none"
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or platform.machine()
+    for line in cpuinfo.splitlines():
+        if line.lower().startswith(("model name", "cpu model", "hardware")):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def host_provenance() -> dict:
+    from . import __version__
+
+    return {
+        "dlbench_version": __version__,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "os": f"{platform.system()} {platform.release()}",
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_usable": usable_cores(),
+        "container_runtime": detect_container_runtime(),
+        "image": os.environ.get("BENCH_IMAGE") or None,
+    }

@@ -1,0 +1,204 @@
+"""The result record: one versioned JSON document per run, the only output format.
+
+Every runner, sweep store and report reads this schema. `schema_version`
+changes on any incompatible change; new optional fields bump the minor.
+The JSON Schema file shipped in benchmarks/schema/ is generated from these
+models (`python -m benchmarks.record > benchmarks/schema/result-1.json`) and
+a test keeps the two identical. Field meanings: docs/results.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"
+
+Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StatsRecord(_Model):
+    n: int
+    mean: float
+    median: float
+    p90: float
+    stdev: Optional[float]
+    stderr: Optional[float]
+    jitter: float = Field(description="1.4826 x median absolute deviation")
+    min: float
+    max: float
+
+
+class RunConfig(_Model):
+    framework: Literal["torch", "tensorflow"]
+    model: Literal["alexnet", "resnet50", "resnet101", "resnet152", "inception3"]
+    batch_size: int = Field(description="images per step per worker")
+    image_size: int
+    num_warmup_batches: int
+    num_batches: int
+    repeats: int
+    precision: Literal["fp32", "amp"]
+    data_format: Literal["channels_first", "channels_last"]
+    device: Literal["auto", "cpu", "gpu"]
+    num_threads: Optional[int]
+    num_data_workers: int
+    data_dir: Optional[str]
+    data: Literal["synthetic", "real"]
+    seed: int
+    xla: bool
+    synthetic_batches: int
+    num_classes: int
+
+
+class Throughput(_Model):
+    images_per_sec: float = Field(description="mean over repeats of images / wall time of the timed loop")
+    ci95_halfwidth: Optional[float]
+    ci_method: Optional[Literal["t-interval over repeats", "delta method on step times"]]
+    total_images: int
+    total_wall_time_s: float
+
+
+class RepeatResult(_Model):
+    index: int
+    images: int
+    wall_time_s: float
+    images_per_sec: float
+    step_time_s: StatsRecord
+    input_wait_s: StatsRecord
+    input_wait_fraction: float = Field(description="sum of input waits / wall time")
+
+
+class Memory(_Model):
+    allocator_peak_bytes: Optional[int] = Field(
+        description="framework allocator peak since warmup (torch max_memory_allocated, TF get_memory_info peak); GPU only"
+    )
+    reserved_peak_bytes: Optional[int] = Field(description="PyTorch caching allocator reserved peak; GPU only")
+    device_peak_bytes: Optional[int] = Field(description="NVML used-memory peak of the device since warmup")
+    device_total_bytes: Optional[int]
+    host_rss_peak_bytes: Optional[int] = Field(description="resident set high-water mark of the benchmark process")
+    host_rss_peak_since: Literal["process_start", "warmup_end"]
+
+
+class ModelInfo(_Model):
+    parameters: int
+    aux_head: bool
+
+
+class FrameworkInfo(_Model):
+    name: str
+    version: str
+    device_kind: Literal["cpu", "gpu"]
+    device_name: str
+    device_count: int
+    visible_gpus: int
+    cuda_version: Optional[str]
+    cudnn_version: Optional[str]
+
+
+class Provenance(_Model):
+    dlbench_version: str
+    python: str
+    python_implementation: str
+    os: str
+    hostname: str
+    cpu_model: str
+    cpu_count: Optional[int]
+    cpu_usable: int
+    container_runtime: Literal["docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none"]
+    image: Optional[str]
+    command: list[str]
+    framework: Optional[FrameworkInfo] = Field(description="null when the run died before the framework loaded")
+
+
+class ErrorInfo(_Model):
+    kind: Literal["oom", "crash", "timeout", "interrupted"]
+    message: str
+    exit_code: Optional[int] = None
+    signal: Optional[str] = None
+
+
+class ResultRecord(_Model):
+    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    run_id: str
+    timestamp_utc: str
+    status: Status
+    error: Optional[ErrorInfo]
+    config: RunConfig
+    model: Optional[ModelInfo]
+    throughput: Optional[Throughput]
+    step_time_s: Optional[StatsRecord] = Field(description="per-step times pooled over repeats")
+    input_wait_s: Optional[StatsRecord]
+    repeats: list[RepeatResult]
+    memory: Optional[Memory]
+    final_loss: Optional[float]
+    duration_s: float = Field(description="whole run, model build and warmup included")
+    provenance: Provenance
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build(config, base: dict, status: str, error: dict | None, duration_s: float,
+          framework: dict | None = None, **result) -> dict:
+    """A validated record; `result` supplies the measured sections an `ok` run has."""
+    return validate(
+        {
+            "run_id": base["run_id"],
+            "timestamp_utc": base["timestamp_utc"],
+            "status": status,
+            "error": error,
+            "config": config.as_dict(),
+            "model": None,
+            "throughput": None,
+            "step_time_s": None,
+            "input_wait_s": None,
+            "repeats": [],
+            "memory": None,
+            "final_loss": None,
+            **result,
+            "duration_s": duration_s,
+            "provenance": {**base["provenance"], "framework": framework},
+        }
+    )
+
+
+def validate(record: dict) -> dict:
+    """Round-trip through the models: raises on any field the schema does not allow."""
+    return ResultRecord.model_validate(record).model_dump(mode="json")
+
+
+def append_jsonl(path: str | os.PathLike, record: dict) -> None:
+    """One record, one line, one write, flushed to disk: a crash never leaves half a line."""
+    line = (json.dumps(record, sort_keys=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def json_schema() -> dict:
+    schema = ResultRecord.model_json_schema()
+    schema["title"] = f"dlbench result record {SCHEMA_VERSION}"
+    return schema
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2))

@@ -1,0 +1,141 @@
+"""Runs the worker process and turns any way it can end into a record.
+
+The worker writes its own record when it can (ok, oom caught as an exception,
+crash). When it cannot -- SIGKILL from the OOM killer, an abort in native
+code, a timeout, Ctrl-C -- the supervisor writes one from what it saw.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from . import record
+from .config import BenchConfig
+from .frameworks.base import looks_like_oom
+
+GRACE_S = 10  # between SIGTERM and SIGKILL when stopping the worker
+STDERR_TAIL_LINES = 200
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _relay(source, sink: TextIO, tail: collections.deque | None) -> None:
+    for raw in iter(source.readline, b""):
+        line = raw.decode(errors="replace")
+        sink.write(line)
+        sink.flush()
+        if tail is not None:
+            tail.append(line.rstrip("\n"))
+    source.close()
+
+
+def classify_exit(returncode: int, stderr_tail: list[str]) -> tuple[str, dict]:
+    """(status, error) for a worker that ended without writing a record."""
+    text = "\n".join(stderr_tail)
+    last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
+    oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)
+    error = {"exit_code": returncode if returncode >= 0 else None, "signal": None}
+    if returncode < 0:
+        error["signal"] = signal.Signals(-returncode).name
+    if oom_line is not None or looks_like_oom(text):
+        return "oom", {**error, "kind": "oom", "message": oom_line or last}
+    if returncode == -signal.SIGKILL:
+        message = "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)"
+        return "oom", {**error, "kind": "oom", "message": message}
+    reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
+    return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the worker's whole process group (data-loader workers too), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+def supervise(
+    config: BenchConfig,
+    base: dict,
+    *,
+    mllog: bool,
+    report: TextIO,
+    timeout_s: float | None,
+) -> dict | None:
+    """Run one benchmark; returns its record, or None when the worker rejected the input."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
+        spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
+        spec_path.write_text(
+            json.dumps(
+                {
+                    "config": {k: v for k, v in config.as_dict().items() if k != "data"},
+                    "base": base,
+                    "mllog": mllog,
+                    "result_path": str(result_path),
+                    "parent_pid": os.getpid(),
+                }
+            )
+        )
+        previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C reaches us only; we stop the worker's group cleanly
+        )
+        tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+        relays = [
+            threading.Thread(target=_relay, args=(proc.stdout, report, None), daemon=True),
+            threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, tail), daemon=True),
+        ]
+        for relay in relays:
+            relay.start()
+        status, error = None, None
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            status = "timeout"
+            error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
+        except Interrupted as interrupted:
+            _stop(proc)
+            status = "interrupted"
+            error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for relay in relays:
+                relay.join(timeout=5)
+        if status is None and result_path.exists():
+            return json.loads(result_path.read_text())
+        if status is None:
+            if proc.returncode == 2:
+                return None  # the worker printed the usage error; nothing is recorded
+            status, error = classify_exit(proc.returncode, list(tail))
+        error.setdefault("exit_code", None)
+        return record.build(config, base, status, error, time.monotonic() - started)

@@ -1,0 +1,77 @@
+"""The measuring process: `python -m benchmarks.worker SPEC.json`.
+
+It runs apart from `bench` itself so that a run killed by the kernel's OOM
+killer, an abort in native code or a timeout still ends as a written record
+(the supervisor writes it from outside). It dies with its parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from .config import BenchConfig
+from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError
+from .mllog import MLLogger
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: get SIGKILL when the supervisor dies, so no orphan keeps a GPU busy."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # parent already gone before prctl took effect
+        os._exit(1)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return f"{type(error).__name__}: {text.splitlines()[0][:500]}"
+
+
+def write_result(path: str, record: dict) -> None:
+    target = Path(path)
+    partial = target.with_suffix(".partial")
+    partial.write_text(json.dumps(record))
+    os.replace(partial, target)
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    die_with_parent(spec["parent_pid"])
+    config = BenchConfig(**spec["config"])
+    # The runner is imported here, not at module top, so a broken framework
+    # install is reported as a failed run rather than an import traceback.
+    from .runner import Measurement
+
+    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout))
+    try:
+        result = measurement.run()
+    except UsageError as error:
+        print(f"bench: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except BaseException as error:  # noqa: BLE001 - every failure must become a record
+        backend = measurement.backend
+        if isinstance(error, MemoryError) or (backend is not None and backend.is_out_of_memory(error)):
+            message = first_line(error)
+            print(f"bench: out of memory: {message}", file=sys.stderr, flush=True)
+            result = measurement.failure("oom", "oom", message)
+        elif isinstance(error, KeyboardInterrupt):
+            result = measurement.failure("interrupted", "interrupted", "interrupted")
+        else:
+            traceback.print_exc()
+            result = measurement.failure("failed", "crash", first_line(error))
+    write_result(spec["result_path"], result)
+    return EXIT_CODE_BY_STATUS[result["status"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
