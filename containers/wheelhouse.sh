@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Fill ./wheelhouse with binary wheels of every pinned dependency of both images
+# (pyproject.toml: build-system, core, [tf], [torch]) so image builds install
+# offline. Uses the host's pip and its configuration (find-links, index, CA).
+# Idempotent: wheels already present are not fetched again.
+#
+#   containers/wheelhouse.sh     env: PYTHON (default python3),
+#                                WHEELHOUSE_PYTHON=3.12 for a base with another Python
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$DLBENCH_ROOT"
+
+py=${PYTHON:-python3}
+command -v "$py" >/dev/null 2>&1 || die "PYTHON=$py not found"
+"$py" -m pip --version >/dev/null 2>&1 || die "$py has no pip (apt-get install python3-pip)"
+reqs=$(mktemp)
+trap 'rm -f "$reqs"' EXIT
+"$py" containers/image/pydeps.py pyproject.toml build core tf torch >"$reqs"
+
+target=()
+if [ -n "${WHEELHOUSE_PYTHON:-}" ]; then
+    [[ "$WHEELHOUSE_PYTHON" =~ ^3\.[0-9]+$ ]] || die "WHEELHOUSE_PYTHON=$WHEELHOUSE_PYTHON is not a version like 3.12"
+    target=(--python-version "$WHEELHOUSE_PYTHON" --platform manylinux_2_28_x86_64
+            --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+            --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
+            --platform manylinux1_x86_64 --platform any)
+fi
+mkdir -p wheelhouse
+start=$(date +%s)
+log=$(mktemp /tmp/dlbench-wheelhouse.XXXXXX.log)
+if ! "$py" -m pip download --only-binary=:all: --dest wheelhouse "${target[@]}" -r "$reqs" >"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    echo "dlbench-containers: error: pip download failed; full log: $log" >&2
+    exit 1
+fi
+rm -f "$log"
+note "wheelhouse/: $(compgen -G 'wheelhouse/*.whl' | wc -l) wheels, $(du -sh wheelhouse | cut -f1) in $(( $(date +%s) - start )) s"
