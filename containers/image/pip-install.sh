@@ -12,6 +12,9 @@ replace=()
 for r in ${PYDEPS_REPLACE:-}; do replace+=(--replace "$r"); done
 mapfile -t reqs < <(python3 "$here/pydeps.py" "$here/pyproject.toml" "$@" "${replace[@]}")
 
+if [ -s /run/secrets/ca ]; then
+    echo "pip-install: build secret 'ca' present ($(wc -c </run/secrets/ca) bytes)"
+fi
 args=(--no-cache-dir --disable-pip-version-check --no-input --progress-bar off)
 if compgen -G '/wheelhouse/*.whl' >/dev/null; then
     echo "pip-install: offline, from the build context's wheelhouse/"
