@@ -27,6 +27,9 @@ cd "$DLBENCH_ROOT"
 version=$(sed -n 's/^__version__ *= *"\(.*\)"/\1/p' benchmarks/__init__.py)
 [ -n "$version" ] || die "cannot read __version__ from benchmarks/__init__.py"
 image=${IMAGE:-$name:$version}
+tags=(-t "$image")
+# :latest (what Compose runs by default) only follows the default versioned name.
+[ -z "${IMAGE:-}" ] && tags+=(-t "$name:latest")
 base=${BASE_IMAGE:-python:3.11-slim-bookworm}
 log=${BUILD_LOG:-/tmp/dlbench-build-$fw.log}
 
@@ -64,7 +67,7 @@ $build --progress=plain -f "Dockerfile.$fw" \
     --build-arg "VCS_REF=$vcs_ref" \
     --build-arg "VCS_URL=$vcs_url" \
     "${secret[@]}" "${extra[@]}" \
-    -t "$image" -t "$name:latest" "$@" . >"$log" 2>&1
+    "${tags[@]}" "$@" . >"$log" 2>&1
 rc=$?
 set -e
 secs=$(( $(date +%s) - start ))
