@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -21,10 +22,12 @@ from typing import TextIO
 
 from . import record
 from .config import BenchConfig
+from .memory import PeakSampler
 from .frameworks.base import looks_like_oom
 
 GRACE_S = 10  # between SIGTERM and SIGKILL when stopping the worker
 STDERR_TAIL_LINES = 200
+AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 
 
 class Interrupted(Exception):
@@ -43,8 +46,28 @@ def _relay(source, sink: TextIO, tail: collections.deque | None) -> None:
     source.close()
 
 
-def classify_exit(returncode: int, stderr_tail: list[str]) -> tuple[str, dict]:
-    """(status, error) for a worker that ended without writing a record."""
+def address_space_limit() -> int | None:
+    """RLIMIT_AS (`ulimit -v`) the worker inherits, or None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def classify_exit(
+    returncode: int,
+    stderr_tail: list[str],
+    vm_peak: int = 0,
+    as_limit: int | None = None,
+) -> tuple[str, dict]:
+    """(status, error) for a worker that ended without writing a record.
+
+    Native code that hits `ulimit -v` often crashes (SIGSEGV/SIGABRT) instead
+    of raising; such a death close to the limit is reported as oom, with the
+    numbers, so the reader can judge.
+    """
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
     oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)
@@ -55,6 +78,12 @@ def classify_exit(returncode: int, stderr_tail: list[str]) -> tuple[str, dict]:
         return "oom", {**error, "kind": "oom", "message": oom_line or last}
     if returncode == -signal.SIGKILL:
         message = "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)"
+        return "oom", {**error, "kind": "oom", "message": message}
+    if returncode < 0 and as_limit and vm_peak >= AS_LIMIT_NEAR * as_limit:
+        message = (
+            f"worker died with {error['signal']} after its address space reached {_gib(vm_peak)} "
+            f"of the {_gib(as_limit)} limit (ulimit -v): out of memory"
+        )
         return "oom", {**error, "kind": "oom", "message": message}
     reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
     return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
@@ -72,6 +101,15 @@ def _stop(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def _virtual_size(pid: int) -> int:
+    import psutil
+
+    try:
+        return psutil.Process(pid).memory_info().vms
+    except psutil.Error:  # exited or zombie: keep the last peak
+        return 0
 
 
 def _raise_interrupted(signum, _frame):
@@ -115,6 +153,7 @@ def supervise(
         ]
         for relay in relays:
             relay.start()
+        address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start()
         status, error = None, None
         try:
             proc.wait(timeout=timeout_s)
@@ -131,11 +170,12 @@ def supervise(
                 signal.signal(sig, handler)
             for relay in relays:
                 relay.join(timeout=5)
+            vm_peak = address_space.stop()
         if status is None and result_path.exists():
             return json.loads(result_path.read_text())
         if status is None:
             if proc.returncode == 2:
                 return None  # the worker printed the usage error; nothing is recorded
-            status, error = classify_exit(proc.returncode, list(tail))
+            status, error = classify_exit(proc.returncode, list(tail), vm_peak, address_space_limit())
         error.setdefault("exit_code", None)
         return record.build(config, base, status, error, time.monotonic() - started)

@@ -33,8 +33,14 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return f"{type(error).__name__}: {text.splitlines()[0][:500]}"
+    """The informative line of an error; TF/Keras wrap the cause after a 'in user code:' header."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:
+        line = next((l for l in reversed(lines) if not l.startswith("File ")), lines[-1])
+    return f"{type(error).__name__}: {line[:500]}"
 
 
 def write_result(path: str, record: dict) -> None:

@@ -49,7 +49,7 @@ def alexnet(input_shape: tuple, num_classes: int) -> keras.Model:
     x = _conv(x, 256, 3, padding="same")
     x = _conv(x, 256, 3, padding="same")
     x = layers.MaxPooling2D(3, strides=2)(x)
-    x = layers.AdaptiveAveragePooling2D((6, 6))(x)
+    x = AdaptiveAveragePooling((6, 6))(x)
     x = layers.Flatten()(x)
     x = layers.Dropout(0.5)(x)
     x = layers.Dense(4096, activation="relu")(x)
@@ -57,6 +57,41 @@ def alexnet(input_shape: tuple, num_classes: int) -> keras.Model:
     x = layers.Dense(4096, activation="relu")(x)
     outputs = layers.Dense(num_classes)(x)
     return keras.Model(inputs, outputs, name="alexnet")
+
+
+def adaptive_bins(size_in: int, size_out: int) -> list[tuple[int, int]]:
+    """PyTorch's adaptive pooling windows: [floor(i*n/m), ceil((i+1)*n/m)) -- may overlap or repeat."""
+    return [(i * size_in // size_out, -(-(i + 1) * size_in // size_out)) for i in range(size_out)]
+
+
+class AdaptiveAveragePooling(layers.Layer):
+    """torch.nn.AdaptiveAvgPool2d semantics. Keras's own layer cannot upsample
+    (a 1x1 map to 6x6, as AlexNet below 127 px needs); this one can."""
+
+    def __init__(self, output_size: tuple[int, int], **kwargs):
+        super().__init__(**kwargs)
+        self.output_size = tuple(output_size)
+
+    def call(self, inputs):
+        first = keras.config.image_data_format() == "channels_first"
+        axes = (2, 3) if first else (1, 2)
+        x = inputs
+        for axis, size_out in zip(axes, self.output_size):
+            size_in = x.shape[axis]
+            if size_in == size_out:
+                continue
+            pieces = []
+            for start, stop in adaptive_bins(size_in, size_out):
+                index = [slice(None)] * 4
+                index[axis] = slice(start, stop)
+                pieces.append(keras.ops.mean(x[tuple(index)], axis=axis, keepdims=True))
+            x = keras.ops.concatenate(pieces, axis=axis)
+        return x
+
+    def compute_output_shape(self, input_shape):
+        if keras.config.image_data_format() == "channels_first":
+            return (input_shape[0], input_shape[1], *self.output_size)
+        return (input_shape[0], *self.output_size, input_shape[3])
 
 
 def _conv_bn(x, filters, kernel):

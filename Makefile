@@ -1,0 +1,42 @@
+# dlbench: `make run` (install + a real benchmark on this machine) and `make test`.
+# The virtual environment lives outside the clone, keyed on the requirement
+# files, so CI and fresh clones on the same machine reuse it.
+
+PYTHON     ?= python3
+CACHE_DIR  ?= $(HOME)/.cache/dlbench
+VENV_KEY   := $(shell cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-12)
+VENV_DIR   := $(CACHE_DIR)/venv-$(VENV_KEY)
+VENV       := .venv
+FRAMEWORK  ?= torch
+RESULTS    ?= results/local.jsonl
+# The default job: ResNet-50 at the full 224 px on synthetic data, sized to
+# finish in about a minute on 2 CPU cores. Override with RUN_ARGS=...
+RUN_ARGS   ?= --model resnet50 --batch-size 8 --num-warmup-batches 2 --num-batches 8 --repeats 2
+PYTEST_ARGS ?=
+
+.PHONY: run test venv clean
+
+venv: $(VENV_DIR)/.complete
+	@ln -sfn $(VENV_DIR) $(VENV)
+	@$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v '^WARNING: Location' || true
+
+$(VENV_DIR)/.complete: requirements.txt requirements-dev.txt
+	@echo "creating $(VENV_DIR) (first time only: several minutes)"
+	rm -rf $(VENV_DIR)
+	$(PYTHON) -m venv $(VENV_DIR)
+	$(VENV_DIR)/bin/pip install --quiet --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
+	$(VENV_DIR)/bin/pip install --quiet -r requirements-dev.txt 2>&1 | grep -v '^WARNING: Location' || true
+	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest"
+	touch $@
+
+run: venv
+	$(VENV)/bin/bench --framework $(FRAMEWORK) $(RUN_ARGS) --output $(RESULTS)
+	@echo "record appended to $(RESULTS)"
+
+test: venv
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+-include containers/images.mk

@@ -1,0 +1,114 @@
+"""Bad input: one line naming the problem and the choices, exit 2, nothing written."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, bench
+
+FAST = ["--framework", "torch", "--model", "resnet50"]
+
+
+@pytest.mark.parametrize(
+    "args, env, expected",
+    [
+        (["--model", "resnet50"], {}, "no framework given"),
+        (["--framework", "mxnet"], {}, "unknown framework 'mxnet' (choices: torch, tensorflow, tf, pytorch)"),
+        (["--model", "resnet50"], {"BENCH_FRAMEWORK": "caffe2"}, "unknown framework 'caffe2'"),
+        (["--framework", "torch", "--model", "vgg16"], {}, "unknown model 'vgg16' (choices: alexnet, resnet50"),
+        (FAST + ["--batch-size", "0"], {}, "--batch-size must be a positive integer"),
+        (FAST + ["--batch-size", "-3"], {}, "--batch-size must be a positive integer"),
+        (FAST + ["--batch-size", "two"], {}, "expected an integer, got 'two'"),
+        (FAST + ["--num-batches", "0"], {}, "--num-batches must be a positive integer"),
+        (FAST + ["--image-size", "0"], {}, "--image-size must be a positive integer"),
+        (FAST + ["--num-warmup-batches", "-1"], {}, "--num-warmup-batches must be zero or more"),
+        (FAST + ["--repeats", "0"], {}, "--repeats must be a positive integer"),
+        (["--framework", "torch", "--model", "inception3", "--image-size", "64"], {}, "too small for inception3 (minimum 75)"),
+        (["--framework", "tf", "--model", "alexnet", "--image-size", "32"], {}, "too small for alexnet (minimum 63)"),
+        (FAST + ["--precision", "fp8"], {}, "--precision 'fp8' is invalid (choices: fp32, amp)"),
+        (FAST + ["--device", "tpu"], {}, "--device 'tpu' is invalid (choices: auto, cpu, gpu)"),
+        (FAST + ["--data-format", "nhwc"], {}, "(choices: channels_first, channels_last)"),
+        (FAST + ["--xla"], {}, "--xla applies to --framework tensorflow only"),
+        (FAST + ["--timeout", "0"], {}, "--timeout must be positive"),
+        (FAST + ["--data-dir", "/nonexistent/imagenet"], {}, "--data-dir '/nonexistent/imagenet' does not exist"),
+        (FAST + ["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, env, expected):
+    output = tmp_path / "out.jsonl"
+    result = bench(*args, "--output", str(output), env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("bench: error: ")
+    assert expected in lines[0]
+    assert result.stdout == ""
+    assert not output.exists()
+
+
+def test_empty_data_dirs_are_rejected(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = bench(*FAST, "--data-dir", str(empty), timeout=60)
+    assert result.returncode == 2 and "has no class sub-directories" in result.stderr
+    (empty / "cats").mkdir()
+    (empty / "cats" / "notes.txt").write_text("not an image")
+    result = bench(*FAST, "--data-dir", str(empty), timeout=60)
+    assert result.returncode == 2 and "has no images with extensions .jpg, .jpeg, .png" in result.stderr
+
+
+def test_output_that_is_a_directory_is_rejected(tmp_path):
+    result = bench(*FAST, "--output", str(tmp_path), timeout=60)
+    assert result.returncode == 2 and "is a directory" in result.stderr
+
+
+def test_framework_not_installed_is_a_usage_error(tmp_path):
+    # Hide tensorflow from this interpreter only: a stub package dir that fails find_spec is not
+    # possible, so run with an isolated sys.path holding just our package and the stdlib.
+    code = (
+        "import sys, importlib.util as u; "
+        "real = u.find_spec; "
+        "u.find_spec = lambda name, *a: None if name.split('.')[0] == 'tensorflow' else real(name, *a); "
+        "from benchmarks.cli import main; sys.exit(main(['--framework', 'tf', '--model', 'resnet50']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "bench: error: framework 'tensorflow' is not installed in this environment "
+        "(missing: tensorflow; installed: torch)"
+    )
+
+
+def test_help_and_version_import_no_framework():
+    code = (
+        "import sys, io, contextlib\n"
+        "from benchmarks.cli import main\n"
+        "for argv in (['--help'], ['--version'], ['make-dataset', '--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        try: main(argv)\n"
+        "        except SystemExit: pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'torchvision', 'tensorflow', 'keras', 'numpy', 'pydantic', 'rich', 'scipy'))\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_and_version_are_fast():
+    for flag in ("--help", "--version"):
+        start = time.perf_counter()
+        result = bench(flag, timeout=60)
+        elapsed = time.perf_counter() - start
+        assert result.returncode == 0
+        assert elapsed < 1.0, f"bench {flag} took {elapsed:.2f} s"
+    assert bench("--version").stdout.startswith("bench (dlbench) ")
+    help_text = bench("--help").stdout
+    for flag in ("--framework", "--model", "--batch-size", "--image-size", "--num-warmup-batches",
+                 "--num-batches", "--repeats", "--precision", "--data-format", "--device", "--num-threads",
+                 "--data-dir", "--output", "--json", "--mllog", "--seed", "--version", "--xla", "--timeout",
+                 "make-dataset"):
+        assert flag in help_text

@@ -1,0 +1,75 @@
+"""Every model on both frameworks, for real, at a small size: the record must validate."""
+
+import json
+
+import pytest
+
+from conftest import SMALL, bench, last_json_line, validate_record
+
+MODELS = {"alexnet": 64, "resnet50": 64, "resnet101": 64, "resnet152": 64, "inception3": 96}
+PARAMETERS = {}  # model -> {framework: trainable parameter count}, filled as tests run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+@pytest.mark.parametrize("model", list(MODELS))
+def test_model_trains_and_record_validates(framework, model):
+    result = bench("--framework", framework, "--model", model, "--image-size", str(MODELS[model]), *SMALL, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["status"] == "ok" and record["error"] is None
+    assert record["config"]["framework"] == framework and record["config"]["model"] == model
+    steps = record["step_time_s"]
+    assert steps["n"] == 2 and steps["min"] > 0
+    throughput = record["throughput"]
+    assert throughput["total_images"] == 4
+    assert throughput["images_per_sec"] == pytest.approx(4 / throughput["total_wall_time_s"])
+    assert record["memory"]["host_rss_peak_bytes"] > 100 * 2**20
+    assert record["memory"]["allocator_peak_bytes"] is None  # no GPU on our machines
+    fw = record["provenance"]["framework"]
+    assert fw["name"] == framework and fw["device_kind"] == "cpu" and fw["version"]
+    assert record["final_loss"] == pytest.approx(record["final_loss"])  # finite, not NaN
+    assert record["model"]["aux_head"] is False
+    # the human summary went to stderr and ends with the throughput line
+    assert "total images/sec: " in result.stderr.strip().splitlines()[-1]
+    PARAMETERS.setdefault(model, {})[framework] = record["model"]["parameters"]
+    counts = PARAMETERS[model]
+    if len(counts) == 2:  # both frameworks train the same network (Keras ResNets add conv biases)
+        assert counts["torch"] == pytest.approx(counts["tensorflow"], rel=0.02), counts
+
+
+@pytest.mark.slow
+def test_repeats_output_append_and_mllog(tmp_path):
+    output = tmp_path / "results" / "runs.jsonl"
+    args = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL, "--repeats", "3"]
+    first = bench(*args, "--output", str(output), "--mllog")
+    assert first.returncode == 0, first.stderr[-3000:]
+    stdout = first.stdout.splitlines()
+    mllog = [json.loads(line.split(" ", 1)[1]) for line in stdout if line.startswith(":::MLLOG ")]
+    keys = [event["key"] for event in mllog]
+    for key in ("init_start", "init_stop", "run_start", "epoch_start", "epoch_stop", "run_stop"):
+        assert key in keys
+    assert keys.count("epoch_start") == 3
+    assert stdout[-1].startswith("total images/sec: ") and " ± " in stdout[-1]
+    second = bench(*args, "--output", str(output))
+    assert second.returncode == 0
+    records = [validate_record(json.loads(line)) for line in output.read_text().splitlines()]
+    assert len(records) == 2 and records[0]["run_id"] != records[1]["run_id"]
+    record = records[0]
+    assert [r["index"] for r in record["repeats"]] == [0, 1, 2]
+    assert record["throughput"]["ci_method"] == "t-interval over repeats"
+    rates = [r["images_per_sec"] for r in record["repeats"]]
+    assert record["throughput"]["images_per_sec"] == pytest.approx(sum(rates) / 3)
+    assert record["step_time_s"]["n"] == 6
+    assert record["memory"]["host_rss_peak_since"] == "warmup_end"
+
+
+@pytest.mark.slow
+def test_inception_aux_head_at_299():
+    """Both frameworks add the auxiliary classifier's loss at the size it was designed for."""
+    for framework in ("torch", "tensorflow"):
+        result = bench("--framework", framework, "--model", "inception3", "--batch-size", "1",
+                       "--num-warmup-batches", "0", "--num-batches", "1", "--json")
+        assert result.returncode == 0, result.stderr[-3000:]
+        record = validate_record(last_json_line(result.stdout))
+        assert record["config"]["image_size"] == 299 and record["model"]["aux_head"] is True
