@@ -233,6 +233,8 @@ def test_compose_run_gives_a_docker_record(images, fw, tmp_path):
             env={"BENCH_RESULTS_DIR": str(results), "DLBENCH_TAG": VERSION}, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(p.stdout.strip().splitlines()[-1])
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(rec, json.loads((ROOT / "benchmarks/schema/result-1.json").read_text()))
     assert rec["status"] == "ok", rec.get("error")
     assert rec["config"]["framework"] == fw
     assert rec["provenance"]["container_runtime"] == "docker"
