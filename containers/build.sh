@@ -36,6 +36,14 @@ log=${BUILD_LOG:-/tmp/dlbench-build-$fw.log}
 require_daemon
 build=$(buildkit_build_cmd)
 
+# A build that fills the disk breaks every later step on the machine.
+min_gb=${MIN_FREE_GB:-8}
+root_dir=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)
+free_gb=$(df -Pk "$root_dir" 2>/dev/null | awk 'NR==2 {print int($4/1048576)}')
+if [ -n "$free_gb" ] && [ "$free_gb" -lt "$min_gb" ]; then
+    die "only $free_gb GB free under $root_dir, need $min_gb (MIN_FREE_GB); free space: docker image prune, docker builder prune"
+fi
+
 if ! image_exists "$base"; then
     # A registry may be reachable elsewhere; here a pull fails, and says why.
     if ! out=$(docker pull -q "$base" 2>&1); then

@@ -172,6 +172,10 @@ def test_missing_base_image_is_one_line(docker):
                    "'dlbench-no-such-base:0'", "dlbench-base:bookworm")
 
 
+def test_too_little_disk_is_one_line(docker):
+    one_line_error(run([C / "build.sh", "torch"], env={"MIN_FREE_GB": "100000"}), "GB free", "MIN_FREE_GB")
+
+
 def test_missing_image_for_compose_service_is_one_line(docker):
     if not compose_cmd():
         pytest.fail("docker-compose missing although dockerd.sh ran")
