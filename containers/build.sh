@@ -47,7 +47,7 @@ fi
 if ! image_exists "$base"; then
     # A registry may be reachable elsewhere; here a pull fails, and says why.
     if ! out=$(docker pull -q "$base" 2>&1); then
-        die "base image '$base' is not available locally and cannot be pulled ($(printf '%s' "$out" | tail -n1 | cut -c1-120)); without a registry use BASE_IMAGE=dlbench-base:bookworm (make base-image)"
+        die "base image '$base' is not available locally and cannot be pulled ($(printf '%s' "$out" | tail -n1 | sed 's/^Error response from daemon: //' | cut -c1-160)); without a registry use BASE_IMAGE=dlbench-base:bookworm (make base-image)"
     fi
 fi
 
