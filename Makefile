@@ -18,14 +18,19 @@ PYTEST_ARGS ?=
 
 venv: $(VENV_DIR)/.complete
 	@ln -sfn $(VENV_DIR) $(VENV)
-	@$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e . 2>&1 | grep -v '^WARNING: Location' || true
+	@$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e . > $(VENV_DIR)/editable.log 2>&1 \
+	  || { cat $(VENV_DIR)/editable.log; exit 1; }
 
-$(VENV_DIR)/.complete: requirements.txt requirements-dev.txt
+# No file prerequisites: the directory name already encodes their content, and a
+# fresh clone's newer mtimes must not trigger a rebuild.
+$(VENV_DIR)/.complete:
 	@echo "creating $(VENV_DIR) (first time only: several minutes)"
 	rm -rf $(VENV_DIR)
 	$(PYTHON) -m venv $(VENV_DIR)
-	$(VENV_DIR)/bin/pip install --quiet --upgrade pip setuptools wheel 2>&1 | grep -v '^WARNING: Location' || true
-	$(VENV_DIR)/bin/pip install --quiet -r requirements-dev.txt 2>&1 | grep -v '^WARNING: Location' || true
+	$(VENV_DIR)/bin/pip install --quiet --upgrade pip setuptools wheel > $(VENV_DIR)/install.log 2>&1 \
+	  || { cat $(VENV_DIR)/install.log; exit 1; }
+	$(VENV_DIR)/bin/pip install --quiet -r requirements-dev.txt >> $(VENV_DIR)/install.log 2>&1 \
+	  || { tail -50 $(VENV_DIR)/install.log; exit 1; }
 	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest"
 	touch $@
 

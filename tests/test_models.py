@@ -68,7 +68,7 @@ def test_repeats_output_append_and_mllog(tmp_path):
 def test_inception_aux_head_at_299():
     """Both frameworks add the auxiliary classifier's loss at the size it was designed for."""
     for framework in ("torch", "tensorflow"):
-        result = bench("--framework", framework, "--model", "inception3", "--batch-size", "1",
+        result = bench("--framework", framework, "--model", "inception3", "--batch-size", "2",
                        "--num-warmup-batches", "0", "--num-batches", "1", "--json")
         assert result.returncode == 0, result.stderr[-3000:]
         record = validate_record(last_json_line(result.stdout))

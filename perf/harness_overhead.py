@@ -1,0 +1,140 @@
+"""Does `bench` cost throughput? `bench` vs a bare hand-written training loop.
+
+Same model, batch, image size and threads; run interleaved (ABBA order, so
+drift and thermal effects hit both sides equally), each run in a fresh
+process, as `bench` itself runs. Prints images/sec of each side with a 95%
+t-interval and the ratio bench / bare. Goal: ratio >= 0.98.
+
+    .venv/bin/python perf/harness_overhead.py --framework torch --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.stats import Stats, t_halfwidth  # noqa: E402
+
+TORCH_MODELS = {"resnet50": "resnet50", "alexnet": "alexnet", "resnet101": "resnet101"}
+KERAS_MODELS = {"resnet50": "ResNet50", "resnet101": "ResNet101"}
+
+
+def bare_torch(args) -> float:
+    """What a user writes by hand: one fixed batch, no synchronisation, no statistics."""
+    import torch
+    import torchvision
+
+    torch.set_num_threads(args.num_threads)
+    model = getattr(torchvision.models, TORCH_MODELS[args.model])(weights=None)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    criterion = torch.nn.CrossEntropyLoss()
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
+    labels = torch.randint(0, 1000, (args.batch_size,))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.batches):
+        step()
+    return args.batch_size * args.batches / (time.perf_counter() - start)
+
+
+def bare_tensorflow(args) -> float:
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(args.num_threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.num_threads)
+    size = args.image_size
+    model = getattr(keras.applications, KERAS_MODELS[args.model])(
+        weights=None, input_shape=(size, size, 3), classifier_activation=None
+    )
+    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    images = tf.random.normal((args.batch_size, size, size, 3))
+    labels = tf.random.uniform((args.batch_size,), 0, 1000, dtype=tf.int64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(args.batches):
+        loss = step()
+    loss.numpy()
+    return args.batch_size * args.batches / (time.perf_counter() - start)
+
+
+def run_bench(args) -> float:
+    command = [
+        sys.executable, "-m", "benchmarks", "--framework", args.framework, "--model", args.model,
+        "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
+        "--num-warmup-batches", str(args.warmup), "--num-batches", str(args.batches),
+        "--num-threads", str(args.num_threads), "--json",
+    ]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.splitlines()[-1])["throughput"]["images_per_sec"]
+
+
+def run_bare(args) -> float:
+    command = [sys.executable, __file__, "--bare", *sys.argv[1:]]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--framework", choices=["torch", "tensorflow"], default="torch")
+    p.add_argument("--model", default="resnet50")
+    p.add_argument("--image-size", type=int, default=112)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--num-threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=4, help="ABBA pairs of runs")
+    p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.bare:
+        print(bare_torch(args) if args.framework == "torch" else bare_tensorflow(args))
+        return
+    results = {"bench": [], "bare": []}
+    for round_ in range(args.rounds):
+        order = ("bench", "bare") if round_ % 2 == 0 else ("bare", "bench")
+        for side in order:
+            rate = run_bench(args) if side == "bench" else run_bare(args)
+            results[side].append(rate)
+            print(f"round {round_ + 1}/{args.rounds} {side:>5}: {rate:8.3f} images/sec", flush=True)
+    summary = {side: (Stats.of(r).mean, t_halfwidth(r)) for side, r in results.items()}
+    for side, (mean, half) in summary.items():
+        print(f"{side:>5}: {mean:.3f} ± {half:.3f} images/sec (95% t, n={args.rounds})")
+    ratio = summary["bench"][0] / summary["bare"][0]
+    print(f"config: {args.framework} {args.model} {args.image_size}px batch {args.batch_size}, "
+          f"{args.batches} timed batches, {args.num_threads} threads")
+    print(f"ratio bench/bare: {ratio:.3f} (goal >= 0.98)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Failures inside a run become records with the right status and exit code,
+and leave no process behind."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, SMALL, bench, last_json_line, validate_record
+from benchmarks.supervisor import classify_exit
+
+AS_LIMIT = 8 * 2**30  # enough to import a framework and build ResNet-50, not to train it at batch 256
+
+
+def _limit_address_space():
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_host_out_of_memory_is_a_recorded_result(tmp_path, framework):
+    output = tmp_path / "runs.jsonl"
+    result = bench(
+        "--framework", framework, "--model", "resnet50", "--batch-size", "256",
+        "--num-warmup-batches", "1", "--num-batches", "1", "--output", str(output), "--json",
+        preexec_fn=_limit_address_space,
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["status"] == "oom" and record["error"]["kind"] == "oom"
+    assert record["throughput"] is None and record["repeats"] == []
+    assert json.loads(output.read_text()) == record
+    assert "Traceback" not in result.stderr  # one line, not a traceback flood
+    assert result.stderr.strip().splitlines()[-1].startswith("total images/sec: n/a (status: oom")
+
+
+def _worker_pids(parent: psutil.Process) -> list[int]:
+    return [p.pid for p in parent.children(recursive=True)]
+
+
+@pytest.mark.slow
+def test_timeout_records_and_kills_the_whole_worker_group(tmp_path, dataset_dir):
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet152",
+         "--data-dir", str(dataset_dir), "--num-data-workers", "2", "--image-size", "64",
+         "--batch-size", "2", "--num-batches", "100000", "--timeout", "25", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    parent = psutil.Process(proc.pid)
+    seen = set()
+    while proc.poll() is None:
+        try:
+            seen.update(_worker_pids(parent))
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.5)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 4, stderr[-3000:]
+    record = validate_record(json.loads(output.read_text()))
+    assert record["status"] == "timeout" and "--timeout 25" in record["error"]["message"]
+    assert len(seen) >= 3, "expected the worker and its DataLoader workers"
+    assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert "status: timeout" in stdout
+
+
+@pytest.mark.slow
+def test_sigterm_records_interrupted_and_leaves_no_orphans(tmp_path):
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet50",
+         "--image-size", "64", "--batch-size", "2", "--num-batches", "100000", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while "warmup" not in (proc.stderr.readline() or "warmup") and time.monotonic() < deadline:
+        pass
+    workers = _worker_pids(parent)
+    assert workers
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    record = validate_record(json.loads(output.read_text()))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGTERM"
+    time.sleep(0.5)
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+
+@pytest.mark.slow
+def test_worker_dies_with_killed_supervisor():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet50",
+         "--image-size", "64", *SMALL[:2], "--num-batches", "100000"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    while not _worker_pids(parent) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = _worker_pids(parent)
+    assert workers
+    proc.kill()  # SIGKILL: no handler runs; the worker's parent-death signal must take it down
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+
+
+def test_classify_exit():
+    assert classify_exit(-signal.SIGKILL, ["bench: warmup"])[0] == "oom"
+    status, error = classify_exit(-signal.SIGABRT, ["terminate called after throwing an instance of 'std::bad_alloc'"])
+    assert status == "oom" and "bad_alloc" in error["message"] and error["signal"] == "SIGABRT"
+    status, error = classify_exit(-signal.SIGSEGV, ["x"], vm_peak=9 * 2**30, as_limit=10 * 2**30)
+    assert status == "oom" and "9.0 GiB of the 10.0 GiB limit" in error["message"]
+    status, error = classify_exit(-signal.SIGSEGV, ["x"], vm_peak=2 * 2**30, as_limit=10 * 2**30)
+    assert status == "failed" and error["message"] == "worker died with SIGSEGV: x"
+    status, error = classify_exit(1, ["Traceback", "ImportError: libcuda.so.1"])
+    assert (status, error["exit_code"], error["kind"]) == ("failed", 1, "crash")
+    assert error["message"] == "worker exited with code 1: ImportError: libcuda.so.1"
