@@ -13,8 +13,18 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .config import DATA_FORMATS, DEVICES, FRAMEWORK_ALIASES, FRAMEWORKS, MODELS, PRECISIONS, build_config
-from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, choices
+from .config import (
+    DATA_FORMATS,
+    DEVICES,
+    FRAMEWORK_ALIASES,
+    FRAMEWORKS,
+    MODELS,
+    PRECISIONS,
+    PS_PLACEMENTS,
+    STRATEGIES,
+    build_config,
+)
+from .errors import EXIT_USAGE, UsageError, choices
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -65,7 +75,7 @@ def bench_parser() -> argparse.ArgumentParser:
     how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
     how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
     how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
-    how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'")
+    how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
     where = p.add_argument_group("where and on what data")
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
     where.add_argument("--num-threads", type=integer, help="intra-op CPU threads (default: the framework's)")
@@ -73,6 +83,20 @@ def bench_parser() -> argparse.ArgumentParser:
     where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
     where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
     where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
+    dist = p.add_argument_group(
+        "distributed (one process = one rank; rank and peers come from torchrun, mpirun, srun, horovodrun or benchrun)"
+    )
+    dist.add_argument(
+        "--strategy",
+        default="none",
+        help=f"{choices(STRATEGIES)}: ddp = PyTorch DDP (gloo on CPU, NCCL on GPU); horovod = Horovod ring all-reduce; "
+        "allreduce = TF MultiWorkerMirroredStrategy; ps = TF ParameterServerStrategy (default: none)",
+    )
+    dist.add_argument("--num-ps", type=integer, default=0, help="parameter-server processes for --strategy ps")
+    dist.add_argument("--ps-placement", default="round-robin", help=f"{choices(PS_PLACEMENTS)}: how variables are spread over PS; greedy balances bytes (default: round-robin)")
+    dist.add_argument("--worker-port", type=integer, default=2220, help="TF worker ports start here, one per local worker (default: 2220)")
+    dist.add_argument("--ps-port", type=integer, default=2230, help="TF PS ports start here; the chief uses ps-port + 10 (default: 2230)")
+    dist.add_argument("--rendezvous-port", type=integer, default=2210, help="port of dlbench's rank rendezvous on process 0 (default: 2210)")
     out = p.add_argument_group("output")
     out.add_argument("--output", help="append the record as one JSON line to this file")
     out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
@@ -127,6 +151,13 @@ def run_benchmark(argv: list[str]) -> int:
         seed=args.seed,
         xla=args.xla,
         synthetic_batches=args.synthetic_batches,
+        strategy=args.strategy,
+        num_ps=args.num_ps,
+        ps_placement=args.ps_placement,
+        worker_port=args.worker_port,
+        ps_port=args.ps_port,
+        rendezvous_port=args.rendezvous_port,
+        rendezvous_timeout=args.timeout or 300.0,
     )
     from . import output, provenance, record
     from .supervisor import supervise
@@ -137,9 +168,12 @@ def run_benchmark(argv: list[str]) -> int:
         "timestamp_utc": record.utc_now(),
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
-    result = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout)
+    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout)
     if result is None:
-        return EXIT_USAGE
+        return exit_code
+    if result["world"]["rank"] != 0:  # process 0 writes the run's one record
+        print(f"bench: rank {result['world']['rank']}: {output.throughput_line(result)}", file=sys.stderr)
+        return exit_code
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         record.append_jsonl(args.output, result)
@@ -147,7 +181,7 @@ def run_benchmark(argv: list[str]) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
-    return EXIT_CODE_BY_STATUS[result["status"]]
+    return exit_code
 
 
 def make_dataset(argv: list[str]) -> int:

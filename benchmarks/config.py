@@ -37,6 +37,15 @@ FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorfl
 NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}
 
 PRECISIONS = ("fp32", "amp")
+STRATEGIES = ("none", "ddp", "horovod", "allreduce", "ps")
+STRATEGY_FRAMEWORKS = {
+    "none": FRAMEWORKS,
+    "ddp": ("torch",),
+    "horovod": FRAMEWORKS,
+    "allreduce": ("tensorflow",),
+    "ps": ("tensorflow",),
+}
+PS_PLACEMENTS = ("round-robin", "greedy")
 DATA_FORMATS = ("channels_first", "channels_last")
 DEVICES = ("auto", "cpu", "gpu")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -63,6 +72,13 @@ class BenchConfig:
     xla: bool = False
     synthetic_batches: int = SYNTHETIC_BATCHES
     num_classes: int = NUM_CLASSES
+    strategy: str = "none"
+    num_ps: int = 0
+    ps_placement: str = "round-robin"
+    worker_port: int = 2220  # TF workers: worker_port + local index (seed 000's ports)
+    ps_port: int = 2230  # TF parameter servers: ps_port + local index; chief: ps_port + 10
+    rendezvous_port: int = 2210  # dlbench's own rank rendezvous on process 0
+    rendezvous_timeout: float = 300.0
 
     @property
     def data(self) -> str:
@@ -140,6 +156,7 @@ def build_config(
             raise UsageError(f"{flag} {value!r} is invalid (choices: {choices(v for v in valid if v)})")
     if options.get("xla") and framework != "tensorflow":
         raise UsageError("--xla applies to --framework tensorflow only")
+    validate_strategy(framework, options)
     data_dir = options.get("data_dir")
     if data_dir is not None:
         options["data_dir"] = str(validate_data_dir(data_dir))
@@ -152,6 +169,28 @@ def build_config(
     )
     require_installed(framework)
     return config
+
+
+def validate_strategy(framework: str, options: dict) -> None:
+    strategy = options.get("strategy", "none")
+    if strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {strategy!r} (choices: {choices(STRATEGIES)})")
+    if framework not in STRATEGY_FRAMEWORKS[strategy]:
+        valid = [s for s in STRATEGIES if framework in STRATEGY_FRAMEWORKS[s]]
+        raise UsageError(f"--strategy {strategy} is not available for {framework} (choices: {choices(valid)})")
+    num_ps = options.get("num_ps", 0)
+    if strategy == "ps" and num_ps < 1:
+        raise UsageError("--strategy ps needs --num-ps 1 or more")
+    if strategy != "ps" and num_ps:
+        raise UsageError(f"--num-ps applies to --strategy ps only (got --strategy {strategy})")
+    if options.get("ps_placement", "round-robin") not in PS_PLACEMENTS:
+        raise UsageError(f"--ps-placement {options['ps_placement']!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
+    for flag in ("worker_port", "ps_port", "rendezvous_port"):
+        port = options.get(flag)
+        if port is not None and not 1 <= port <= 65535 - 64:
+            raise UsageError(f"--{flag.replace('_', '-')} {port} is out of range (1-65471)")
+    if options.get("rendezvous_timeout", 1) <= 0:
+        raise UsageError("--timeout must be positive")
 
 
 def validate_data_dir(path: str | os.PathLike) -> Path:

@@ -65,6 +65,20 @@ def render(record: dict, stream: TextIO) -> None:
             f"device peak {_bytes(mem['device_peak_bytes'])}",
             markup=False,
         )
+        world = record["world"]
+        if world["processes"] > 1:
+            per_rank = ", ".join(f"{r['images_per_sec']:.2f}" for r in record["ranks"])
+            replicas = record["replicas"]
+            sync = "yes" if replicas["in_sync"] else ("NO" if replicas["expected_in_sync"] else "no (independent)")
+            ps = f" + {world['num_ps']} PS + chief" if world["strategy"] == "ps" else ""
+            console.print(
+                f"world: {world['workers']} workers{ps} ({world['strategy']}, {world['launcher']}) on "
+                f"{world['nodes']} node(s); images/sec per worker: {per_rank}; replicas in sync: {sync}",
+                markup=False,
+            )
+            if record["placement"]:
+                loads = ", ".join(f"PS{p['ps']} {p['variables']} vars {_bytes(p['bytes'])}" for p in record["placement"])
+                console.print(f"placement: {loads}", markup=False)
         throughput = record["throughput"]
         if throughput["ci_method"]:
             console.print(f"interval: 95% {throughput['ci_method']}", markup=False)

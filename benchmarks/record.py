@@ -18,8 +18,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.0"
-SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"
+SCHEMA_VERSION = "1.1"
+SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
 
@@ -59,6 +59,13 @@ class RunConfig(_Model):
     xla: bool
     synthetic_batches: int
     num_classes: int
+    strategy: Literal["none", "ddp", "horovod", "allreduce", "ps"]
+    num_ps: int
+    ps_placement: Literal["round-robin", "greedy"]
+    worker_port: int
+    ps_port: int
+    rendezvous_port: int
+    rendezvous_timeout: float
 
 
 class Throughput(_Model):
@@ -88,6 +95,39 @@ class Memory(_Model):
     device_total_bytes: Optional[int]
     host_rss_peak_bytes: Optional[int] = Field(description="resident set high-water mark of the benchmark process")
     host_rss_peak_since: Literal["process_start", "warmup_end"]
+
+
+class WorldInfo(_Model):
+    rank: int = Field(description="rank of the process that wrote this record (0 for the run's record)")
+    processes: int = Field(description="all processes of the run, chief and parameter servers included")
+    workers: int = Field(description="processes that train (the ranks whose images are counted)")
+    num_ps: int
+    strategy: str
+    launcher: str = Field(description="what started the ranks: none, env, torchrun, mpirun, mpich, srun, horovodrun, benchrun-local")
+    nodes: int
+    processes_per_node: int
+    hosts: list[str]
+
+
+class RankResult(_Model):
+    rank: int
+    host: str
+    role: Literal["worker", "chief", "ps"]
+    images: int
+    wall_time_s: float = Field(description="this rank's timed loops, summed over repeats")
+    images_per_sec: float
+
+
+class Replicas(_Model):
+    checksums: list[str] = Field(description="sha256 prefix of each replica's parameters after the run")
+    in_sync: bool
+    expected_in_sync: bool = Field(description="false for --strategy none with several ranks: independent replicas")
+
+
+class PsLoad(_Model):
+    ps: int
+    variables: int
+    bytes: int
 
 
 class ModelInfo(_Model):
@@ -129,7 +169,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: Literal["1.1"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -142,6 +182,10 @@ class ResultRecord(_Model):
     repeats: list[RepeatResult]
     memory: Optional[Memory]
     final_loss: Optional[float]
+    world: WorldInfo
+    ranks: list[RankResult] = Field(description="per training rank; totals above are over these")
+    replicas: Optional[Replicas]
+    placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 
@@ -155,7 +199,7 @@ def utc_now() -> str:
 
 
 def build(config, base: dict, status: str, error: dict | None, duration_s: float,
-          framework: dict | None = None, **result) -> dict:
+          framework: dict | None = None, world: dict | None = None, **result) -> dict:
     """A validated record; `result` supplies the measured sections an `ok` run has."""
     return validate(
         {
@@ -171,11 +215,31 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
             "repeats": [],
             "memory": None,
             "final_loss": None,
+            "world": world or single_world(config),
+            "ranks": [],
+            "replicas": None,
+            "placement": None,
             **result,
             "duration_s": duration_s,
             "provenance": {**base["provenance"], "framework": framework},
         }
     )
+
+
+def single_world(config, world=None) -> dict:
+    """World section from the launcher's variables alone: for records written before the
+    ranks met, or by the supervisor after its worker died."""
+    import socket
+
+    from .distributed.world import detect
+
+    world = world or detect()
+    return {
+        "rank": world.rank, "processes": world.size,
+        "workers": world.size - (1 + config.num_ps if config.strategy == "ps" else 0),
+        "num_ps": config.num_ps, "strategy": config.strategy, "launcher": world.launcher,
+        "nodes": world.num_nodes, "processes_per_node": world.local_size, "hosts": [socket.gethostname()],
+    }
 
 
 def validate(record: dict) -> dict:

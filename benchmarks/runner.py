@@ -1,21 +1,32 @@
-"""One benchmark run inside the worker process: build, warm up, time, assemble the record.
+"""One benchmark run inside the worker process: meet the other ranks, build, warm up,
+time, gather, assemble the record.
 
-This is the only place that sequences a measurement, so every backend is
-measured the same way: warmup excluded, peaks reset after warmup, the device
-synchronised at each timing boundary (timing.run_steps).
+This is the only place that sequences a measurement, so every backend and
+strategy is measured the same way: warmup excluded, peaks reset after
+warmup, the device synchronised at each timing boundary (timing.run_steps),
+and multi-rank totals computed from every rank's own loop (aggregate()).
 """
 
 from __future__ import annotations
 
-import itertools
+import hashlib
+import json
 import os
+import socket
 import sys
+import threading
 import time
 
 from . import frameworks, memory, record, stats, timing
 from .config import BenchConfig
-from .frameworks.base import Framework
+from .distributed import cluster
+from .distributed import world as worlds
+from .distributed.rendezvous import Rendezvous
+from .errors import UsageError
+from .frameworks.base import Distributed, Framework
 from .mllog import MLLogger
+
+PEER_REPORT_GRACE_S = 3.0  # how long process 0 waits for a peer's report before blaming itself
 
 
 def progress(message: str) -> None:
@@ -36,107 +47,256 @@ def framework_info(backend: Framework) -> dict:
     }
 
 
-def batch_source(backend: Framework, config: BenchConfig):
-    if config.data_dir:
-        return backend.real_batches()
-    return itertools.cycle(backend.synthetic_batches())
+def loop_payload(loop: timing.TimedLoop) -> dict:
+    return {
+        "images": loop.images,
+        "wall_time_s": loop.wall_time_s,
+        "step_times_s": loop.step_times_s,
+        "input_wait_s": loop.input_wait_s,
+    }
 
 
-def summarize(loops: list[timing.TimedLoop], batch_size: int) -> dict:
-    """Throughput, pooled step statistics and per-repeat results from the timed loops."""
-    rates = [loop.images_per_sec for loop in loops]
-    all_steps = [t for loop in loops for t in loop.step_times_s]
-    if len(loops) > 1:
+def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
+    """Totals over ranks: per repeat, all images / the slowest rank's wall time.
+
+    `per_rank[k][r]` is rank k's loop_payload for repeat r. Never rank 0 x N.
+    """
+    repeats = []
+    for r in range(len(per_rank[0])):
+        loops = [rank_loops[r] for rank_loops in per_rank]
+        steps = [t for loop in loops for t in loop["step_times_s"]]
+        waits = [t for loop in loops for t in loop["input_wait_s"]]
+        images = sum(loop["images"] for loop in loops)
+        wall = max(loop["wall_time_s"] for loop in loops)
+        repeats.append(
+            {
+                "index": r,
+                "images": images,
+                "wall_time_s": wall,
+                "images_per_sec": images / wall,
+                "step_time_s": stats.Stats.of(steps).as_dict(),
+                "input_wait_s": stats.Stats.of(waits).as_dict(),
+                "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
+            }
+        )
+    rates = [rep["images_per_sec"] for rep in repeats]
+    all_steps = [t for rank_loops in per_rank for loop in rank_loops for t in loop["step_times_s"]]
+    if len(repeats) > 1:
         halfwidth, method = stats.t_halfwidth(rates), "t-interval over repeats"
     else:
-        halfwidth = stats.throughput_halfwidth_from_steps(loops[0].step_times_s, batch_size)
+        steps = [t for rank_loops in per_rank for t in rank_loops[0]["step_times_s"]]
+        halfwidth = stats.throughput_halfwidth_from_steps(steps, batch_size * len(per_rank))
         method = "delta method on step times" if halfwidth is not None else None
     return {
         "throughput": {
             "images_per_sec": sum(rates) / len(rates),
             "ci95_halfwidth": halfwidth,
             "ci_method": method,
-            "total_images": sum(loop.images for loop in loops),
-            "total_wall_time_s": sum(loop.wall_time_s for loop in loops),
+            "total_images": sum(rep["images"] for rep in repeats),
+            "total_wall_time_s": sum(rep["wall_time_s"] for rep in repeats),
         },
         "step_time_s": stats.Stats.of(all_steps).as_dict(),
-        "input_wait_s": stats.Stats.of([w for loop in loops for w in loop.input_wait_s]).as_dict(),
-        "repeats": [
-            {
-                "index": i,
-                "images": loop.images,
-                "wall_time_s": loop.wall_time_s,
-                "images_per_sec": loop.images_per_sec,
-                "step_time_s": stats.Stats.of(loop.step_times_s).as_dict(),
-                "input_wait_s": stats.Stats.of(loop.input_wait_s).as_dict(),
-                "input_wait_fraction": sum(loop.input_wait_s) / loop.wall_time_s,
-            }
-            for i, loop in enumerate(loops)
-        ],
+        "input_wait_s": stats.Stats.of(
+            [t for rank_loops in per_rank for loop in rank_loops for t in loop["input_wait_s"]]
+        ).as_dict(),
+        "repeats": repeats,
     }
+
+
+def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -> list[dict]:
+    rows = []
+    for rank, loops in zip(ranks, per_rank):
+        images = sum(loop["images"] for loop in loops)
+        wall = sum(loop["wall_time_s"] for loop in loops)
+        peer = peers[rank] if rank < len(peers) else {}
+        rows.append(
+            {
+                "rank": rank,
+                "host": peer.get("host", socket.gethostname()),
+                "role": peer.get("role", {"kind": "worker", "index": rank})["kind"],
+                "images": images,
+                "wall_time_s": wall,
+                "images_per_sec": images / wall,
+            }
+        )
+    return rows
+
+
+def config_digest(config: BenchConfig) -> str:
+    return hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
-    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger):
+    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None):
         self.config = config
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
         self.backend: Framework | None = None
+        self.world = worlds.World()
+        self.peers: list[dict] = []
+        self.rendezvous: Rendezvous | None = None
+        self.on_peer_failure = on_peer_failure
+        self.peer_failed = threading.Event()
         self.started = time.monotonic()
 
-    def run(self) -> dict:
+    # -- meeting the other ranks -----------------------------------------------------------------
+
+    def _meet(self) -> Distributed:
+        cfg = self.config
+        self.world = world = worlds.detect()
+        role = cluster.role_of(world, cfg.strategy, cfg.num_ps)
+        coordinator = worlds.coordinator_host(world)
+        me = {
+            "address": cluster.my_address(world),
+            "host": socket.gethostname(),
+            "role": role.as_dict(),
+            "config": config_digest(cfg),
+        }
+        if world.size > 1:
+            progress(f"rank {world.rank}/{world.size} ({role.kind} {role.index}): meeting at {coordinator}:{cfg.rendezvous_port}")
+            self.rendezvous = Rendezvous(
+                world.rank, world.size, coordinator, cfg.rendezvous_port, cfg.rendezvous_timeout,
+                on_failure=self._peer_failed,
+            )
+            self.peers = self.rendezvous.allgather("hello", me)
+        else:
+            self.peers = [me]
+        if len({peer["config"] for peer in self.peers}) > 1:
+            raise UsageError("ranks were started with different bench arguments")
+        if cfg.framework == "tensorflow" and cfg.strategy in ("allreduce", "ps"):
+            # Must precede TensorFlow's import (frameworks.load below).
+            os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config(self.peers, world.rank, cfg.worker_port, cfg.ps_port))
+        return Distributed(world, role, coordinator, self.peers)
+
+    def _peer_failed(self, message: dict) -> None:
+        """Process 0 learns that another rank failed: record that as this run's outcome."""
+        self.peer_failed.set()
+        if self.on_peer_failure is None:
+            return
+        remote = message["record"]
+        rank = message["rank"]
+        host = self.peers[rank]["host"] if rank < len(self.peers) else "?"
+        error = dict(remote.get("error") or {"kind": "crash"})
+        error["message"] = f"rank {rank} on {host}: {error.get('message', remote['status'])}"
+        self.on_peer_failure(self.finish(remote["status"], error, memory=memory.host_only()))
+
+    # -- the measurement -------------------------------------------------------------------------
+
+    def run(self) -> dict | None:
+        """The record (process 0), or None for the other ranks once their part is done."""
         cfg = self.config
         self.mllog.start("init_start")
-        self.backend = frameworks.load(cfg.framework)(cfg)
-        progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data)")
+        dist = self._meet()
+        self.backend = frameworks.load(cfg.framework)(cfg, dist)
+        progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
+        if self.backend.serves_only:
+            progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
+            self.rendezvous.allgather("done", None, wait_forever=True)
+            return None
         device = self.backend.device_info()
         monitor = memory.DeviceMemoryMonitor(device.count if device.kind == "gpu" else 0, os.environ)
         try:
-            batches = batch_source(self.backend, cfg)
-            self.mllog.end("init_stop")
-            self.mllog.event("global_batch_size", cfg.batch_size)
-            self.mllog.start("run_start")
-            if cfg.num_warmup_batches:
-                progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
-                timing.run_steps(batches, self.backend.train_step, self.backend.synchronize,
-                                 cfg.num_warmup_batches, cfg.batch_size)
-            self.backend.reset_peak_memory()
-            monitor.reset()
-            rss_reset = memory.reset_host_rss_peak()
-            loops = []
-            for index in range(cfg.repeats):
-                self.mllog.start("epoch_start", index, repeat=index)
-                loop = timing.run_steps(batches, self.backend.train_step, self.backend.synchronize,
-                                        cfg.num_batches, cfg.batch_size)
-                loops.append(loop)
-                self.mllog.end("epoch_stop", index, repeat=index)
-                self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
-                progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec")
-            peaks = self.backend.peak_memory()
-            result = {
-                **summarize(loops, cfg.batch_size),
-                "memory": {
-                    "allocator_peak_bytes": peaks.allocated,
-                    "reserved_peak_bytes": peaks.reserved,
-                    "device_peak_bytes": monitor.peak_bytes(),
-                    "device_total_bytes": monitor.total_bytes(),
-                    "host_rss_peak_bytes": memory.host_rss_peak_bytes(),
-                    "host_rss_peak_since": "warmup_end" if rss_reset else "process_start",
-                },
-                "final_loss": self.backend.loss_value(loops[-1].last_loss),
-            }
-            self.mllog.end("run_stop", status="success")
-            return self.finish("ok", None, **result)
+            return self._measure(monitor)
         finally:
             monitor.close()
             self.backend.close()
+            if self.rendezvous is not None:
+                if cfg.strategy == "ps":  # release the PS and workers, which wait for this
+                    self.rendezvous.allgather("done", None)
+                self.rendezvous.close()
+
+    def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
+        cfg, backend = self.config, self.backend
+        batches = backend.batches()
+        self.mllog.end("init_stop")
+        self.mllog.event("global_batch_size", cfg.batch_size * max(1, self._num_workers()))
+        self.mllog.start("run_start")
+        if cfg.num_warmup_batches:
+            progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
+            backend.timed_loop(batches, cfg.num_warmup_batches)
+        backend.reset_peak_memory()
+        monitor.reset()
+        rss_reset = memory.reset_host_rss_peak()
+        loops = []
+        for index in range(cfg.repeats):
+            self.mllog.start("epoch_start", index, repeat=index)
+            loop = backend.timed_loop(batches, cfg.num_batches)
+            loops.append(loop)
+            self.mllog.end("epoch_stop", index, repeat=index)
+            self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
+            progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
+        peaks = backend.peak_memory()
+        local = {
+            "loops": [loop_payload(loop) for loop in loops],
+            "checksum": backend.parameter_checksum(),
+            "memory": {
+                "allocator_peak_bytes": peaks.allocated,
+                "reserved_peak_bytes": peaks.reserved,
+                "device_peak_bytes": monitor.peak_bytes(),
+                "device_total_bytes": monitor.total_bytes(),
+                "host_rss_peak_bytes": memory.host_rss_peak_bytes(),
+                "host_rss_peak_since": "warmup_end" if rss_reset else "process_start",
+            },
+        }
+        if cfg.strategy == "ps":  # the chief measured every worker itself
+            workers = sorted(loops[0].per_worker)
+            per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
+            ranks = [1 + w for w in workers]
+            checksums = [local["checksum"]]  # one copy of the variables, on the PS
+            memories = [local["memory"]]
+        else:
+            everyone = self.rendezvous.allgather("result", local) if self.rendezvous else [local]
+            if self.world.rank != 0:
+                return None
+            per_rank = [peer["loops"] for peer in everyone]
+            ranks = list(range(len(everyone)))
+            checksums = [peer["checksum"] for peer in everyone]
+            memories = [peer["memory"] for peer in everyone]
+        result = {
+            **aggregate(per_rank, cfg.batch_size),
+            "memory": max_memory(memories),
+            "final_loss": backend.loss_value(loops[-1].last_loss),
+            "ranks": rank_rows(per_rank, ranks, self.peers),
+            "replicas": {
+                "checksums": checksums,
+                "in_sync": len(set(checksums)) == 1,
+                "expected_in_sync": cfg.strategy != "none" or len(checksums) == 1,
+            },
+            "placement": backend.placement(),
+        }
+        self.mllog.end("run_stop", status="success")
+        return self.finish("ok", None, **result)
+
+    def _num_workers(self) -> int:
+        if self.config.strategy == "ps":
+            return self.world.size - 1 - self.config.num_ps
+        return self.world.size
+
+    # -- records ---------------------------------------------------------------------------------
 
     def failure(self, status: str, kind: str, message: str) -> dict:
+        if self.world.rank == 0 and self.world.size > 1 and self.peer_failed.wait(PEER_REPORT_GRACE_S):
+            time.sleep(PEER_REPORT_GRACE_S)  # the peer's report is being written; it wins
         self.mllog.end("run_stop", status="aborted")
         return self.finish(status, {"kind": kind, "message": message}, memory=memory.host_only())
+
+    def world_section(self) -> dict:
+        hosts = sorted({peer["host"] for peer in self.peers}) or [socket.gethostname()]
+        per_host = [sum(1 for peer in self.peers if peer["host"] == host) for host in hosts]
+        return {
+            "rank": self.world.rank,
+            "processes": self.world.size,
+            "workers": self._num_workers(),
+            "num_ps": self.config.num_ps,
+            "strategy": self.config.strategy,
+            "launcher": self.world.launcher,
+            "nodes": len(hosts),
+            "processes_per_node": max(per_host or [1]),
+            "hosts": hosts,
+        }
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
         framework, model = None, None
@@ -144,5 +304,19 @@ class Measurement:
             framework, model = framework_info(self.backend), self.backend.model_info()
         return record.build(
             self.config, self.base, status, error, time.monotonic() - self.started,
-            framework=framework, model=model, **result,
+            framework=framework, model=model, world=self.world_section(), **result,
         )
+
+
+def max_memory(memories: list[dict]) -> dict:
+    """Per field, the largest peak over ranks: the memory a node must provide per process."""
+    merged = dict(memories[0])
+    for field in merged:
+        values = [m[field] for m in memories if isinstance(m[field], int)]
+        if values:
+            merged[field] = max(values)
+    if any(m["host_rss_peak_since"] == "process_start" for m in memories):
+        merged["host_rss_peak_since"] = "process_start"
+    return merged
+
+

@@ -22,7 +22,10 @@ from typing import TextIO
 
 from . import record
 from .config import BenchConfig
+from .distributed import world as worlds
+from .distributed.rendezvous import report_failure
 from .memory import PeakSampler
+from .errors import EXIT_CODE_BY_STATUS
 from .frameworks.base import looks_like_oom
 
 GRACE_S = 10  # between SIGTERM and SIGKILL when stopping the worker
@@ -123,8 +126,9 @@ def supervise(
     mllog: bool,
     report: TextIO,
     timeout_s: float | None,
-) -> dict | None:
-    """Run one benchmark; returns its record, or None when the worker rejected the input."""
+) -> tuple[dict | None, int]:
+    """Run one benchmark: (record, exit code). The record is None after a usage error
+    (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
         spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
@@ -171,11 +175,21 @@ def supervise(
             for relay in relays:
                 relay.join(timeout=5)
             vm_peak = address_space.stop()
+        world = worlds.detect()
         if status is None and result_path.exists():
-            return json.loads(result_path.read_text())
-        if status is None:
-            if proc.returncode == 2:
-                return None  # the worker printed the usage error; nothing is recorded
-            status, error = classify_exit(proc.returncode, list(tail), vm_peak, address_space_limit())
-        error.setdefault("exit_code", None)
-        return record.build(config, base, status, error, time.monotonic() - started)
+            result = json.loads(result_path.read_text())["record"]
+        elif status is None and proc.returncode == 2:
+            return None, 2  # the worker printed the usage error; nothing is recorded
+        else:
+            if status is None:
+                status, error = classify_exit(proc.returncode, list(tail), vm_peak, address_space_limit())
+            error.setdefault("exit_code", None)
+            result = record.build(
+                config, base, status, error, time.monotonic() - started, world=record.single_world(config, world)
+            )
+        if result is None:
+            return None, 0
+        if result["status"] != "ok" and world.rank != 0:
+            # Process 0 writes the run's record; tell it why this rank stopped.
+            report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result)
+        return result, EXIT_CODE_BY_STATUS[result["status"]]

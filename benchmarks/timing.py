@@ -22,6 +22,8 @@ class TimedLoop:
     step_times_s: list[float] = field(default_factory=list)
     input_wait_s: list[float] = field(default_factory=list)
     last_loss: object = None
+    # Under TF ParameterServerStrategy the chief measures every worker's steps itself.
+    per_worker: dict[int, "TimedLoop"] | None = None
 
     @property
     def images_per_sec(self) -> float:

@@ -43,10 +43,11 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {line[:500]}"
 
 
-def write_result(path: str, record: dict) -> None:
+def write_result(path: str, record: dict | None) -> None:
+    """{"record": ...}; record is null for ranks other than 0 that finished their part."""
     target = Path(path)
     partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps(record))
+    partial.write_text(json.dumps({"record": record}))
     os.replace(partial, target)
 
 
@@ -58,7 +59,15 @@ def main(spec_path: str) -> int:
     # install is reported as a failed run rather than an import traceback.
     from .runner import Measurement
 
-    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout))
+    def peer_failed(record: dict) -> None:
+        # Called from the rendezvous thread while the main thread may be stuck in a
+        # collective with the dead rank: write the record and leave at once.
+        write_result(spec["result_path"], record)
+        sys.stderr.write(f"bench: {record['error']['message']}\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CODE_BY_STATUS[record["status"]])
+
+    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed)
     try:
         result = measurement.run()
     except UsageError as error:
@@ -76,7 +85,7 @@ def main(spec_path: str) -> int:
             traceback.print_exc()
             result = measurement.failure("failed", "crash", first_line(error))
     write_result(spec["result_path"], result)
-    return EXIT_CODE_BY_STATUS[result["status"]]
+    return EXIT_CODE_BY_STATUS[result["status"]] if result else 0
 
 
 if __name__ == "__main__":

@@ -8,11 +8,28 @@ methods, so no backend can measure differently from another.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
 
+from .. import timing
 from ..config import BenchConfig
+from ..distributed.cluster import Role
+from ..distributed.world import World
+
+
+@dataclass
+class Distributed:
+    """What a backend needs to know about the other ranks."""
+
+    world: World
+    role: Role
+    coordinator: str  # host of process 0
+    peers: list  # every process's {address, role}, in rank order
+
+
+SINGLE = Distributed(World(), Role("worker", 0), "127.0.0.1", [])
 
 
 @dataclass
@@ -34,8 +51,31 @@ class AllocatorPeaks:
 class Framework(ABC):
     name: str
 
-    def __init__(self, config: BenchConfig):
+    def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
+        self.dist = dist
+
+    @property
+    def serves_only(self) -> bool:
+        """True for processes that only host state for others (TF PS and PS-mode workers)."""
+        return False
+
+    def batches(self) -> Iterator:
+        if self.config.data_dir:
+            return self.real_batches()
+        return itertools.cycle(self.synthetic_batches())
+
+    def timed_loop(self, batches: Iterator, num_steps: int) -> timing.TimedLoop:
+        """The measured loop; strategies whose steps run elsewhere (TF PS) override it."""
+        return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size)
+
+    @abstractmethod
+    def parameter_checksum(self) -> str:
+        """Digest of all trainable parameters, to check replicas ended identical."""
+
+    def placement(self) -> list | None:
+        """Per-PS variable count and bytes, under --strategy ps."""
+        return None
 
     @abstractmethod
     def version(self) -> str: ...

@@ -2,11 +2,16 @@
 
 `model.fit` is avoided on purpose: it warms up slowly, hides the step boundary
 and fails under ParameterServerStrategy; a tf.function step is what
-tf_cnn_benchmarks-style measurement needs.
+tf_cnn_benchmarks-style measurement needs. Strategies: none, allreduce
+(MultiWorkerMirroredStrategy), horovod, ps (ParameterServerStrategy, where the
+chief drives every worker's steps through a ClusterCoordinator).
+TF_CONFIG is exported by the runner before this module is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -15,7 +20,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from .. import timing  # noqa: E402
 from ..config import image_folder  # noqa: E402
+from ..distributed.cluster import GreedyPlacer  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom  # noqa: E402
@@ -32,12 +39,19 @@ class TensorFlowFramework(Framework):
     def version(self) -> str:
         return tf.__version__
 
+    @property
+    def serves_only(self) -> bool:
+        return self.config.strategy == "ps" and self.dist.role.kind != "chief"
+
     def setup(self) -> None:
         cfg = self.config
         if cfg.num_threads:
             tf.config.threading.set_intra_op_parallelism_threads(cfg.num_threads)
             tf.config.threading.set_inter_op_parallelism_threads(cfg.num_threads)
         self._pick_device(cfg.device)
+        if self.serves_only:
+            self._start_server()
+            return
         keras.utils.set_random_seed(cfg.seed)
         if cfg.data_format == "channels_first" and not self.gpus:
             raise UsageError(
@@ -48,32 +62,114 @@ class TensorFlowFramework(Framework):
         if cfg.precision == "amp":
             keras.mixed_precision.set_global_policy("mixed_float16" if self.fp16 else "mixed_bfloat16")
         self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
-        with tf.device(self.device_name):
+        self.strategy = self._make_strategy()
+        self.hvd = None
+        with self._variable_scope():
             self.model = keras_models.build(cfg.model, self._image_shape(), cfg.num_classes, self.aux_head)
             optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
             self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.fp16 else optimizer
-        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        self._step = tf.function(self._train_step, jit_compile=cfg.xla, reduce_retracing=True)
+            self.optimizer.build(self.model.trainable_variables)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="sum_over_batch_size"
+        )
+        if cfg.strategy == "horovod":
+            self._init_horovod()
+        if cfg.strategy == "ps":
+            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+            self._step = tf.function(self._ps_worker_step)
+        elif cfg.strategy == "allreduce":
+            self._step = tf.function(self._allreduce_step, jit_compile=False)
+        else:
+            self._step = tf.function(self._train_step, jit_compile=cfg.xla, reduce_retracing=True)
+
+    # -- devices and strategies ------------------------------------------------------------------
 
     def _pick_device(self, wanted: str) -> None:
         gpus = tf.config.list_physical_devices("GPU")
         if wanted == "gpu" and not gpus:
             raise UsageError("--device gpu but TensorFlow sees no GPU (choices here: auto, cpu)")
-        if wanted == "cpu" and gpus:
+        if (wanted == "cpu" or self.serves_only) and gpus:
             tf.config.set_visible_devices([], "GPU")
             gpus = []
         if gpus:
-            local_rank = int(os.environ.get("LOCAL_RANK", "0")) % len(gpus)
-            gpus = [gpus[local_rank]]
+            gpus = [gpus[self.dist.world.local_rank % len(gpus)]]
             tf.config.set_visible_devices(gpus, "GPU")
             # Grow on demand so device-level (NVML) peaks reflect use, not TF's upfront grab.
             tf.config.experimental.set_memory_growth(gpus[0], True)
         self.gpus = gpus
         self.device_name = "/GPU:0" if gpus else "/CPU:0"
 
+    def _make_strategy(self):
+        if self.config.strategy == "allreduce":
+            implementation = (
+                tf.distribute.experimental.CommunicationImplementation.NCCL
+                if self.gpus
+                else tf.distribute.experimental.CommunicationImplementation.RING
+            )
+            return tf.distribute.MultiWorkerMirroredStrategy(
+                communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+            )
+        if self.config.strategy == "ps":
+            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            return tf.distribute.ParameterServerStrategy(resolver)
+        return None
+
+    def _start_server(self) -> None:
+        """PS tasks and PS-mode workers host a gRPC server; the chief drives them."""
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        self.server = tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=resolver.task_type,
+            task_index=resolver.task_id,
+            protocol=resolver.rpc_layer or "grpc",
+            start=True,
+        )
+
+    @contextlib.contextmanager
+    def _variable_scope(self):
+        if self.strategy is None:
+            with tf.device(self.device_name):
+                yield
+            return
+        with self.strategy.scope():
+            if self.config.strategy == "ps" and self.config.ps_placement == "greedy":
+                with tf.variable_creator_scope(self._greedy_creator):
+                    yield
+            else:
+                yield
+
+    def _greedy_creator(self, next_creator, **kwargs):
+        """Steer ParameterServerStrategy's round-robin counter to the least-loaded PS.
+
+        The strategy places variable k on PS (k mod num_ps); setting k before each
+        creation gives greedy placement by bytes. Where each variable really went
+        is read back from its device in placement(), so the record shows the truth.
+        """
+        if not hasattr(self, "_placer"):
+            self._placer = GreedyPlacer(self.config.num_ps)
+        initial = kwargs.get("initial_value")
+        shape = kwargs.get("shape")
+        if shape is None and initial is not None and not callable(initial):
+            shape = getattr(initial, "shape", None)
+        dtype = tf.as_dtype(kwargs.get("dtype") or getattr(initial, "dtype", None) or tf.float32)
+        size = int(np.prod(tf.TensorShape(shape).as_list())) * dtype.size if shape is not None else 0
+        self.strategy.extended._variable_count = self._placer.place(size)
+        return next_creator(**kwargs)
+
+    def _init_horovod(self) -> None:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        self.hvd = hvd
+        # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
+        hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
+        hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)
+
     def _image_shape(self) -> tuple:
         s = self.config.image_size
         return (3, s, s) if self.config.data_format == "channels_first" else (s, s, 3)
+
+    # -- facts -----------------------------------------------------------------------------------
 
     def model_info(self) -> dict:
         return {
@@ -99,6 +195,25 @@ class TensorFlowFramework(Framework):
             visible_gpus=len(tf.config.list_physical_devices("GPU")),
         )
 
+    def parameter_checksum(self) -> str:
+        digest = hashlib.sha256()
+        for variable in self.model.trainable_variables:
+            digest.update(np.asarray(variable.value.read_value(), dtype=np.float32).tobytes())
+        return digest.hexdigest()[:16]
+
+    def placement(self) -> list | None:
+        if self.config.strategy != "ps":
+            return None
+        loads = [{"ps": i, "variables": 0, "bytes": 0} for i in range(self.config.num_ps)]
+        for variable in [*self.model.variables, *self.optimizer.variables]:
+            device = tf.DeviceSpec.from_string(variable.value.device)
+            if device.job == "ps":
+                loads[device.task]["variables"] += 1
+                loads[device.task]["bytes"] += int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
+        return loads
+
+    # -- training --------------------------------------------------------------------------------
+
     def _loss(self, outputs, labels):
         if self.aux_head:
             logits, aux = outputs
@@ -110,15 +225,45 @@ class TensorFlowFramework(Framework):
     def _train_step(self, images, labels):
         with tf.GradientTape() as tape:
             loss = self._loss(self.model(images, training=True), labels)
-            scaled = self.optimizer.scale_loss(loss) if self.fp16 else loss
+            if self.strategy is not None:  # gradients are summed over replicas: average them
+                loss_for_grad = loss / self.strategy.num_replicas_in_sync
+            else:
+                loss_for_grad = loss
+            scaled = self.optimizer.scale_loss(loss_for_grad) if self.fp16 else loss_for_grad
         variables = self.model.trainable_variables
-        gradients = tape.gradient(scaled, variables)
+        if self.hvd is not None:
+            tape = self.hvd.DistributedGradientTape(tape)
+            gradients = tape.gradient(scaled, [v.value for v in variables])
+        else:
+            gradients = tape.gradient(scaled, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
         return loss
 
+    def _allreduce_step(self, images, labels):
+        per_replica = self.strategy.run(self._train_step, args=(images, labels))
+        return self.strategy.experimental_local_results(per_replica)[0]
+
+    def _ps_worker_step(self, iterator):
+        """Runs on a worker; reports which worker it was and when it fetched, started and ended."""
+
+        def replica_fn(images, labels, worker):
+            loss = self._train_step(images, labels)
+            with tf.control_dependencies([loss, *[v.value for v in self.model.trainable_variables]]):
+                end = tf.timestamp()
+            return worker, end, loss
+
+        fetch_start = tf.timestamp()
+        images, labels, worker = next(iterator)
+        with tf.control_dependencies([images, labels]):
+            fetch_end = tf.timestamp()
+        worker, end, loss = self.strategy.run(replica_fn, args=(images, labels, worker))
+        return worker, fetch_start, fetch_end, end, loss
+
+    # -- input -----------------------------------------------------------------------------------
+
     def synthetic_batches(self) -> list:
         cfg = self.config
-        rng = tf.random.Generator.from_seed(cfg.seed)
+        rng = tf.random.Generator.from_seed(cfg.seed + self.dist.world.rank)
         with tf.device(self.device_name):
             return [
                 (
@@ -148,34 +293,112 @@ class TensorFlowFramework(Framework):
             image = tf.transpose(image, (2, 0, 1))
         return image, label
 
-    def real_batches(self):
+    def _real_dataset(self, shard: int, num_shards: int) -> tf.data.Dataset:
         cfg = self.config
         paths, labels, _ = image_folder(cfg.data_dir)
+        dataset = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
+        if num_shards > 1:  # each worker reads its own shard of the files
+            dataset = dataset.shard(num_shards, shard)
         dataset = (
-            tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
-            .shuffle(len(paths), seed=cfg.seed, reshuffle_each_iteration=True)
+            dataset.shuffle(max(1, len(paths) // num_shards), seed=cfg.seed, reshuffle_each_iteration=True)
             .repeat()
             .map(self._decode_and_augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
             .batch(cfg.batch_size, drop_remainder=True)
         )
         options = tf.data.Options()
         options.threading.private_threadpool_size = max(cfg.num_data_workers, 1)
-        dataset = dataset.with_options(options)
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return dataset.with_options(options)
+
+    def real_batches(self):
+        world = self.dist.world
+        dataset = self._real_dataset(world.rank, world.size)
         if self.gpus:
             dataset = dataset.apply(tf.data.experimental.prefetch_to_device(self.device_name))
         else:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return iter(dataset)
 
+    def _ps_batches(self):
+        """Per-worker datasets, built on each worker, tagged with the worker's index."""
+        cfg = self.config
+        shape = self._image_shape()
+
+        def dataset_fn(context: tf.distribute.InputContext):
+            worker = context.input_pipeline_id
+            if cfg.data_dir:
+                dataset = self._real_dataset(worker, context.num_input_pipelines)
+            else:
+                dataset = (
+                    tf.data.Dataset.range(cfg.synthetic_batches)
+                    .map(
+                        lambda i: (
+                            tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
+                            tf.random.stateless_uniform(
+                                (cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes, dtype=tf.int64
+                            ),
+                        )
+                    )
+                    .cache()
+                    .repeat()
+                )
+            tagged = dataset.map(lambda images, labels: (images, labels, tf.constant(worker, tf.int64)))
+            return tagged.prefetch(tf.data.AUTOTUNE)
+
+        def per_worker_dataset_fn():
+            return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+        return iter(self.coordinator.create_per_worker_dataset(per_worker_dataset_fn))
+
+    def batches(self):
+        if self.config.strategy == "ps":
+            return self._ps_batches()
+        return super().batches()
+
     def train_step(self, batch):
         return self._step(*batch)
+
+    def timed_loop(self, batches, num_steps: int) -> timing.TimedLoop:
+        if self.config.strategy != "ps":
+            return super().timed_loop(batches, num_steps)
+        return self._ps_timed_loop(batches, num_steps)
+
+    def _ps_timed_loop(self, iterator, num_steps: int) -> timing.TimedLoop:
+        """The chief schedules num_steps steps per worker and waits for all of them.
+
+        Steps are dispatched asynchronously to whichever worker is free, so each
+        step's fetch/start/end is stamped on the worker itself (tf.timestamp), and
+        each worker's throughput is its completed steps over the chief's wall time.
+        """
+        cfg = self.config
+        num_workers = self.coordinator.strategy._num_workers  # noqa: SLF001 - no public accessor
+        start = timing.clock()
+        results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
+        self.coordinator.join()
+        wall = timing.clock() - start
+        per_worker: dict[int, timing.TimedLoop] = {}
+        loss = None
+        for remote in results:
+            worker, fetch_start, fetch_end, end, loss = (np.asarray(v) for v in remote.fetch())
+            loop = per_worker.setdefault(int(worker), timing.TimedLoop(images=0, wall_time_s=wall))
+            loop.images += cfg.batch_size
+            loop.input_wait_s.append(float(fetch_end - fetch_start))
+            loop.step_times_s.append(float(end - fetch_start))
+        return timing.TimedLoop(
+            images=cfg.batch_size * len(results),
+            wall_time_s=wall,
+            step_times_s=[t for loop in per_worker.values() for t in loop.step_times_s],
+            input_wait_s=[t for loop in per_worker.values() for t in loop.input_wait_s],
+            last_loss=tf.constant(loss),
+            per_worker=per_worker,
+        )
 
     def synchronize(self) -> None:
         if self.gpus:  # CPU ops of a tf.function call complete before it returns
             tf.test.experimental.sync_devices()
 
     def loss_value(self, loss) -> float:
-        return float(loss.numpy())
+        return float(np.asarray(loss))
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return isinstance(error, (tf.errors.ResourceExhaustedError, MemoryError)) or looks_like_oom(

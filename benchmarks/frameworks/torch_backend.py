@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import itertools
 import os
 from typing import Iterator
@@ -41,6 +43,10 @@ class TorchFramework(Framework):
         self.model = self._build_model().to(self.device, memory_format=self.memory_format)
         self.model.train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        if cfg.strategy == "ddp":
+            self._init_ddp()
+        elif cfg.strategy == "horovod":
+            self._init_horovod()
         self.criterion = torch.nn.CrossEntropyLoss()
         self.amp_dtype = None
         if cfg.precision == "amp":
@@ -55,9 +61,43 @@ class TorchFramework(Framework):
             raise UsageError("--device gpu but torch sees no CUDA device (choices here: auto, cpu)")
         if wanted == "cpu" or not has_gpu:
             return torch.device("cpu")
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(self.dist.world.local_rank % torch.cuda.device_count())
         return torch.device("cuda", torch.cuda.current_device())
+
+    def _init_ddp(self) -> None:
+        """DistributedDataParallel: NCCL on GPU, gloo on CPU. Under torchrun (MASTER_ADDR/PORT
+        set) join its store; otherwise process 0 hosts one next to dlbench's rendezvous."""
+        import torch.distributed as dist
+
+        cfg, world = self.config, self.dist.world
+        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+            init_method = "env://"
+        else:
+            init_method = f"tcp://{self.dist.coordinator}:{cfg.rendezvous_port + 1}"
+        dist.init_process_group(
+            "nccl" if self.device.type == "cuda" else "gloo",
+            init_method=init_method,
+            rank=world.rank,
+            world_size=world.size,
+            timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
+        )
+        self.replica = self.model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
+
+    def _init_horovod(self) -> None:
+        import horovod.torch as hvd
+
+        hvd.init()
+        self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=self.model.named_parameters())
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    def parameter_checksum(self) -> str:
+        digest = hashlib.sha256()
+        for parameter in getattr(self, "replica", self.model).parameters():
+            digest.update(parameter.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
 
     def _build_model(self) -> torch.nn.Module:
         builder = getattr(torchvision.models, TORCHVISION_MODELS[self.config.model])
@@ -68,7 +108,7 @@ class TorchFramework(Framework):
 
     def model_info(self) -> dict:
         return {
-            "parameters": sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            "parameters": sum(p.numel() for p in getattr(self, "replica", self.model).parameters() if p.requires_grad),
             "aux_head": self.aux_head,
         }
 
@@ -95,7 +135,7 @@ class TorchFramework(Framework):
 
     def synthetic_batches(self) -> list:
         cfg = self.config
-        generator = torch.Generator().manual_seed(cfg.seed)
+        generator = torch.Generator().manual_seed(cfg.seed + self.dist.world.rank)  # each rank its own data
         shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
         return [
             self._to_device(
@@ -118,10 +158,15 @@ class TorchFramework(Framework):
             ]
         )
         dataset = torchvision.datasets.ImageFolder(cfg.data_dir, transform=pipeline)
+        world = self.dist.world
+        sampler = None
+        if world.size > 1:  # each rank reads its own shard, as a real multi-worker job does
+            sampler = torch.utils.data.DistributedSampler(dataset, world.size, world.rank, seed=cfg.seed)
         self.loader = torch.utils.data.DataLoader(
             dataset,
             batch_size=cfg.batch_size,
-            shuffle=True,
+            shuffle=sampler is None,
+            sampler=sampler,
             drop_last=len(dataset) >= cfg.batch_size,
             num_workers=cfg.num_data_workers,
             pin_memory=self.device.type == "cuda",
@@ -173,3 +218,8 @@ class TorchFramework(Framework):
         loader = getattr(self, "loader", None)
         if loader is not None and getattr(loader, "_iterator", None) is not None:
             loader._iterator._shutdown_workers()
+        if self.config.strategy == "ddp":
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()

@@ -1,0 +1,156 @@
+"""How the ranks of one run meet: all-gather of small JSON values over TCP to process 0.
+
+Framework-independent on purpose: TensorFlow ranks need each other's host
+names before TF starts, every rank's measurements must reach the reporting
+process whatever the strategy, processes that never exit on their own
+(parameter servers) wait here for the chief's "done", and a rank that fails
+tells process 0 so the run is recorded as failed instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+import time
+from typing import Callable
+
+RETRY_S = 0.2
+
+
+class RendezvousError(RuntimeError):
+    pass
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.sendall((json.dumps(message) + "\n").encode())
+
+
+class _Board:
+    """Process 0's state: values per tag, and who is waiting for them."""
+
+    def __init__(self, size: int, on_failure: Callable[[dict], None] | None):
+        self.size = size
+        self.values: dict[str, dict[int, object]] = {}
+        self.cond = threading.Condition()
+        self.on_failure = on_failure
+
+    def put(self, tag: str, rank: int, value) -> None:
+        with self.cond:
+            self.values.setdefault(tag, {})[rank] = value
+            self.cond.notify_all()
+
+    def wait_all(self, tag: str, timeout_s: float) -> list:
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while len(self.values.get(tag, {})) < self.size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    have = sorted(self.values.get(tag, {}))
+                    missing = [r for r in range(self.size) if r not in have]
+                    raise RendezvousError(f"timed out after {timeout_s:g} s waiting for ranks {missing} at '{tag}'")
+                self.cond.wait(left)
+            return [self.values[tag][r] for r in range(self.size)]
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        board: _Board = self.server.board  # type: ignore[attr-defined]
+        for line in self.rfile:
+            message = json.loads(line)
+            if message["op"] == "fail":
+                if board.on_failure:
+                    board.on_failure(message)
+                continue
+            board.put(message["tag"], message["rank"], message["value"])
+            try:
+                values = board.wait_all(message["tag"], message["timeout_s"])
+                _send(self.request, {"tag": message["tag"], "values": values})
+            except RendezvousError as error:
+                _send(self.request, {"tag": message["tag"], "error": str(error)})
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Rendezvous:
+    """All-gather among `size` ranks; process 0 serves, the others connect."""
+
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        host: str,
+        port: int,
+        timeout_s: float,
+        on_failure: Callable[[dict], None] | None = None,
+    ):
+        self.rank, self.size, self.timeout_s = rank, size, timeout_s
+        self._server = self._sock = None
+        self._lines = None
+        if size == 1:
+            self._board = _Board(1, on_failure)
+        elif rank == 0:
+            self._board = _Board(size, on_failure)
+            self._server = _Server(("", port), _Handler)
+            self._server.board = self._board
+            threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
+        else:
+            self._sock = _connect(host, port, timeout_s)
+            self._lines = self._sock.makefile("r")
+
+    def allgather(self, tag: str, value, wait_forever: bool = False) -> list:
+        """Every rank's value for `tag`, in rank order; raises RendezvousError on timeout.
+
+        `wait_forever` is for servers waiting for the chief's end of run: they
+        wait as long as the run lasts, and still notice process 0 dying.
+        """
+        timeout_s = 10 * 365 * 86400.0 if wait_forever else self.timeout_s
+        if self._sock is None:
+            self._board.put(tag, self.rank, value)
+            return self._board.wait_all(tag, timeout_s)
+        _send(self._sock, {"op": "gather", "tag": tag, "rank": self.rank, "value": value, "timeout_s": timeout_s})
+        self._sock.settimeout(None if wait_forever else timeout_s + 5)
+        try:
+            line = self._lines.readline()
+        except (OSError, socket.timeout) as error:
+            raise RendezvousError(f"lost process 0 at '{tag}': {error}") from None
+        if not line:
+            raise RendezvousError(f"process 0 closed the rendezvous at '{tag}' (it ended or failed)")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RendezvousError(reply["error"])
+        return reply["values"]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._sock is not None:
+            self._sock.close()
+
+
+def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    """Process 0 may start later than us: retry until the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            return socket.create_connection((host, port), timeout=max(1.0, deadline - time.monotonic()))
+        except OSError as error:
+            last_error = error
+            time.sleep(RETRY_S)
+    raise RendezvousError(f"could not reach process 0 at {host}:{port} within {timeout_s:g} s ({last_error})")
+
+
+def report_failure(host: str, port: int, rank: int, record: dict, timeout_s: float = 5.0) -> bool:
+    """Tell process 0 that this rank failed (best effort: process 0 may be gone)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            _send(sock, {"op": "fail", "rank": rank, "record": record})
+        return True
+    except OSError:
+        return False
