@@ -150,7 +150,7 @@ class Measurement:
         coordinator = worlds.coordinator_host(world)
         me = {
             "address": cluster.my_address(world),
-            "host": socket.gethostname(),
+            "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "role": role.as_dict(),
             "config": config_digest(cfg),
         }

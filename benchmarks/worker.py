@@ -89,4 +89,9 @@ def main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    code = main(sys.argv[1])
+    # Everything is written; skip interpreter teardown, where TensorFlow's remote contexts
+    # complain about servers that already left and framework finalisers can crash.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

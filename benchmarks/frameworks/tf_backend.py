@@ -148,11 +148,9 @@ class TensorFlowFramework(Framework):
         if not hasattr(self, "_placer"):
             self._placer = GreedyPlacer(self.config.num_ps)
         initial = kwargs.get("initial_value")
-        shape = kwargs.get("shape")
-        if shape is None and initial is not None and not callable(initial):
-            shape = getattr(initial, "shape", None)
-        dtype = tf.as_dtype(kwargs.get("dtype") or getattr(initial, "dtype", None) or tf.float32)
-        size = int(np.prod(tf.TensorShape(shape).as_list())) * dtype.size if shape is not None else 0
+        if callable(initial):  # Keras defers initialisers; the size is needed now
+            initial = kwargs["initial_value"] = initial()
+        size = int(np.prod(initial.shape)) * tf.as_dtype(initial.dtype).size
         self.strategy.extended._variable_count = self._placer.place(size)
         return next_creator(**kwargs)
 
@@ -246,17 +244,18 @@ class TensorFlowFramework(Framework):
     def _ps_worker_step(self, iterator):
         """Runs on a worker; reports which worker it was and when it fetched, started and ended."""
 
-        def replica_fn(images, labels, worker):
+        def replica_fn(images, labels):
             loss = self._train_step(images, labels)
             with tf.control_dependencies([loss, *[v.value for v in self.model.trainable_variables]]):
                 end = tf.timestamp()
-            return worker, end, loss
+            return end, loss
 
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         fetch_start = tf.timestamp()
-        images, labels, worker = next(iterator)
+        images, labels = next(iterator)
         with tf.control_dependencies([images, labels]):
             fetch_end = tf.timestamp()
-        worker, end, loss = self.strategy.run(replica_fn, args=(images, labels, worker))
+        end, loss = self.strategy.run(replica_fn, args=(images, labels))
         return worker, fetch_start, fetch_end, end, loss
 
     # -- input -----------------------------------------------------------------------------------
@@ -297,7 +296,7 @@ class TensorFlowFramework(Framework):
         cfg = self.config
         paths, labels, _ = image_folder(cfg.data_dir)
         dataset = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
-        if num_shards > 1:  # each worker reads its own shard of the files
+        if num_shards > 1:  # each worker reads its own shard of the files (shard may be a tensor)
             dataset = dataset.shard(num_shards, shard)
         dataset = (
             dataset.shuffle(max(1, len(paths) // num_shards), seed=cfg.seed, reshuffle_each_iteration=True)
@@ -320,14 +319,15 @@ class TensorFlowFramework(Framework):
         return iter(dataset)
 
     def _ps_batches(self):
-        """Per-worker datasets, built on each worker, tagged with the worker's index."""
+        """Per-worker datasets, built on each worker (real data: each its own shard of the files)."""
         cfg = self.config
         shape = self._image_shape()
+        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
 
         def dataset_fn(context: tf.distribute.InputContext):
-            worker = context.input_pipeline_id
             if cfg.data_dir:
-                dataset = self._real_dataset(worker, context.num_input_pipelines)
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                dataset = self._real_dataset(worker, num_workers)
             else:
                 dataset = (
                     tf.data.Dataset.range(cfg.synthetic_batches)
@@ -342,8 +342,7 @@ class TensorFlowFramework(Framework):
                     .cache()
                     .repeat()
                 )
-            tagged = dataset.map(lambda images, labels: (images, labels, tf.constant(worker, tf.int64)))
-            return tagged.prefetch(tf.data.AUTOTUNE)
+            return dataset.prefetch(tf.data.AUTOTUNE)
 
         def per_worker_dataset_fn():
             return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -371,7 +370,7 @@ class TensorFlowFramework(Framework):
         each worker's throughput is its completed steps over the chief's wall time.
         """
         cfg = self.config
-        num_workers = self.coordinator.strategy._num_workers  # noqa: SLF001 - no public accessor
+        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
         start = timing.clock()
         results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
         self.coordinator.join()

@@ -1,0 +1,110 @@
+"""The Launcher interface: turn "N ranks of this bench command" into processes.
+
+Shared here, stated once: the environment every rank gets, the process
+group that is stopped as a whole on timeout, Ctrl-C or the end of process 0,
+and the exit code (process 0's). A launcher states only its argv.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+GRACE_S = 10
+
+
+@dataclass
+class LaunchSpec:
+    processes: int  # all processes: workers, plus PS and chief under --strategy ps
+    bench: list[str]  # how to start bench: ["bench"] in images, [python, -m, benchmarks] on a host
+    bench_args: list[str]
+    hosts: list[str] = field(default_factory=list)  # empty: this machine only
+    env: dict[str, str] = field(default_factory=dict)  # extra variables for every rank
+    extra: list[str] = field(default_factory=list)  # launcher options passed through verbatim
+
+    @property
+    def slots_per_host(self) -> int:
+        return -(-self.processes // max(1, len(self.hosts)))
+
+    def rank_env(self) -> dict[str, str]:
+        """Variables every rank needs: where process 0 is, how many nodes."""
+        coordinator = self.hosts[0] if self.hosts else "127.0.0.1"
+        return {
+            "DLBENCH_COORDINATOR": coordinator,
+            "DLBENCH_NUM_NODES": str(max(1, len(self.hosts))),
+            **self.env,
+        }
+
+
+class Launcher(ABC):
+    name: str
+    binary: str | None = None
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]:
+        return spec.rank_env()
+
+    def available(self) -> bool:
+        return self.binary is None or shutil.which(self.binary) is not None
+
+    @abstractmethod
+    def command(self, spec: LaunchSpec) -> list[str]:
+        """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.bench_args."""
+
+    def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
+        """Run the launcher in its own process group; stop the whole group on timeout or Ctrl-C."""
+        proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)}, start_new_session=True)
+        return wait_group([proc], timeout_s)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
+    """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code.
+
+    A rank other than 0 that fails makes process 0 record the failure and exit
+    (bench's rendezvous); if process 0 does not within GRACE_S, it is stopped too.
+    """
+    import time
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    failed_at = None
+    try:
+        while procs[0].poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"benchrun: timeout after {timeout_s:g} s: stopping all ranks", file=sys.stderr)
+                break
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs[1:]):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > 3 * GRACE_S:
+                print("benchrun: a rank failed and process 0 did not finish: stopping all ranks", file=sys.stderr)
+                break
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("benchrun: interrupted: stopping all ranks", file=sys.stderr)
+    finally:
+        if procs[0].poll() is None:
+            procs[0].send_signal(signal.SIGTERM)  # lets bench write an 'interrupted'/'timeout' record
+            try:
+                procs[0].wait(timeout=2 * GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in procs:
+            stop_group(proc)
+    code = procs[0].returncode
+    return 128 - code if code is not None and code < 0 else (code if code is not None else 1)

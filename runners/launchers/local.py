@@ -1,0 +1,38 @@
+"""`local`: N ranks on this machine, started by dlbench itself with torchrun-style variables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from .base import LaunchSpec, Launcher, wait_group
+
+
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def rank_env(self, spec: LaunchSpec, rank: int) -> dict[str, str]:
+        return {
+            **spec.rank_env(),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(spec.processes),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(spec.processes),
+            "DLBENCH_LAUNCHER": "benchrun-local",
+        }
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        return [*spec.bench, *spec.bench_args]
+
+    def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
+        procs = [
+            subprocess.Popen(
+                self.command(spec),
+                env={**os.environ, **self.rank_env(spec, rank)},
+                stdout=None if rank == 0 else sys.stderr,  # only process 0 prints the record
+                start_new_session=True,
+            )
+            for rank in range(spec.processes)
+        ]
+        return wait_group(procs, timeout_s)

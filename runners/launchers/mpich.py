@@ -1,0 +1,18 @@
+"""`mpich`: MPICH's Hydra (`mpirun.mpich`), the launcher of MPICH-ABI images (Shifter/Sarus MPI hooks)."""
+
+from __future__ import annotations
+
+from .base import LaunchSpec, Launcher
+
+
+class MpichLauncher(Launcher):
+    name = "mpich"
+    binary = "mpirun.mpich"
+
+    def command(self, spec: LaunchSpec) -> list[str]:
+        argv = [self.binary, "-n", str(spec.processes)]
+        if spec.hosts:
+            argv += ["-hosts", ",".join(f"{h}:{spec.slots_per_host}" for h in spec.hosts)]
+        for name, value in self.environment(spec).items():
+            argv += ["-genv", name, value]
+        return [*argv, *spec.extra, *spec.bench, *spec.bench_args]
