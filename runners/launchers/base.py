@@ -48,8 +48,13 @@ class Launcher(ABC):
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return spec.rank_env()
 
+    def executable(self) -> str:
+        """The launcher binary: on PATH, else beside this Python (torchrun, horovodrun in a venv)."""
+        found = shutil.which(self.binary) or shutil.which(self.binary, path=os.path.dirname(sys.executable))
+        return found or self.binary
+
     def available(self) -> bool:
-        return self.binary is None or shutil.which(self.binary) is not None
+        return self.binary is None or os.path.isabs(self.executable())
 
     @abstractmethod
     def command(self, spec: LaunchSpec) -> list[str]:

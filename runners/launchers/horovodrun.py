@@ -11,7 +11,7 @@ class HorovodrunLauncher(Launcher):
 
     def command(self, spec: LaunchSpec) -> list[str]:
         hosts = spec.hosts or ["localhost"]
-        argv = [self.binary, "-np", str(spec.processes), "-H", ",".join(f"{h}:{spec.slots_per_host}" for h in hosts)]
+        argv = [self.executable(), "-np", str(spec.processes), "-H", ",".join(f"{h}:{spec.slots_per_host}" for h in hosts)]
         if "--mpi" not in spec.extra:
             argv.append("--gloo")
         return [*argv, *spec.extra, *spec.bench, *spec.bench_args]

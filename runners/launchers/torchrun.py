@@ -14,7 +14,7 @@ class TorchrunLauncher(Launcher):
     def command(self, spec: LaunchSpec) -> list[str]:
         if spec.hosts:
             raise ValueError("torchrun starts one node per invocation: run it under srun for several hosts")
-        argv = [self.binary, "--standalone", "--nnodes", "1", "--nproc-per-node", str(spec.processes), *spec.extra]
+        argv = [self.executable(), "--standalone", "--nnodes", "1", "--nproc-per-node", str(spec.processes), *spec.extra]
         bench = spec.bench
         if bench[:3] == [sys.executable, "-m", "benchmarks"]:
             bench = ["-m", "benchmarks"]  # torchrun runs the module with its own interpreter

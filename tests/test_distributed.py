@@ -1,0 +1,117 @@
+"""Real multi-process runs on this CPU: 2 training ranks at a small size, through benchrun."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, validate_record
+
+TINY = ["--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
+pytestmark = pytest.mark.slow
+
+
+def benchrun(*args, timeout=600, **kwargs):
+    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def launch(launcher, n, bench_args, num_ps=0, port=None):
+    extra = ["--num-ps", str(num_ps)] if num_ps else []
+    ports = ["--rendezvous-port", str(port)] if port else []
+    result = benchrun("launch", "--launcher", launcher, "-n", str(n), *extra, "--", *bench_args, *TINY, *ports, "--json")
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, "exactly one record per run, from process 0"
+    return validate_record(json.loads(lines[0]))
+
+
+def assert_honest_totals(record, workers):
+    assert record["status"] == "ok"
+    ranks = record["ranks"]
+    assert len(ranks) == workers == record["world"]["workers"]
+    images = sum(r["images"] for r in ranks)
+    assert images == record["throughput"]["total_images"] == workers * 2 * 2
+    slowest = max(r["wall_time_s"] for r in ranks)
+    assert record["throughput"]["images_per_sec"] == pytest.approx(images / slowest)
+    assert record["replicas"]["in_sync"] and record["replicas"]["expected_in_sync"]
+
+
+@pytest.mark.parametrize("launcher", ["local", "torchrun"])
+def test_torch_ddp(launcher):
+    record = launch(launcher, 2, ["--framework", "torch", "--strategy", "ddp", "--model", "resnet50"])
+    assert_honest_totals(record, 2)
+    assert record["world"]["launcher"] == {"local": "benchrun-local", "torchrun": "torchrun"}[launcher]
+    assert len(set(record["replicas"]["checksums"])) == 1 and len(record["replicas"]["checksums"]) == 2
+
+
+def test_independent_replicas_are_reported_as_such():
+    record = launch("local", 2, ["--framework", "torch", "--model", "alexnet"])
+    assert record["world"]["strategy"] == "none" and record["throughput"]["total_images"] == 8
+    assert record["replicas"]["expected_in_sync"] is False and record["replicas"]["in_sync"] is False
+
+
+def test_tf_allreduce():
+    record = launch("local", 2, ["--framework", "tf", "--strategy", "allreduce", "--model", "resnet50"])
+    assert_honest_totals(record, 2)
+
+
+def test_tf_parameter_server_one_ps():
+    record = launch("local", 2, ["--framework", "tf", "--strategy", "ps", "--model", "resnet50"], num_ps=1)
+    assert_honest_totals(record, 2)
+    world = record["world"]
+    assert (world["processes"], world["num_ps"]) == (4, 1)
+    assert [r["rank"] for r in record["ranks"]] == [1, 2]  # the workers; the chief is process 0
+    assert len(record["placement"]) == 1 and record["placement"][0]["variables"] > 100
+
+
+def test_tf_parameter_server_placements_differ_and_greedy_balances():
+    loads = {}
+    for placement in ("round-robin", "greedy"):
+        record = launch("local", 2, ["--framework", "tf", "--strategy", "ps", "--model", "resnet50",
+                                     "--ps-placement", placement], num_ps=2)
+        assert_honest_totals(record, 2)
+        loads[placement] = [ps["bytes"] for ps in record["placement"]]
+    assert loads["round-robin"] != loads["greedy"]
+    assert sum(loads["round-robin"]) == sum(loads["greedy"])  # same variables, placed differently
+    imbalance = {k: max(v) / max(1, min(v)) for k, v in loads.items()}
+    assert imbalance["greedy"] < 1.5 < imbalance["round-robin"], loads
+
+
+def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
+         "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
+         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    root = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for child in root.children(recursive=True):
+            try:
+                env = child.environ()
+                if "benchmarks.worker" in " ".join(child.cmdline()) and env.get("RANK") == "1":
+                    victim = child
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+    assert victim is not None
+    time.sleep(8)  # let it reach the training loop
+    everyone = [p.pid for p in root.children(recursive=True)]
+    victim.send_signal(signal.SIGSEGV)
+    stdout, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1, stderr[-3000:]
+    record = validate_record(json.loads(output.read_text()))
+    assert record["status"] == "failed"
+    assert record["error"]["message"].startswith("rank 1 on ") and "SIGSEGV" in record["error"]["message"]
+    time.sleep(1)
+    alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not alive

@@ -1,0 +1,81 @@
+"""Each launcher's exact argv, and benchrun's input checks."""
+
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT
+from runners import launchers
+from runners.cli import main
+
+SPEC = dict(processes=4, bench=["bench"], bench_args=["--framework", "tf", "--strategy", "ps", "--num-ps", "1"])
+
+
+def argv(name, **overrides):
+    return launchers.get(name).command(launchers.LaunchSpec(**{**SPEC, **overrides}))
+
+
+def test_open_mpi_argv():
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    env = ["-x", "DLBENCH_COORDINATOR=n1", "-x", "DLBENCH_NUM_NODES=2"]
+    assert argv("mpirun", hosts=["n1", "n2"]) == [
+        "mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", *root, "--host", "n1:2,n2:2", *env,
+        "bench", *SPEC["bench_args"]]
+
+
+def test_mpich_argv():
+    assert argv("mpich") == [
+        "mpirun.mpich", "-n", "4", "-genv", "DLBENCH_COORDINATOR", "127.0.0.1", "-genv", "DLBENCH_NUM_NODES", "1",
+        "bench", *SPEC["bench_args"]]
+
+
+def test_torchrun_argv():
+    assert argv("torchrun")[0].endswith("torchrun")
+    assert argv("torchrun")[1:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "4", "--no-python",
+                                    "bench", *SPEC["bench_args"]]
+    assert argv("torchrun", bench=[sys.executable, "-m", "benchmarks"])[6:8] == ["-m", "benchmarks"]
+    with pytest.raises(ValueError):
+        argv("torchrun", hosts=["a", "b"])
+
+
+def test_horovodrun_argv():
+    assert argv("horovodrun")[0].endswith("horovodrun")
+    assert argv("horovodrun")[1:] == ["-np", "4", "-H", "localhost:4", "--gloo", "bench", *SPEC["bench_args"]]
+    assert "--gloo" not in argv("horovodrun", extra=["--mpi"])
+
+
+def test_srun_argv():
+    assert argv("srun", extra=["--mpi=pmix"]) == [
+        "srun", "--ntasks", "4", "--kill-on-bad-exit=1", "--distribution=cyclic", "--mpi=pmix",
+        "bench", *SPEC["bench_args"]]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["launch", "--launcher", "pbs", "--", "--framework", "torch"], "unknown launcher 'pbs' (choices: local, mpirun"),
+        (["launch", "-n", "0", "--", "--framework", "torch"], "-n must be 1 or more"),
+        (["launch", "--num-ps", "1", "--", "--framework", "tf", "--strategy", "allreduce"], "--num-ps needs --strategy ps"),
+        (["launch", "--", "--framework", "tf", "--strategy", "ps"], "--strategy ps needs --num-ps 1 or more"),
+        (["launch", "--", "--framework", "tf", "--num-ps", "1"], "give --num-ps to benchrun, not to bench"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_benchrun_bad_input(capsys, args, expected):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("benchrun: error: ") and expected in err[0]
+
+
+def test_benchrun_dry_run_counts_chief_and_ps(capsys):
+    assert main(["launch", "--launcher", "mpich", "-n", "2", "--num-ps", "1", "--bench-command", "bench", "--dry-run",
+                 "--", "--framework", "tf", "--strategy", "ps"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("mpirun.mpich -n 4 ") and out.endswith("bench --framework tf --strategy ps --num-ps 1")
+
+
+def test_missing_launcher_binary_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(ROOT / "no-such-dir"))
+    assert main(["launch", "--launcher", "horovodrun", "--", "--framework", "torch"]) == 2
+    assert "needs 'horovodrun', which is not on PATH" in capsys.readouterr().err

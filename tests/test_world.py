@@ -1,0 +1,137 @@
+"""Rank detection from each launcher's variables, roles and TF cluster specs (no processes)."""
+
+import json
+import threading
+
+import pytest
+
+from benchmarks.distributed import cluster
+from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
+from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
+from benchmarks.errors import UsageError
+from benchmarks.runner import aggregate
+
+
+def test_single_process_without_launcher():
+    assert detect({}) == World()
+
+
+def test_torchrun_variables():
+    w = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+                "MASTER_ADDR": "n01", "TORCHELASTIC_RUN_ID": "x"})
+    assert (w.rank, w.size, w.local_rank, w.local_size, w.node_rank, w.launcher, w.coordinator) == (
+        3, 4, 1, 2, 1, "torchrun", "n01")
+
+
+def test_open_mpi_variables():
+    w = detect({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_NODE_RANK": "1"})
+    assert (w.rank, w.size, w.local_rank, w.local_size, w.num_nodes, w.launcher) == (5, 8, 1, 4, 2, "mpirun")
+
+
+def test_mpich_hydra_variables():
+    w = detect({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+    assert (w.rank, w.size, w.local_rank, w.launcher) == (1, 2, 1, "mpich")
+
+
+def test_slurm_variables_and_coordinator_from_nodelist():
+    env = {"SLURM_PROCID": "2", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "0",
+           "SLURM_NODEID": "1", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "nid[0007-0008]",
+           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "PMI_RANK": "2"}
+    w = detect(env)
+    assert (w.rank, w.size, w.node_rank, w.num_nodes, w.local_size, w.launcher) == (2, 4, 1, 2, 2, "srun")
+    assert coordinator_host(w) == "nid0007"
+
+
+def test_horovodrun_variables():
+    w = detect({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"})
+    assert (w.rank, w.size, w.launcher) == (1, 2, "horovodrun")
+
+
+def test_expand_nodelist():
+    assert expand_nodelist("node[1-3,7],gpu01") == ["node1", "node2", "node3", "node7", "gpu01"]
+    assert expand_nodelist("nid[0009-0011]") == ["nid0009", "nid0010", "nid0011"]
+    assert expand_nodelist("a[1-2]-ib") == ["a1-ib", "a2-ib"]
+
+
+def test_roles_under_ps():
+    roles = [cluster.role_of(World(rank=r, size=5), "ps", 2) for r in range(5)]
+    assert [(r.kind, r.index) for r in roles] == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
+    assert cluster.role_of(World(rank=1, size=2), "ddp", 0) == cluster.Role("worker", 1)
+    with pytest.raises(UsageError, match="needs at least 4 processes"):
+        cluster.role_of(World(rank=0, size=3), "ps", 2)
+
+
+def test_tf_config_ports_follow_seed_000():
+    peers = [{"address": "127.0.0.1", "role": {"kind": k, "index": i}}
+             for k, i in [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0)]]
+    config = cluster.tf_config(peers, 2, worker_port=2220, ps_port=2230)
+    assert config == {
+        "cluster": {"chief": ["127.0.0.1:2240"], "worker": ["127.0.0.1:2220", "127.0.0.1:2221"], "ps": ["127.0.0.1:2230"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    json.dumps(config)
+
+
+def test_greedy_placement_balances_bytes():
+    sizes = [100, 1, 1, 1, 60, 50]
+    assert cluster.greedy_assign(sizes, 2) == [0, 1, 1, 1, 1, 1]
+    loads = [sum(s for s, p in zip(sizes, cluster.greedy_assign(sizes, 2)) if p == ps) for ps in (0, 1)]
+    assert loads == [100, 113]
+
+
+def test_aggregate_uses_all_images_over_slowest_rank():
+    fast = {"images": 20, "wall_time_s": 2.0, "step_times_s": [0.2] * 10, "input_wait_s": [0.0] * 10}
+    slow = {"images": 20, "wall_time_s": 4.0, "step_times_s": [0.4] * 10, "input_wait_s": [0.1] * 10}
+    result = aggregate([[fast], [slow]], batch_size=2)
+    assert result["throughput"]["images_per_sec"] == pytest.approx(40 / 4.0)  # not 2 x rank 0's 10/s
+    assert result["repeats"][0]["input_wait_fraction"] == pytest.approx(1.0 / 6.0)
+    assert result["step_time_s"]["n"] == 20
+
+
+def _ranks(size, port, timeout=10.0, on_failure=None):
+    return [Rendezvous(r, size, "127.0.0.1", port, timeout, on_failure if r == 0 else None) for r in range(size)]
+
+
+def test_rendezvous_allgather_in_rank_order(unused_port):
+    ranks = _ranks(3, unused_port)
+    results = {}
+    threads = [threading.Thread(target=lambda r=r: results.__setitem__(r.rank, r.allgather("hello", r.rank * 10)))
+               for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert results == {0: [0, 10, 20], 1: [0, 10, 20], 2: [0, 10, 20]}
+    for r in ranks:
+        r.close()
+
+
+def test_rendezvous_times_out_naming_missing_ranks(unused_port):
+    rank0 = Rendezvous(0, 3, "127.0.0.1", unused_port, 0.5)
+    with pytest.raises(RendezvousError, match=r"waiting for ranks \[1, 2\] at 'hello'"):
+        rank0.allgather("hello", 0)
+    rank0.close()
+
+
+def test_rendezvous_client_cannot_reach_process_0(unused_port):
+    with pytest.raises(RendezvousError, match="could not reach process 0"):
+        Rendezvous(1, 2, "127.0.0.1", unused_port, 0.5)
+
+
+def test_failure_reports_reach_process_0(unused_port):
+    got = threading.Event()
+    seen = {}
+    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, on_failure=lambda m: (seen.update(m), got.set()))
+    assert report_failure("127.0.0.1", unused_port, 1, {"status": "oom"})
+    assert got.wait(5) and seen["rank"] == 1 and seen["record"] == {"status": "oom"}
+    rank0.close()
+
+
+@pytest.fixture
+def unused_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
