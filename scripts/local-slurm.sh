@@ -98,7 +98,8 @@ munge_ok() { munge -n -S "$MUNGE_SOCKET" 2>/dev/null | unmunge -S "$MUNGE_SOCKET
 
 tails() { # last lines of each daemon's log (its stdout/stderr file if the log is empty)
     local d f
-    for d in "$DIR"/slurmctld "$DIR"/node*/slurmd; do
+    for d in "$DIR"/slurmctld "$DIR"/node*/; do
+        [ "$d" = "$DIR/slurmctld" ] || d="${d%/}/slurmd"
         f="$d.log"
         [ -s "$f" ] || f="$d.out"
         [ -s "$f" ] || continue
