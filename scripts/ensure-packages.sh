@@ -44,9 +44,21 @@ run() {
     fi
 }
 
+# Another apt/dpkg (a parallel build) may hold the locks: wait for them.
+APT_OPTS=(-q -o DPkg::Lock::Timeout=300)
+
 echo "ensure-packages: installing ${missing[*]}" >&2
-run apt-get update -q
-run apt-get install -y -q --no-install-recommends "${missing[@]}"
+# apt-get update does not honour DPkg::Lock::Timeout for its lists lock: retry.
+for attempt in 1 2 3 4 5 6; do
+    if apt-get "${APT_OPTS[@]}" update >>"$log" 2>&1; then break; fi
+    if [ "$attempt" = 6 ] || ! grep -q "Could not get lock" "$log"; then
+        echo "$(basename "$0"): failed: apt-get update" >&2
+        tail -n 20 "$log" >&2
+        exit 1
+    fi
+    sleep 10
+done
+run apt-get "${APT_OPTS[@]}" install -y --no-install-recommends "${missing[@]}"
 
 for pkg in "${missing[@]}"; do
     installed "$pkg" || { echo "$(basename "$0"): $pkg still not installed" >&2; exit 1; }

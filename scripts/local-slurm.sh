@@ -191,6 +191,8 @@ SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# Test cluster: schedule batch jobs at once (default: up to 3 s later).
+SchedulerParameters=batch_sched_delay=0
 # Trust the node lines below, not the hardware (1-core CI runners, memory).
 SlurmdParameters=config_overrides
 ReturnToService=2

@@ -120,13 +120,24 @@ def test_two_nodes_srun(slurm_two_nodes):
 
 
 def test_two_nodes_sbatch_wait(slurm_two_nodes, tmp_path):
-    """Batch submission as a runner would do it: sbatch --wait, output file."""
+    """Batch submission as a runner would do it: sbatch, poll the job, read the output file."""
     env = slurm_two_nodes["env"]
     (tmp_path / "print_env.py").write_text(PRINT_ENV + "\n")
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\nsrun {sys.executable} {tmp_path / 'print_env.py'}\n")
     out = tmp_path / "job.out"
-    run(["sbatch", "--wait", "-N", "2", "-n", "2", f"--output={out}", f"--chdir={tmp_path}", str(script)], env)
+    # Not `sbatch --wait`: it polls with growing sleeps (2 s to 10 s seen here).
+    t0 = time.monotonic()
+    job = run(["sbatch", "--parsable", "-N", "2", "-n", "2", f"--output={out}", f"--chdir={tmp_path}", str(script)],
+              env).stdout.strip().split(";")[0]
+    while True:
+        state = run(["scontrol", "show", "job", "-o", job], env).stdout
+        state = state.split("JobState=", 1)[1].split()[0]
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        assert time.monotonic() - t0 < 60, f"job {job} still {state}"
+        time.sleep(0.2)
+    assert state == "COMPLETED", f"job {job}: {state}\n{out.read_text() if out.exists() else ''}"
     rows = task_envs(out.read_text())
     assert [(r["SLURM_PROCID"], r["SLURMD_NODENAME"]) for r in rows] == [("0", "node1"), ("1", "node2")]
 
@@ -251,3 +262,13 @@ def test_port_in_use_is_refused(tmp_path):
         r = run_script("start", "--dir", str(tmp_path / "c"), "--port", str(port), timeout=60)
     assert r.returncode == 1
     assert f"port {port} is in use" in r.stderr
+
+
+def test_skip_is_loud_when_packages_cannot_be_had(monkeypatch):
+    """No dpkg/apt (e.g. a non-Debian CI runner): a loud skip, not a failure."""
+    import infra.slurm as infra_slurm
+
+    monkeypatch.setattr(infra_slurm.shutil, "which", lambda name: None)
+    with pytest.warns(pytest.PytestWarning, match="SLURM TESTS SKIPPED"):
+        with pytest.raises(pytest.skip.Exception, match=r"^!!!!! SLURM TESTS SKIPPED: not a Debian"):
+            infra_slurm.ensure_packages_or_skip(infra_slurm.SLURM_PACKAGES, "SLURM")
