@@ -128,8 +128,8 @@ start_munge() {
         install -d -o munge -g munge -m 0755 /run/munge
         install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
         # munged forks and writes its own pid file; stdio goes to a log file.
-        runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" </dev/null >>"$DIR/munged.out" 2>&1 \
-            || { tail -n 20 "$DIR/munged.out" /var/log/munge/munged.log >&2 2>/dev/null; die "munged failed to start"; }
+        runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" </dev/null >>"$MUNGE_STATE/munged.out" 2>&1 \
+            || { tail -n 20 "$MUNGE_STATE/munged.out" /var/log/munge/munged.log >&2 2>/dev/null; die "munged failed to start"; }
         for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
         munge_ok || die "munged started but munge/unmunge fails (see /var/log/munge/munged.log)"
         cp /run/munge/munged.pid "$MUNGE_STATE/munged.pid"
@@ -138,6 +138,7 @@ start_munge() {
     # A munged this script started is shared by its clusters: register as a user.
     [ -e "$MUNGE_STATE/munged.pid" ] && echo "$DIR" >"$(user_file)"
     flock -u 9
+    exec 9>&-   # not inherited by the daemons started next
 }
 
 # stop_munge: unregister DIR; stop munged when this script started it and no
@@ -165,6 +166,7 @@ stop_munge() {
         fi
     fi
     flock -u 9
+    exec 9>&-
 }
 
 port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
@@ -269,6 +271,10 @@ any_daemon_alive() {
 
 do_start() {
     [ "$(id -u)" -eq 0 ] || die "must run as root (starts munged/slurmctld/slurmd)"
+    # start wipes state under DIR: only ever in an empty DIR or one of ours.
+    if [ -n "$(ls -A "$DIR")" ] && ! head -n 1 "$CONF" 2>/dev/null | grep -q '^# Written by scripts/local-slurm.sh'; then
+        die "$DIR is not empty and holds no cluster of this script: pick another --dir"
+    fi
     if [ -s "$DIR/nodes" ] && daemons_alive; then
         local have
         have="$(cat "$DIR/nodes")"
