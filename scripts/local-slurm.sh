@@ -128,7 +128,7 @@ start_munge() {
         install -d -o munge -g munge -m 0755 /run/munge
         install -d -o munge -g munge -m 0700 /var/log/munge /var/lib/munge
         # munged forks and writes its own pid file; stdio goes to a log file.
-        runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" </dev/null >>"$MUNGE_STATE/munged.out" 2>&1 \
+        runuser -u munge -- /usr/sbin/munged --socket="$MUNGE_SOCKET" </dev/null >>"$MUNGE_STATE/munged.out" 2>&1 9>&- \
             || { tail -n 20 "$MUNGE_STATE/munged.out" /var/log/munge/munged.log >&2 2>/dev/null; die "munged failed to start"; }
         for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
         munge_ok || die "munged started but munge/unmunge fails (see /var/log/munge/munged.log)"
