@@ -1,0 +1,1 @@
+"""Reusable test infrastructure (local Slurm cluster, MPI launchers)."""
