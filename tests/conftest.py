@@ -12,6 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+pytest_plugins = ["infra.slurm"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())
 SMALL = ["--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "2"]
