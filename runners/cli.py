@@ -1,20 +1,17 @@
-"""`benchrun`: host-side dispatch of `bench`.
+"""`benchrun`: host-side dispatch of `bench` (launchers, runtimes, sweeps, reports).
 
-    benchrun launch --launcher local -n 2 [--num-ps 1] -- --framework tf --strategy ps --model resnet50
-
-`-n` counts training ranks; under `--strategy ps` the chief and the `--num-ps`
-parameter servers are extra processes on the same nodes.
+Each subcommand is one module in runners/commands with `add_parser(sub)`.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
+import importlib
 import sys
 
-from benchmarks.errors import EXIT_USAGE, UsageError, choices
+from benchmarks.errors import EXIT_USAGE, UsageError
 
-from . import launchers
+COMMANDS = ["launch"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,81 +22,16 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="benchrun", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    launch = sub.add_parser("launch", help="start N ranks of bench through a launcher")
-    launch.add_argument("--launcher", default="local", help=f"{choices(launchers.LAUNCHERS)} (default: local)")
-    launch.add_argument("-n", "--num-workers", type=int, default=1, help="training ranks (default: 1)")
-    launch.add_argument("--num-ps", type=int, default=0, help="parameter servers (--strategy ps), passed on to bench")
-    launch.add_argument("--hosts", default="", help="comma-separated hosts (default: this machine)")
-    launch.add_argument("--timeout", type=float, help="seconds for the whole run; passed on to bench as well")
-    launch.add_argument(
-        "--bench-command",
-        default=f"{shlex.quote(sys.executable)} -m benchmarks",
-        help="how ranks start bench (default: this Python's benchmarks package; 'bench' inside images)",
-    )
-    launch.add_argument("--launcher-arg", action="append", default=[], help="extra launcher option (repeatable)")
-    launch.add_argument("--dry-run", action="store_true", help="print the launcher command and exit")
-    launch.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
+    for name in COMMANDS:
+        importlib.import_module(f"runners.commands.{name.replace('-', '_')}").add_parser(sub)
     return p
-
-
-def _option(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def launch_spec(args) -> launchers.LaunchSpec:
-    bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    if args.num_workers < 1:
-        raise UsageError(f"-n must be 1 or more, got {args.num_workers}")
-    if args.num_ps < 0:
-        raise UsageError(f"--num-ps must be 0 or more, got {args.num_ps}")
-    if _option(bench_args, "--num-ps") is not None:
-        raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
-    strategy = _option(bench_args, "--strategy") or "none"
-    if args.num_ps and strategy != "ps":
-        raise UsageError(f"--num-ps needs --strategy ps in the bench arguments (got --strategy {strategy})")
-    if strategy == "ps" and not args.num_ps:
-        raise UsageError("--strategy ps needs --num-ps 1 or more")
-    if args.num_ps:
-        bench_args = [*bench_args, "--num-ps", str(args.num_ps)]
-    if args.timeout is not None and _option(bench_args, "--timeout") is None:
-        bench_args = [*bench_args, "--timeout", str(args.timeout)]
-    processes = args.num_workers + (args.num_ps + 1 if strategy == "ps" else 0)
-    return launchers.LaunchSpec(
-        processes=processes,
-        bench=shlex.split(args.bench_command),
-        bench_args=bench_args,
-        hosts=[h for h in args.hosts.split(",") if h],
-        extra=args.launcher_arg,
-    )
-
-
-def launch(args) -> int:
-    if args.launcher not in launchers.LAUNCHERS:
-        raise UsageError(f"unknown launcher {args.launcher!r} (choices: {choices(launchers.LAUNCHERS)})")
-    launcher = launchers.get(args.launcher)
-    spec = launch_spec(args)
-    if not launcher.available():
-        raise UsageError(f"launcher {args.launcher!r} needs {launcher.binary!r}, which is not on PATH")
-    if args.dry_run:
-        print(shlex.join(launcher.command(spec)))
-        return 0
-    grace = 60 if args.timeout else None
-    return launcher.run(spec, timeout_s=args.timeout + grace if args.timeout else None)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-        return {"launch": launch}[args.command](args)
-    except UsageError as error:
-        print(f"benchrun: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as error:  # a launcher refusing a combination
+        return args.run(args)
+    except (UsageError, ValueError) as error:  # ValueError: a launcher or runtime refusing a combination
         print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_USAGE
 

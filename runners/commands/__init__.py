@@ -1,0 +1,1 @@
+"""One module per benchrun subcommand: `add_parser(subparsers)` registers it (sets `run`)."""
