@@ -92,15 +92,15 @@ def classify_exit(
     return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the worker's whole process group (data-loader workers too), then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, GRACE_S)):
+def stop_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM a process's whole group (its data-loader workers or ranks too), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=wait)
+            proc.wait(timeout=grace_s)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -162,11 +162,11 @@ def supervise(
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            stop_process_group(proc)
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
         except Interrupted as interrupted:
-            _stop(proc)
+            stop_process_group(proc)
             status = "interrupted"
             error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
         finally:

@@ -71,55 +71,56 @@ def _expand_one(pattern: str) -> list[str]:
     return [name for head in names for name in _expand_one(head + suffix)]
 
 
+@dataclass(frozen=True)
+class _Variables:
+    """Which variables one launcher uses for each World field."""
+
+    launcher: str
+    rank: str
+    size: str
+    local_rank: str
+    local_size: tuple[str, ...]
+    node_rank: tuple[str, ...]
+    num_nodes: tuple[str, ...]
+
+
+# Innermost first: a launcher started inside a Slurm step still sees SLURM_*.
+LAUNCHER_VARIABLES = (
+    # torchrun and dlbench's own local launcher (which sets DLBENCH_LAUNCHER)
+    _Variables("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", ("LOCAL_WORLD_SIZE",), ("GROUP_RANK", "NODE_RANK"),
+               ("DLBENCH_NUM_NODES",)),
+    _Variables("horovodrun", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", ("HOROVOD_LOCAL_SIZE",),
+               ("HOROVOD_CROSS_RANK",), ("HOROVOD_CROSS_SIZE", "DLBENCH_NUM_NODES")),
+    # Open MPI's mpirun (under srun --mpi=pmix these appear only after MPI_Init: srun is found below)
+    _Variables("mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+               ("OMPI_COMM_WORLD_LOCAL_SIZE",), ("OMPI_COMM_WORLD_NODE_RANK",), ("DLBENCH_NUM_NODES",)),
+    # MPICH's Hydra (mpirun.mpich / mpiexec); srun --mpi=pmi2 also sets PMI_RANK, hence the check below
+    _Variables("mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", ("MPI_LOCALNRANKS",), ("DLBENCH_NODE_RANK",),
+               ("DLBENCH_NUM_NODES",)),
+)
+
+
 def detect(env: Mapping[str, str] = os.environ) -> World:
     """The World this process belongs to; a single-process World when no launcher is found."""
     coordinator = env.get("DLBENCH_COORDINATOR") or env.get("MASTER_ADDR")
-    if "RANK" in env and "WORLD_SIZE" in env:  # torchrun and dlbench's own local launcher
+    for names in LAUNCHER_VARIABLES:
+        if names.rank not in env or names.size not in env:
+            continue
+        if names.launcher == "mpich" and "SLURM_PROCID" in env:
+            break
+        size = _int(env, names.size)
+        local_size = _int(env, *names.local_size, default=size)
+        launcher = names.launcher
+        if launcher == "torchrun":
+            launcher = env.get("DLBENCH_LAUNCHER", "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env")
         return World(
-            rank=_int(env, "RANK"),
-            size=_int(env, "WORLD_SIZE"),
-            local_rank=_int(env, "LOCAL_RANK", default=0),
-            local_size=_int(env, "LOCAL_WORLD_SIZE", default=_int(env, "WORLD_SIZE")),
-            node_rank=_int(env, "GROUP_RANK", "NODE_RANK", default=0),
-            num_nodes=_int(env, "DLBENCH_NUM_NODES", default=1),
-            launcher=env.get("DLBENCH_LAUNCHER", "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env"),
-            coordinator=coordinator,
-        )
-    if "HOROVOD_RANK" in env:  # horovodrun (gloo)
-        return World(
-            rank=_int(env, "HOROVOD_RANK"),
-            size=_int(env, "HOROVOD_SIZE"),
-            local_rank=_int(env, "HOROVOD_LOCAL_RANK", default=0),
-            local_size=_int(env, "HOROVOD_LOCAL_SIZE", default=1),
-            node_rank=_int(env, "HOROVOD_CROSS_RANK", default=0),
-            num_nodes=_int(env, "HOROVOD_CROSS_SIZE", default=1),
-            launcher="horovodrun",
-            coordinator=coordinator,
-        )
-    if "OMPI_COMM_WORLD_RANK" in env:  # Open MPI's mpirun (also under srun --mpi=pmix: PMIX_RANK)
-        size = _int(env, "OMPI_COMM_WORLD_SIZE")
-        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", default=size)
-        return World(
-            rank=_int(env, "OMPI_COMM_WORLD_RANK"),
+            rank=_int(env, names.rank),
             size=size,
-            local_rank=_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", default=0),
+            local_rank=_int(env, names.local_rank, default=0),
             local_size=local_size,
-            node_rank=_int(env, "OMPI_COMM_WORLD_NODE_RANK", default=0),
-            num_nodes=_int(env, "DLBENCH_NUM_NODES", default=max(1, -(-size // local_size))),
-            launcher="mpirun",
-            coordinator=coordinator,
-        )
-    if "PMI_RANK" in env and "SLURM_PROCID" not in env:  # MPICH's Hydra (mpirun.mpich / mpiexec)
-        size = _int(env, "PMI_SIZE")
-        local_size = _int(env, "MPI_LOCALNRANKS", default=size)
-        return World(
-            rank=_int(env, "PMI_RANK"),
-            size=size,
-            local_rank=_int(env, "MPI_LOCALRANKID", default=0),
-            local_size=local_size,
-            node_rank=_int(env, "DLBENCH_NODE_RANK", default=0),
-            num_nodes=_int(env, "DLBENCH_NUM_NODES", default=max(1, -(-size // local_size))),
-            launcher="mpich",
+            node_rank=_int(env, *names.node_rank, default=0),
+            num_nodes=_int(env, *names.num_nodes, default=max(1, -(-size // local_size))),
+            launcher=launcher,
             coordinator=coordinator,
         )
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:  # srun (any --mpi plugin)

@@ -15,6 +15,8 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from benchmarks.supervisor import stop_process_group
+
 GRACE_S = 10
 
 
@@ -66,19 +68,6 @@ class Launcher(ABC):
         return wait_group([proc], timeout_s)
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
     """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code.
 
@@ -110,6 +99,6 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
             except subprocess.TimeoutExpired:
                 pass
         for proc in procs:
-            stop_group(proc)
+            stop_process_group(proc, GRACE_S)
     code = procs[0].returncode
     return 128 - code if code is not None and code < 0 else (code if code is not None else 1)
