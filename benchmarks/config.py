@@ -157,6 +157,8 @@ def build_config(
     if options.get("xla") and framework != "tensorflow":
         raise UsageError("--xla applies to --framework tensorflow only")
     validate_strategy(framework, options)
+    if framework == "tensorflow" and data_format == "channels_first" and options.get("device") == "cpu":
+        raise UsageError("--data-format channels_first: TensorFlow's CPU convolutions support only channels_last")
     data_dir = options.get("data_dir")
     if data_dir is not None:
         options["data_dir"] = str(validate_data_dir(data_dir))
