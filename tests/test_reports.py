@@ -219,18 +219,19 @@ def test_report_bad_input(tmp_path):
 
 def test_compare_passes_and_fails(store, tmp_path):
     R = store[1]
-    base = write(tmp_path / "base.jsonl", [R(100.0, ci=1.0), R(50.0, batch=4, ci=1.0), R(70.0, batch=8)])
-    # bs2: -3% (within 5%): ok; bs4: -20% but intervals overlap (ci 8): ok; bs16 only in new
-    same = write(tmp_path / "same.jsonl", [R(97.0, ci=1.0), R(40.0, batch=4, ci=8.0), R(1.0, batch=16)], envelopes=True)
+    base = write(tmp_path / "base.jsonl", [R(100.0, ci=1.0), R(50.0, batch=4, ci=5.0), R(70.0, batch=8)])
+    # bs2: -3% (within 5%): ok; bs4: 43 + 3 = 46 < 50 * 0.95 = 47.5, but not below the base interval's
+    # low end 50 - 5 = 45: the intervals overlap, ok; bs16 only in new
+    same = write(tmp_path / "same.jsonl", [R(97.0, ci=1.0), R(43.0, batch=4, ci=3.0), R(1.0, batch=16)], envelopes=True)
     result = benchrun("compare", base, same, "--threshold", "5%")
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"batch_size=2,.*\| images_per_sec \(img/s\) \| 100\.00 ± 1\.00 \(n=1\) \| 97\.00 ± 1\.00 \(n=1\) \| -3\.0% \| ok \|",
                      result.stdout)
-    assert re.search(r"batch_size=4,.*\| -20\.0% \| ok \|", result.stdout)
+    assert re.search(r"batch_size=4,.*\| -14\.0% \| ok \|", result.stdout)
     assert "only in base (not compared):" in result.stdout and "batch_size=8," in result.stdout
     assert "only in new (not compared):" in result.stdout and "batch_size=16," in result.stdout
     # bs2: 90 + 1 < 95 and < 99: regression; memory +50% beyond 5%: regression too
-    worse = write(tmp_path / "worse.jsonl", [R(90.0, ci=1.0, host_rss=1500 * MiB), R(50.0, batch=4, ci=1.0)])
+    worse = write(tmp_path / "worse.jsonl", [R(90.0, ci=1.0, host_rss=1500 * MiB), R(50.0, batch=4, ci=5.0)])
     result = benchrun("compare", base, worse, "--threshold", "5%")
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(r"batch_size=2,.*images_per_sec.*\| -10\.0% \| REGRESSION \|", result.stdout)
