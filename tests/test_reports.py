@@ -282,3 +282,39 @@ def test_export_csv(store, tmp_path):
     docs = (ROOT / "docs" / "reports.md").read_text()
     undocumented = [c for c in COLUMNS if f"`{c}`" not in docs]
     assert not undocumented, f"CSV columns missing from docs/reports.md: {undocumented}"
+
+
+# -- bench --tensorboard -----------------------------------------------------------------------
+
+
+def test_tensorboard_scalars(tmp_path):
+    logdir = tmp_path / "tb"
+    result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
+                   "--num-warmup-batches", "1", "--num-batches", "3", "--repeats", "2", "--json",
+                   "--tensorboard", str(logdir))
+    assert result.returncode == 0, result.stderr
+    record = validate_record(last_json_line(result.stdout))
+    import tensorflow as tf
+
+    scalars: dict[str, dict[int, float]] = {}
+    for raw in tf.data.TFRecordDataset([str(p) for p in logdir.glob("events.out.tfevents.*")]):
+        event = tf.compat.v1.Event.FromString(raw.numpy())
+        for value in event.summary.value:
+            assert value.metadata.plugin_data.plugin_name == "scalars"
+            scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    rates, losses = scalars["throughput/images_per_sec"], scalars["train/loss"]
+    assert sorted(rates) == sorted(losses) == list(range(6))  # 2 repeats x 3 timed steps, warmup not written
+    # per step: images/sec = batch / step time, so the mean of 2 / rate is the record's mean step time
+    mean_step = sum(2 / rate for rate in rates.values()) / 6
+    assert abs(mean_step - record["step_time_s"]["mean"]) < 1e-4 * record["step_time_s"]["mean"]
+    assert abs(losses[5] - record["final_loss"]) < 1e-5
+
+
+def test_tensorboard_without_writer(tmp_path, monkeypatch, capsys):
+    from benchmarks import cli, tensorboard
+
+    monkeypatch.setattr(tensorboard, "BACKENDS", (("no_such_module_tbx", "x"),))
+    code = cli.main(["--framework", "torch", "--model", "alexnet", "--tensorboard", str(tmp_path / "tb")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("bench: error: --tensorboard needs one of no_such_module_tbx") and err.count("\n") == 1
+    assert not (tmp_path / "tb").exists()
