@@ -101,6 +101,8 @@ def bench_parser() -> argparse.ArgumentParser:
     out.add_argument("--output", help="append the record as one JSON line to this file")
     out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
     out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
+    out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
+                     "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
     return p
 
 
@@ -134,6 +136,13 @@ def run_benchmark(argv: list[str]) -> int:
     if args.seed < 0:
         raise UsageError("--seed must be zero or more")
     check_output_path(args.output)
+    if args.tensorboard is not None:
+        from .tensorboard import BACKENDS, available
+
+        if available() is None:
+            raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
+        if Path(args.tensorboard).exists() and not Path(args.tensorboard).is_dir():
+            raise UsageError(f"--tensorboard {args.tensorboard!r} is not a directory")
     config = build_config(
         framework=args.framework,
         model=args.model,
@@ -168,7 +177,8 @@ def run_benchmark(argv: list[str]) -> int:
         "timestamp_utc": record.utc_now(),
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
-    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout)
+    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout,
+                                  tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
     if result is None:
         return exit_code
     if result["world"]["rank"] != 0:  # process 0 writes the run's one record

@@ -129,7 +129,8 @@ def config_digest(config: BenchConfig) -> str:
 class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
-    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None):
+    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
+                 tensorboard: str | None = None):
         self.config = config
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
@@ -138,6 +139,7 @@ class Measurement:
         self.peers: list[dict] = []
         self.rendezvous: Rendezvous | None = None
         self.on_peer_failure = on_peer_failure
+        self.tensorboard = tensorboard  # directory for per-step scalars, or None
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
 
@@ -190,6 +192,7 @@ class Measurement:
         self.mllog.start("init_start")
         dist = self._meet()
         self.backend = frameworks.load(cfg.framework)(cfg, dist)
+        self.backend.keep_losses = self.tensorboard is not None
         progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
@@ -241,6 +244,14 @@ class Measurement:
                 "host_rss_peak_since": "warmup_end" if rss_reset else "process_start",
             },
         }
+        if self.tensorboard is not None:  # after the timed loops and the memory peaks
+            from . import tensorboard
+
+            logdir = self.tensorboard if self.world.size == 1 else os.path.join(self.tensorboard, f"rank-{self.world.rank}")
+            try:
+                tensorboard.write_loops(logdir, loops, cfg.batch_size, backend.loss_value)
+            except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
+                progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
         if cfg.strategy == "ps":  # the chief measured every worker itself
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]

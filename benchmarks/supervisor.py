@@ -126,6 +126,7 @@ def supervise(
     mllog: bool,
     report: TextIO,
     timeout_s: float | None,
+    tensorboard: str | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -138,6 +139,7 @@ def supervise(
                     "config": {k: v for k, v in config.as_dict().items() if k != "data"},
                     "base": base,
                     "mllog": mllog,
+                    "tensorboard": tensorboard,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }

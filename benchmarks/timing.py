@@ -22,6 +22,7 @@ class TimedLoop:
     step_times_s: list[float] = field(default_factory=list)
     input_wait_s: list[float] = field(default_factory=list)
     last_loss: object = None
+    losses: list = field(default_factory=list)  # every step's loss, only when asked (--tensorboard)
     # Under TF ParameterServerStrategy the chief measures every worker's steps itself.
     per_worker: dict[int, "TimedLoop"] | None = None
 
@@ -36,11 +37,12 @@ def run_steps(
     synchronize: Callable[[], None],
     num_steps: int,
     images_per_step: int,
+    keep_losses: bool = False,
 ) -> TimedLoop:
     """Run `num_steps` training steps; time each and the loop as a whole."""
     synchronize()
     start = previous_end = clock()
-    steps, waits, loss = [], [], None
+    steps, waits, losses, loss = [], [], [], None
     for _ in range(num_steps):
         batch = next(batches)
         fetched = clock()
@@ -50,10 +52,13 @@ def run_steps(
         waits.append(fetched - previous_end)
         steps.append(end - previous_end)
         previous_end = end
+        if keep_losses:  # a reference only: read back after the loop
+            losses.append(loss)
     return TimedLoop(
         images=num_steps * images_per_step,
         wall_time_s=previous_end - start,
         step_times_s=steps,
         input_wait_s=waits,
         last_loss=loss,
+        losses=losses,
     )

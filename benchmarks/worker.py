@@ -67,7 +67,8 @@ def main(spec_path: str) -> int:
         sys.stderr.flush()
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
-    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed)
+    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed,
+                              tensorboard=spec.get("tensorboard"))
     try:
         result = measurement.run()
     except UsageError as error:

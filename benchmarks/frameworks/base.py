@@ -50,6 +50,7 @@ class AllocatorPeaks:
 
 class Framework(ABC):
     name: str
+    keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the runner
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
@@ -67,7 +68,8 @@ class Framework(ABC):
 
     def timed_loop(self, batches: Iterator, num_steps: int) -> timing.TimedLoop:
         """The measured loop; strategies whose steps run elsewhere (TF PS) override it."""
-        return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size)
+        return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
+                                keep_losses=self.keep_losses)
 
     @abstractmethod
     def parameter_checksum(self) -> str:

@@ -1,0 +1,82 @@
+"""`bench --tensorboard DIR`: per-step throughput and loss as TensorBoard scalars.
+
+Framework-independent: the first writer found of tensorboardX, PyTorch's
+torch.utils.tensorboard (needs the `tensorboard` package) and tf.summary.
+Events are written after the timed loops, never inside them. Loss values are
+kept per step only with --tensorboard and read back (one device-to-host copy
+each) after the loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+# (module that must be importable, name) in order of preference
+BACKENDS = (("tensorboardX", "tensorboardX"), ("tensorboard", "torch.utils.tensorboard"), ("tensorflow", "tf.summary"))
+
+
+def available() -> str | None:
+    for module, name in BACKENDS:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return name
+        except (ImportError, ValueError):
+            continue
+    return None
+
+
+class Writer:
+    def __init__(self, logdir: str | Path):
+        self.name = available()
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        if self.name == "tensorboardX":
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(str(logdir))
+        elif self.name == "torch.utils.tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(logdir))
+        elif self.name == "tf.summary":
+            import tensorflow as tf
+
+            from tensorflow.core.framework import summary_pb2
+
+            # tf.summary.scalar needs the tensorboard package; the core op tf.summary.write does
+            # not. The metadata is what tensorboard's own scalar summary attaches.
+            metadata = summary_pb2.SummaryMetadata(data_class=summary_pb2.DATA_CLASS_SCALAR)
+            metadata.plugin_data.plugin_name = "scalars"
+            self._tf, self._metadata = tf, metadata
+            self._writer = tf.summary.create_file_writer(str(logdir))
+        else:
+            raise RuntimeError("no TensorBoard writer installed (tensorboardX, tensorboard or tensorflow)")
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        if self.name == "tf.summary":
+            with self._writer.as_default():
+                self._tf.summary.write(tag, self._tf.constant(float(value), self._tf.float32), step=step,
+                                       metadata=self._metadata)
+        else:
+            self._writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+def write_loops(logdir: str | Path, loops, images_per_step: int, loss_value) -> None:
+    """One event per timed step: images/sec of this process (batch / step time) and loss.
+    Steps are numbered across repeats from 0; warmup steps are not written."""
+    writer = Writer(logdir)
+    try:
+        step = 0
+        for repeat, loop in enumerate(loops):
+            losses = loop.losses or [None] * len(loop.step_times_s)
+            for seconds, loss in zip(loop.step_times_s, losses):
+                writer.scalar("throughput/images_per_sec", images_per_step / seconds, step)
+                if loss is not None:
+                    writer.scalar("train/loss", loss_value(loss), step)
+                step += 1
+    finally:
+        writer.close()

@@ -1,0 +1,288 @@
+"""`benchrun report`: tables and plots people read, from one or more result stores.
+
+    benchrun report RESULTS.jsonl [MORE.jsonl ...] --out DIR
+
+Writes DIR/report.md (figures linked as PNGs beside it), DIR/report.html (one
+self-contained file, figures embedded) and DIR/*.png. Every table names n,
+mean ± 95% CI and the run_id prefixes its numbers came from; missing twins,
+baselines and failed runs are listed. Sections and formulas: docs/reports.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+from collections import defaultdict
+from pathlib import Path
+
+from .. import plots, reports
+
+MiB = 1024 * 1024
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stores", nargs="+", help="bench JSONL files or sweep stores")
+    p.add_argument("--out", required=True, help="directory for report.md, report.html and the PNGs (created)")
+    p.set_defaults(run=run)
+
+
+class Document:
+    """A list of blocks rendered twice: Markdown and HTML."""
+
+    def __init__(self):
+        self.blocks: list[tuple] = []
+
+    def heading(self, text: str, level: int = 2):
+        self.blocks.append(("h", level, text))
+
+    def para(self, text: str):
+        self.blocks.append(("p", text))
+
+    def table(self, headers: list[str], rows: list[list]):
+        self.blocks.append(("table", headers, [[str(c) for c in row] for row in rows]))
+
+    def bullets(self, items: list[str]):
+        if items:
+            self.blocks.append(("ul", items))
+
+    def image(self, path: Path, caption: str):
+        self.blocks.append(("img", path, caption))
+
+    def markdown(self) -> str:
+        out = []
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append("#" * block[1] + " " + block[2])
+            elif kind == "p":
+                out.append(block[1])
+            elif kind == "table":
+                cell = lambda c: c.replace("|", "\\|")  # noqa: E731
+                out.append("\n".join(["| " + " | ".join(map(cell, block[1])) + " |",
+                                      "|" + "---|" * len(block[1]),
+                                      *("| " + " | ".join(map(cell, row)) + " |" for row in block[2])]))
+            elif kind == "ul":
+                out.append("\n".join(f"- {item}" for item in block[1]))
+            elif kind == "img":
+                out.append(f"![{block[2]}]({block[1].name})\n\n*{block[2]}*")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
+               "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+               "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+               "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
+               "img{max-width:100%}figcaption{font-style:italic;font-size:13px}</style></head><body>"]
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append(f"<h{block[1]}>{e(block[2])}</h{block[1]}>")
+            elif kind == "p":
+                out.append(f"<p>{e(block[1])}</p>")
+            elif kind == "table":
+                head = "".join(f"<th>{e(h)}</th>" for h in block[1])
+                body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in block[2])
+                out.append(f"<table><tr>{head}</tr>{body}</table>")
+            elif kind == "ul":
+                out.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in block[1]) + "</ul>")
+            elif kind == "img":
+                data = base64.b64encode(block[1].read_bytes()).decode()
+                out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{e(block[2])}'>"
+                           f"<figcaption>{e(block[2])}</figcaption></figure>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def fmt_p(value: float | None) -> str:
+    return "n/a (a side has < 2 records)" if value is None else f"{value:.3g}"
+
+
+def _short(key: dict, fields) -> str:
+    return reports.describe(key, [f for f in fields if f in key])
+
+
+def _missing(items) -> list[str]:
+    return [f"{_short(key, key)}: {why} — runs {reports.ids(rs)}" for key, why, rs in items]
+
+
+def section_environment(doc: Document, records: list[dict]) -> None:
+    doc.heading("Environment")
+    doc.para(f"From the provenance of all {len(records)} records; counts in parentheses.")
+    doc.table(["what", "values (records)"], [list(row) for row in reports.environment(records)])
+
+
+def section_batch(doc: Document, records: list[dict], out: Path) -> None:
+    doc.heading("Throughput and memory vs batch size")
+    doc.para("Per framework × model. Lines differ in the configuration fields named in the legend; error bars "
+             "are 95% intervals (t-interval over records with ≥ 2 records, else the record's own interval). "
+             "Red crosses: batch sizes that ended out of memory (status oom).")
+    by_fm: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        by_fm[(record["config"]["framework"], record["config"]["model"])].append(record)
+    for (framework, model), members in sorted(by_fm.items()):
+        doc.heading(f"{framework} / {model}", 3)
+        good = reports.ok(members)
+        ooms = [r for r in members if r["status"] == "oom"]
+        if good:
+            path = plots.throughput_vs_batch(members, framework, model, out / f"throughput-{framework}-{model}.png")
+            doc.image(path, f"{framework} {model}: total images/sec vs batch size (n and runs in the table below)")
+            mem = plots.memory_vs_batch(members, framework, model, out / f"memory-{framework}-{model}.png")
+            if mem:
+                doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
+                                  "(memory kinds that are null in every record are omitted)")
+        rows = []
+        for key, rs in reports.group(good).items():
+            k = dict(zip(reports.KEY_FIELDS, key))
+            tp = reports.throughput(rs)
+            mems = [reports.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
+            rows.append([k["batch_size"], _short(k, reports.varying([reports.key_of(r) for r in good],
+                                                                  ("batch_size", "framework", "model"))) or "-",
+                         tp.n, tp.text(), tp.method,
+                         *("n/a" if m is None else m.text(MiB, 0) for m in mems), tp.ids])
+        if rows:
+            doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",
+                       *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), "runs"], sorted(rows, key=lambda r: r[0]))
+        if ooms:
+            doc.para("Out of memory at: " + "; ".join(
+                f"batch {r['config']['batch_size']} ({r['run_id'][:reports.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
+                for r in sorted(ooms, key=lambda r: r["config"]["batch_size"])))
+
+
+def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
+    doc.heading("Scaling")
+    doc.para("Total images/sec vs workers per strategy, and weak-scaling efficiency E(N) = X(N) / (N · X(1)), "
+             "X(1) from the same framework, model, batch size, data and strategy at 1 worker. Where a strategy "
+             "has several variants at one worker count (PS count, placement), the fastest is shown.")
+    lines = [ln for ln in reports.scaling(records) if len(ln.points) > 1 or ln.baseline is None]
+    families: dict[tuple, list[reports.ScalingLine]] = defaultdict(list)
+    for line in lines:
+        families[tuple(line.family.items())].append(line)
+    missing = []
+    for index, (family_items, members) in enumerate(families.items()):
+        family = dict(family_items)
+        title = _short(family, ("framework", "model", "batch_size", "image_size", "data", "device_kind",
+                                "container_runtime"))
+        doc.heading(title, 3)
+        path = plots.scaling(members, title, out / f"scaling-{index + 1}.png")
+        doc.image(path, f"scaling: {title}")
+        rows = []
+        for line in members:
+            if line.baseline is None:
+                missing.append(f"{title}, strategy={line.strategy}: no 1-worker baseline — E(N) not computed "
+                               f"(runs {' '.join(p.summary.ids for p in line.points)})")
+            for p in line.points:
+                rows.append([line.strategy, p.workers, p.key["num_ps"], p.key["ps_placement"], p.summary.n,
+                             p.summary.text(), "n/a" if p.efficiency is None else f"{p.efficiency:.3f}",
+                             "n/a" if line.baseline is None else line.baseline.ids, p.summary.ids])
+        doc.table(["strategy", "workers", "#PS", "placement", "n", "total images/sec mean ± CI", "E(N)",
+                   "X(1) runs", "runs"], rows)
+    if not lines:
+        doc.para("No configuration was measured at more than one worker count.")
+    if missing:
+        doc.heading("Missing 1-worker baselines", 3)
+        doc.bullets(missing)
+
+    doc.heading("Best configuration per worker count (seed 000, Table 1 form)", 3)
+    doc.para("For each worker count and data kind, the configuration reaching peak images/sec among all "
+             "strategies, PS counts, placements and batch sizes of the same framework, model, image size, "
+             "precision, device and runtime.")
+    for family, rows in reports.best_per_workers(records):
+        doc.para(_short(family, family))
+        doc.table(["#PS", "#workers", "strategy", "placement", "batch", "real data", "images/sec mean ± CI", "n", "runs"],
+                  [[k["num_ps"], workers, k["strategy"], k["ps_placement"] if k["strategy"] == "ps" else "-",
+                    k["batch_size"], "TRUE" if data == "real" else "FALSE", s.text(), s.n, s.ids]
+                   for workers, data, k, s in rows])
+
+
+def section_io(doc: Document, records: list[dict]) -> None:
+    doc.heading("I/O overhead")
+    doc.para("(synthetic − real) / synthetic images/sec, per pair of configurations identical but for data "
+             "(seed 000). Positive = reading real images costs throughput.")
+    pairs, unmatched = reports.io_pairs(records)
+    if pairs:
+        doc.table(["configuration", "n syn", "synthetic img/s", "n real", "real img/s", "I/O overhead", "runs (syn | real)"],
+                  [[_short(p.key, reports.without("data")), p.left.n, p.left.text(), p.right.n, p.right.text(),
+                    fmt_pct(reports.io_overhead(p)), f"{p.left.ids} | {p.right.ids}"] for p in pairs])
+    else:
+        doc.para("No synthetic/real pairs.")
+    if unmatched:
+        doc.heading("Without a twin", 3)
+        doc.bullets(_missing(unmatched))
+
+
+def section_runtimes(doc: Document, records: list[dict]) -> None:
+    doc.heading("Container runtime overhead")
+    doc.para("Same configuration under different provenance.container_runtime. Overhead = (X_none − X_runtime) / "
+             "X_none (positive = slower than bare metal); p = Welch's t-test (scipy ttest_ind, equal_var=False) "
+             "against `none`, only with ≥ 2 records on both sides.")
+    compared, unmatched = reports.runtime_groups(records)
+    for key, rows in compared:
+        doc.para(_short(key, reports.without("container_runtime")))
+        doc.table(["runtime", "n", "images/sec mean ± CI", "overhead vs none", "Welch p", "runs"],
+                  [[row.runtime, row.summary.n, row.summary.text(), fmt_pct(row.overhead), fmt_p(row.p_value)
+                    if row.runtime != "none" else "-", row.summary.ids] for row in rows])
+    if not compared:
+        doc.para("No configuration was measured under more than one runtime.")
+    if unmatched:
+        doc.heading("Not compared", 3)
+        doc.bullets(_missing(unmatched))
+
+
+def section_quality(doc: Document, records: list[dict]) -> None:
+    doc.heading("Single-record configurations")
+    singles = reports.single_record_groups(records)
+    if singles:
+        doc.para("Measured by one run only: their ± is that run's own interval (repeats or step times), "
+                 "not run-to-run spread.")
+        doc.bullets([f"{_short(k, k)} — run {r['run_id'][:reports.ID_PREFIX]}, "
+                     f"{r['throughput']['ci_method'] or 'no interval'}" for k, r in singles])
+    else:
+        doc.para("None.")
+    doc.heading("Runs that did not finish")
+    bad = reports.failures(records)
+    if bad:
+        doc.table(["run", "status", "configuration", "error"],
+                  [[r["run_id"][:reports.ID_PREFIX], r["status"], _short(reports.key_of(r), reports.KEY_FIELDS),
+                    f"{(r['error'] or {}).get('kind', '')}: {(r['error'] or {}).get('message', '')}"] for r in bad])
+    else:
+        doc.para("None: every record has status ok.")
+
+
+def build(records: list[dict], stores: list[str], out: Path) -> Document:
+    doc = Document()
+    doc.heading("dlbench report", 1)
+    doc.para(f"{len(records)} records from {', '.join(stores)}. Throughput is total images/sec "
+             "(all workers); ± is a 95% interval; runs are run_id prefixes.")
+    section_environment(doc, records)
+    section_batch(doc, records, out)
+    section_scaling(doc, records, out)
+    section_io(doc, records)
+    section_runtimes(doc, records)
+    section_quality(doc, records)
+    return doc
+
+
+def run(args) -> int:
+    from benchmarks.errors import UsageError
+
+    records = reports.load(args.stores)
+    if not records:
+        raise UsageError(f"no records in {', '.join(args.stores)}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {args.out!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    doc = build(records, args.stores, out)
+    (out / "report.md").write_text(doc.markdown())
+    (out / "report.html").write_text(doc.html("dlbench report"))
+    print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {sum(1 for b in doc.blocks if b[0] == 'img')} plots "
+          f"from {len(records)} records")
+    return 0

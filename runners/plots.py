@@ -1,0 +1,161 @@
+"""PNG figures for `benchrun report` (matplotlib, Agg: no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from . import reports
+
+MiB = 1024 * 1024
+MEMORY_VIEWS = (
+    ("allocator_peak_bytes", "framework allocator peak"),
+    ("reserved_peak_bytes", "PyTorch reserved peak"),
+    ("device_peak_bytes", "device (NVML) peak"),
+    ("host_rss_peak_bytes", "host RSS peak"),
+)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(key: dict, fields: list[str]) -> str:
+    return ", ".join(f"{name}={key[name]}" for name in fields) or "all"
+
+
+def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
+    """Records split into lines (key minus batch size) -> batch size -> records."""
+    keys = [reports.key_of(r) for r in records]
+    fields = reports.varying(keys, exclude=(*exclude, "framework", "model"))
+    lines: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for record, key in zip(records, keys):
+        lines[tuple(key[f] for f in fields)][key["batch_size"]].append(record)
+    return dict(sorted(lines.items(), key=lambda item: tuple(map(str, item[0])))), fields
+
+
+def _oom_marks(ax, ooms: list[dict], y: float) -> None:
+    batches = sorted({r["config"]["batch_size"] for r in ooms})
+    if batches:
+        ax.scatter(batches, [y] * len(batches), marker="x", s=80, color="red", zorder=5, label="OOM")
+        for batch in batches:
+            ax.annotate("OOM", (batch, y), textcoords="offset points", xytext=(0, 6), ha="center",
+                        color="red", fontsize=8)
+
+
+def _finish(fig, ax_list, path: Path, legend_below: bool = False) -> Path:
+    """Legends inside each axis, or (legend_below) one shared legend under the figure so
+    long configuration labels never cover data."""
+    shared: dict[str, object] = {}
+    for ax in ax_list:
+        ax.grid(True, alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        if legend_below:
+            shared.update({label: handle for handle, label in zip(handles, labels) if label not in shared})
+        elif handles:
+            ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    if shared:
+        fig.legend(list(shared.values()), list(shared), fontsize=8, loc="upper center",
+                   bbox_to_anchor=(0.5, 0.0), ncol=1 if len(shared) > 4 else 2, frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def _batch_axis(ax, batches) -> None:
+    batches = sorted(set(batches))
+    if batches and max(batches) / max(min(batches), 1) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.margins(x=0.08)
+
+
+def throughput_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> Path:
+    plt = _pyplot()
+    good = reports.ok(records)
+    ooms = [r for r in records if r["status"] == "oom"]
+    lines, fields = _series(good)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    batches = [r["config"]["batch_size"] for r in good + ooms]
+    for line_key, by_batch in lines.items():
+        xs, ys, errs = [], [], []
+        for batch, rs in sorted(by_batch.items()):
+            summary = reports.throughput(rs)
+            xs.append(batch)
+            ys.append(summary.mean)
+            errs.append(summary.ci or 0.0)
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
+    _oom_marks(ax, ooms, 0.0)
+    _batch_axis(ax, batches)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("batch size (images per step per worker)")
+    ax.set_ylabel("total images/sec (mean ± 95% CI)")
+    ax.set_title(f"{framework} {model}: throughput vs batch size")
+    return _finish(fig, [ax], path, legend_below=True)
+
+
+def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> tuple[Path, list[str]] | None:
+    """One panel per memory kind that has any value; null kinds are left out (and named)."""
+    plt = _pyplot()
+    good = reports.ok(records)
+    ooms = [r for r in records if r["status"] == "oom"]
+    views = [(name, title) for name, title in MEMORY_VIEWS
+             if any((r.get("memory") or {}).get(name) is not None for r in good)]
+    if not views:
+        return None
+    lines, fields = _series(good)
+    fig, axes = plt.subplots(1, len(views), figsize=(4.2 * len(views) + 1, 4.0), squeeze=False)
+    axes = list(axes[0])
+    for ax, (name, title) in zip(axes, views):
+        for line_key, by_batch in lines.items():
+            xs, ys, errs = [], [], []
+            for batch, rs in sorted(by_batch.items()):
+                summary = reports.memory(rs, name)
+                if summary is None:
+                    continue
+                xs.append(batch)
+                ys.append(summary.mean / MiB)
+                errs.append((summary.ci or 0.0) / MiB)
+            if xs:
+                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
+        _oom_marks(ax, ooms, 0.0)
+        _batch_axis(ax, [r["config"]["batch_size"] for r in good + ooms])
+        ax.set_ylim(bottom=0)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("MiB")
+    fig.suptitle(f"{framework} {model}: peak memory vs batch size", fontsize=11)
+    return _finish(fig, axes, path, legend_below=True), [title for _, title in views]
+
+
+def scaling(lines: list[reports.ScalingLine], title: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.0))
+    workers = set()
+    for line in lines:
+        xs = [p.workers for p in line.points]
+        workers.update(xs)
+        left.errorbar(xs, [p.summary.mean for p in line.points], yerr=[p.summary.ci or 0.0 for p in line.points],
+                      marker="o", capsize=3, label=line.strategy)
+        eff = [(p.workers, p.efficiency) for p in line.points if p.efficiency is not None]
+        if eff:
+            right.plot([w for w, _ in eff], [e for _, e in eff], marker="o", label=line.strategy)
+    for ax in (left, right):
+        ax.set_xticks(sorted(workers))
+        ax.set_xlabel("workers")
+    left.set_ylim(bottom=0)
+    left.set_ylabel("total images/sec (mean ± 95% CI)")
+    left.set_title("throughput", fontsize=10)
+    right.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    right.set_ylim(0, 1.1 * max([1.0] + [p.efficiency for ln in lines for p in ln.points if p.efficiency]))
+    right.set_ylabel("weak-scaling efficiency X(N) / (N X(1))")
+    right.set_title("efficiency", fontsize=10)
+    fig.suptitle(title, fontsize=10)
+    return _finish(fig, [left, right], path)

@@ -1,0 +1,371 @@
+"""Reading result stores and turning records into the numbers reports and the gate show.
+
+Pure data: no plotting, no printing. `benchrun report`, `compare` and `export`
+(runners/commands/) build on these. Every aggregate carries n, mean, its 95%
+half-width and the run_id prefixes it came from, so each table can say where
+its numbers came from. Definitions: docs/reports.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from benchmarks.errors import UsageError
+from benchmarks.stats import t_halfwidth
+
+ID_PREFIX = 8  # run_id characters shown in tables
+
+# -- reading stores ------------------------------------------------------------------------------
+# Small on purpose: to be replaced by runners.store.iter_records once it lands.
+
+
+def iter_records(path: str | Path, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """Records from a plain bench JSONL or a sweep store of envelopes {"record": {...}|null, ...}.
+
+    Torn or unknown lines are skipped with a warning; envelopes whose record is null
+    (a sweep point that produced none) are skipped silently.
+    """
+    warn = warn or (lambda message: print(f"benchrun: warning: {message}", file=sys.stderr))
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{str(path)!r} is not a file")
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                warn(f"{path}:{number}: skipping a torn line")
+                continue
+            if isinstance(item, dict) and "schema_version" in item:
+                yield item
+            elif isinstance(item, dict) and "record" in item:
+                if isinstance(item["record"], dict):
+                    yield item["record"]
+            else:
+                warn(f"{path}:{number}: skipping a line that is neither a record nor a sweep envelope")
+
+
+def load(paths: Iterable[str | Path], warn=None) -> list[dict]:
+    records = []
+    for path in paths:
+        records.extend(iter_records(path, warn))
+    return records
+
+
+# -- configuration keys --------------------------------------------------------------------------
+
+# What makes two records "the same configuration" (compare, runtime and I/O pairs).
+# Run-specific fields (seed, ports, data_dir path, num_batches, hostname...) are left out.
+KEY_FIELDS = ("framework", "model", "batch_size", "image_size", "precision", "data", "strategy",
+              "num_ps", "ps_placement", "workers", "device_kind", "container_runtime")
+
+
+def device_kind(record: dict) -> str:
+    framework = record["provenance"].get("framework") or {}
+    return framework.get("device_kind") or record["config"]["device"]
+
+
+def key_of(record: dict) -> dict:
+    config = record["config"]
+    return {
+        **{name: config[name] for name in ("framework", "model", "batch_size", "image_size", "precision",
+                                           "data", "strategy", "num_ps", "ps_placement")},
+        "workers": record["world"]["workers"],
+        "device_kind": device_kind(record),
+        "container_runtime": record["provenance"]["container_runtime"],
+    }
+
+
+def key_tuple(record: dict, fields: Iterable[str] = KEY_FIELDS) -> tuple:
+    key = key_of(record)
+    return tuple(key[name] for name in fields)
+
+
+def describe(key: dict, fields: Iterable[str] | None = None) -> str:
+    fields = list(key) if fields is None else list(fields)
+    return ", ".join(f"{name}={key[name]}" for name in fields)
+
+
+def ids(records: Iterable[dict]) -> str:
+    return " ".join(record["run_id"][:ID_PREFIX] for record in records)
+
+
+# -- aggregates ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    """One metric over the records of one configuration."""
+
+    values: list[float]
+    records: list[dict]
+    ci: float | None  # 95% half-width
+    method: str  # how `ci` was obtained
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def ids(self) -> str:
+        return ids(self.records)
+
+    def text(self, scale: float = 1.0, digits: int = 2) -> str:
+        ci = "n/a" if self.ci is None else f"{self.ci / scale:.{digits}f}"
+        return f"{self.mean / scale:.{digits}f} ± {ci}"
+
+
+def ok(records: Iterable[dict]) -> list[dict]:
+    return [r for r in records if r["status"] == "ok" and r.get("throughput")]
+
+
+def throughput(records: Iterable[dict]) -> Summary | None:
+    """images/sec over records: with >= 2 records a t-interval over them; with one, the
+    record's own interval (over its repeats, or the delta method on its steps)."""
+    good = ok(records)
+    if not good:
+        return None
+    values = [r["throughput"]["images_per_sec"] for r in good]
+    if len(values) >= 2:
+        return Summary(values, good, t_halfwidth(values), "t-interval over records")
+    own = good[0]["throughput"]
+    return Summary(values, good, own["ci95_halfwidth"], f"one record: {own['ci_method'] or 'no interval'}")
+
+
+def memory(records: Iterable[dict], name: str) -> Summary | None:
+    """A memory peak over the ok records that have it (null = does not apply: left out)."""
+    good = [r for r in ok(records) if (r.get("memory") or {}).get(name) is not None]
+    if not good:
+        return None
+    values = [float(r["memory"][name]) for r in good]
+    if len(values) >= 2:
+        return Summary(values, good, t_halfwidth(values), "t-interval over records")
+    return Summary(values, good, None, "one record")
+
+
+def group(records: Iterable[dict], fields: Iterable[str] = KEY_FIELDS) -> dict[tuple, list[dict]]:
+    fields = tuple(fields)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for record in records:
+        groups[key_tuple(record, fields)].append(record)
+    return dict(sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))))
+
+
+def without(*names: str) -> tuple:
+    return tuple(name for name in KEY_FIELDS if name not in names)
+
+
+def varying(keys: Iterable[dict], exclude: Iterable[str] = ()) -> list[str]:
+    """Key fields that take more than one value among `keys` (for short legend labels)."""
+    keys = list(keys)
+    return [name for name in KEY_FIELDS if name not in exclude and len({k[name] for k in keys}) > 1]
+
+
+# -- the report's sections as data ---------------------------------------------------------------
+
+
+def environment(records: list[dict]) -> list[tuple[str, str]]:
+    def values(get) -> str:
+        counts: dict[str, int] = defaultdict(int)
+        for record in records:
+            for value in get(record):
+                if value not in (None, ""):
+                    counts[str(value)] += 1
+        return "; ".join(f"{value} ({count})" for value, count in sorted(counts.items())) or "none"
+
+    def fw(record, *names):
+        framework = record["provenance"].get("framework")
+        return [" ".join(str(framework[n]) for n in names if framework.get(n))] if framework else []
+
+    gpu = lambda r: [f[0] for f in [fw(r, "device_name")] if f and device_kind(r) == "gpu"]  # noqa: E731
+    return [
+        ("records", str(len(records))),
+        ("status", values(lambda r: [r["status"]])),
+        ("hosts", values(lambda r: sorted({r["provenance"]["hostname"], *r["world"]["hosts"]}))),
+        ("CPU", values(lambda r: [f"{r['provenance']['cpu_model']} x{r['provenance']['cpu_count']}"])),
+        ("GPU", values(gpu)),
+        ("frameworks", values(lambda r: fw(r, "name", "version"))),
+        ("CUDA / cuDNN", values(lambda r: [f"CUDA {f['cuda_version']} cuDNN {f['cudnn_version']}" for f in
+                                           [r["provenance"].get("framework")] if f and device_kind(r) == "gpu"])),
+        ("container runtimes", values(lambda r: [r["provenance"]["container_runtime"]])),
+        ("images", values(lambda r: [r["provenance"]["image"] or "(no image)"])),
+        ("dlbench versions", values(lambda r: [r["provenance"]["dlbench_version"]])),
+        ("Python", values(lambda r: [r["provenance"]["python"]])),
+        ("launchers", values(lambda r: [r["world"]["launcher"]])),
+        ("first / last run", f"{min(r['timestamp_utc'] for r in records)} / {max(r['timestamp_utc'] for r in records)}"
+         if records else "none"),
+    ]
+
+
+@dataclass
+class ScalingPoint:
+    workers: int
+    summary: Summary
+    key: dict  # the configuration used at this worker count (best over num_ps / placement)
+    efficiency: float | None  # E(N) = X(N) / (N X(1)); None without a 1-worker baseline
+
+
+@dataclass
+class ScalingLine:
+    family: dict  # everything but workers, strategy, num_ps, ps_placement
+    strategy: str
+    points: list[ScalingPoint] = field(default_factory=list)
+    baseline: Summary | None = None
+
+
+SCALING_FAMILY = without("workers", "strategy", "num_ps", "ps_placement")
+
+
+def best(groups: dict[tuple, list[dict]]) -> tuple[tuple, Summary] | None:
+    scored = [(k, throughput(rs)) for k, rs in groups.items()]
+    scored = [(k, s) for k, s in scored if s is not None]
+    return max(scored, key=lambda item: item[1].mean) if scored else None
+
+
+def scaling(records: list[dict]) -> list[ScalingLine]:
+    """Per family and strategy: total images/sec vs workers, and weak-scaling efficiency.
+
+    At each worker count the best configuration (num_ps, ps_placement) of that strategy is
+    used; X(1) is the best 1-worker configuration of the same family and strategy.
+    """
+    lines = []
+    fields = SCALING_FAMILY + ("strategy",)
+    for family_key, members in group(ok(records), fields).items():
+        family = dict(zip(fields, family_key))
+        strategy = family.pop("strategy")
+        by_workers: dict[int, dict[tuple, list[dict]]] = defaultdict(dict)
+        for key, rs in group(members).items():
+            by_workers[dict(zip(KEY_FIELDS, key))["workers"]][key] = rs
+        line = ScalingLine(family, strategy)
+        for workers in sorted(by_workers):
+            chosen = best(by_workers[workers])
+            if chosen is None:
+                continue
+            key, summary = chosen
+            if workers == 1:
+                line.baseline = summary
+            line.points.append(ScalingPoint(workers, summary, dict(zip(KEY_FIELDS, key)), None))
+        for point in line.points:
+            if line.baseline is not None:
+                point.efficiency = point.summary.mean / (point.workers * line.baseline.mean)
+        lines.append(line)
+    return lines
+
+
+TABLE1_FAMILY = without("workers", "strategy", "num_ps", "ps_placement", "batch_size", "data")
+
+
+def best_per_workers(records: list[dict]) -> list[tuple[dict, list[tuple[int, str, dict, Summary]]]]:
+    """Seed 000's Table 1: per family, the configuration reaching peak images/sec at each
+    (worker count, data) among all strategies, PS counts, placements and batch sizes."""
+    out = []
+    for family_key, members in group(ok(records), TABLE1_FAMILY).items():
+        family = dict(zip(TABLE1_FAMILY, family_key))
+        cells: dict[tuple[int, str], dict[tuple, list[dict]]] = defaultdict(dict)
+        for key, rs in group(members).items():
+            k = dict(zip(KEY_FIELDS, key))
+            cells[(k["workers"], k["data"])][key] = rs
+        rows = []
+        for (workers, data), groups in sorted(cells.items()):
+            key, summary = best(groups)
+            rows.append((workers, data, dict(zip(KEY_FIELDS, key)), summary))
+        out.append((family, rows))
+    return out
+
+
+@dataclass
+class Pair:
+    key: dict
+    left: Summary | None
+    right: Summary | None
+
+
+def io_pairs(records: list[dict]) -> tuple[list[Pair], list[tuple[dict, str, list[dict]]]]:
+    """Synthetic/real twins (same key but data). Returns (pairs, unmatched) where unmatched
+    lists (key, which side exists, records)."""
+    fields = without("data")
+    pairs, unmatched = [], []
+    for key, members in group(ok(records), fields).items():
+        k = dict(zip(fields, key))
+        synthetic = [r for r in members if r["config"]["data"] == "synthetic"]
+        real = [r for r in members if r["config"]["data"] == "real"]
+        if synthetic and real:
+            pairs.append(Pair(k, throughput(synthetic), throughput(real)))
+        else:
+            unmatched.append((k, "synthetic only (no real-data twin)" if synthetic else "real only (no synthetic twin)",
+                              members))
+    return pairs, unmatched
+
+
+def io_overhead(pair: Pair) -> float:
+    """(synthetic - real) / synthetic, as in seed 000."""
+    return (pair.left.mean - pair.right.mean) / pair.left.mean
+
+
+def welch_p(a: Summary, b: Summary) -> float | None:
+    if a.n < 2 or b.n < 2:
+        return None
+    from scipy.stats import ttest_ind
+
+    p = float(ttest_ind(a.values, b.values, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
+
+
+@dataclass
+class RuntimeRow:
+    runtime: str
+    summary: Summary
+    overhead: float | None  # (X_none - X_runtime) / X_none; None without a `none` twin
+    p_value: float | None  # Welch's t-test against `none`; None when a side has < 2 records
+
+
+def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRow]]], list[tuple[dict, str, list[dict]]]]:
+    """Same configuration under different container runtimes (compare-runtimes' records).
+
+    Returns (compared, unmatched): unmatched are configurations seen under one runtime only
+    (listed only when the store has more than one runtime) or without a `none` baseline."""
+    fields = without("container_runtime")
+    several = len({r["provenance"]["container_runtime"] for r in records}) > 1
+    compared, unmatched = [], []
+    for key, members in group(ok(records), fields).items():
+        k = dict(zip(fields, key))
+        by_runtime: dict[str, list[dict]] = defaultdict(list)
+        for record in members:
+            by_runtime[record["provenance"]["container_runtime"]].append(record)
+        if len(by_runtime) < 2:
+            if several:
+                unmatched.append((k, f"only under {next(iter(by_runtime))}", members))
+            continue
+        base = throughput(by_runtime["none"]) if "none" in by_runtime else None
+        if base is None:
+            unmatched.append((k, "no bare-metal (`none`) records: overhead not computed", members))
+        rows = []
+        for runtime in sorted(by_runtime, key=lambda name: (name != "none", name)):
+            summary = throughput(by_runtime[runtime])
+            overhead = (base.mean - summary.mean) / base.mean if base is not None else None
+            p_value = welch_p(base, summary) if base is not None and runtime != "none" else None
+            rows.append(RuntimeRow(runtime, summary, overhead, p_value))
+        compared.append((k, rows))
+    return compared, unmatched
+
+
+def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
+    """Configurations measured by one ok record: their ± is that run's own interval, no
+    run-to-run spread."""
+    return [(dict(zip(KEY_FIELDS, key)), rs[0]) for key, rs in group(ok(records)).items() if len(rs) == 1]
+
+
+def failures(records: list[dict]) -> list[dict]:
+    return [r for r in records if r["status"] != "ok"]
