@@ -346,3 +346,29 @@ def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert all(e["record"]["status"] == "ok" and e["sweep"]["attempt"] == 1 for e in after)
     assert all(e["record"]["world"]["workers"] == e["sweep"]["point"]["ranks"] for e in after)
     assert not marked(marker)
+
+
+def test_sigterm_stores_the_interrupted_run_and_stops(tmp_path):
+    marker = uuid.uuid4().hex
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    store_path = tmp_path / "sweep.jsonl"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # once bench's worker exists, bench handles SIGTERM (before that it dies without a record)
+        while not any("benchmarks.worker" in cmdline(p) for p in marked(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert time.monotonic() < deadline, "bench's worker never started"
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=60)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130, err
+    (entry,) = lines(store_path)
+    assert entry["record"]["status"] == "interrupted" and entry["sweep"]["point"]["batch_size"] == 1
+    assert "not run (stopped)" in err
+    assert not marked(marker)
