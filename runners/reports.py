@@ -8,9 +8,9 @@ its numbers came from. Definitions: docs/reports.md.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,44 +19,28 @@ from typing import Callable, Iterable, Iterator
 from benchmarks.errors import UsageError
 from benchmarks.stats import t_halfwidth
 
+from . import store
+
 ID_PREFIX = 8  # run_id characters shown in tables
 
 # -- reading stores ------------------------------------------------------------------------------
-# Small on purpose: to be replaced by runners.store.iter_records once it lands.
 
 
-def iter_records(path: str | Path, warn: Callable[[str], None] | None = None) -> Iterator[dict]:
-    """Records from a plain bench JSONL or a sweep store of envelopes {"record": {...}|null, ...}.
-
-    Torn or unknown lines are skipped with a warning; envelopes whose record is null
-    (a sweep point that produced none) are skipped silently.
-    """
+def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None) -> list[dict]:
+    """Every bench record of the given stores (plain JSONL or sweep envelopes, runners.store)."""
     warn = warn or (lambda message: print(f"benchrun: warning: {message}", file=sys.stderr))
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{str(path)!r} is not a file")
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                warn(f"{path}:{number}: skipping a torn line")
-                continue
-            if isinstance(item, dict) and "schema_version" in item:
-                yield item
-            elif isinstance(item, dict) and "record" in item:
-                if isinstance(item["record"], dict):
-                    yield item["record"]
-            else:
-                warn(f"{path}:{number}: skipping a line that is neither a record nor a sweep envelope")
-
-
-def load(paths: Iterable[str | Path], warn=None) -> list[dict]:
     records = []
     for path in paths:
-        records.extend(iter_records(path, warn))
+        if not Path(path).is_file():
+            raise UsageError(f"{str(path)!r} is not a file")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", store.StoreWarning)
+            try:
+                records.extend(store.iter_records(path))
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        for warning in caught:
+            warn(str(warning.message))
     return records
 
 

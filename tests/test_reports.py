@@ -127,7 +127,7 @@ def report(store, tmp_path_factory) -> tuple[Path, str, subprocess.CompletedProc
 
 def test_report_files(report):
     out, md, result = report
-    assert "skipping a torn line" in result.stderr
+    assert "is incomplete (torn write): skipped" in result.stderr
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "scaling-1.png", "scaling-2.png",
                     "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png"]

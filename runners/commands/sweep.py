@@ -1,0 +1,345 @@
+"""`benchrun sweep`: run every combination of a plan file, resumably, into one JSONL store.
+
+    benchrun sweep plan.yaml [--store results/sweep.jsonl] [--retries N] [--timeout S] [--dry-run]
+
+The plan (docs/sweeps.md) lists values per axis: framework, model, batch_size,
+ranks, num_ps, strategy, data, runtime, image; the sweep runs their Cartesian
+product, skipping combinations that cannot work (listed at start, with the
+rule). Each finished run is one line in the store, appended and fsynced at
+once; a rerun skips what is already there with status ok or oom, so a sweep
+killed at any moment loses at most the run in progress.
+
+Exit codes: 0 every point ok or oom, 1 some point failed (after its retries),
+2 bad plan or options (nothing run, store untouched), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+
+from .. import dispatch, launchers, store
+from ..sweep import Plan, PlanError, Point, expand, load_plan
+
+DEFAULT_STORE = "results/sweep.jsonl"
+DONE = ("ok", "oom")  # results: never re-run
+RETRY = ("failed", "timeout")  # re-run with --retries (a point with no record counts as failed)
+LAUNCH_GRACE_S = 90  # beyond --timeout: bench's own stop, the launcher's grace, start-up
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run the product of a plan file into a resumable JSONL store",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("plan", help="YAML plan file (docs/sweeps.md)")
+    p.add_argument("--store", default=DEFAULT_STORE, help=f"append-only JSONL store (default: {DEFAULT_STORE})")
+    p.add_argument("--retries", type=int, default=0, help="re-run a failed or timed-out point up to N more times (default: 0)")
+    p.add_argument("--timeout", type=float, help="seconds per run, recorded as 'timeout' (default: the plan's timeout, else none)")
+    p.add_argument("--dry-run", action="store_true", help="list what would run, skip and be kept, with each command; run nothing")
+    p.set_defaults(run=run)
+
+
+# --- checks before anything runs ---------------------------------------------------------------
+
+def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
+    v = point.values
+    return dispatch.RunRequest(
+        bench_args=point.bench_args(),
+        runtime=v["runtime"],
+        image=v["image"],
+        launcher=point.launcher,
+        num_workers=v["ranks"],
+        num_ps=v["num_ps"],
+        timeout_s=timeout_s,
+        launcher_args=list(point.launcher_args),
+    )
+
+
+def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str | None:
+    """The one-line reason this point cannot run as given, or None. Uses bench's own validation."""
+    from benchmarks.config import build_config
+
+    v = point.values
+    options = {k: val for k, val in point.bench.items() if k not in ("image_size", "data_format")}
+    try:
+        build_config(framework=v["framework"], model=v["model"], image_size=point.bench.get("image_size"),
+                     data_format=point.bench.get("data_format"), batch_size=v["batch_size"], strategy=v["strategy"],
+                     num_ps=v["num_ps"], data_dir=None if v["data"] == "synthetic" else v["data"], **options)
+    except UsageError as error:
+        message = str(error)
+        # a container image brings its own framework; only the host's own runs need it here
+        if not (v["runtime"] != "local" and message.startswith("framework ") and "not installed" in message):
+            return f"{label}: point [{point.label()}]: {message}"
+    try:
+        dispatch.command(request, Path("record.jsonl"))
+    except ValueError as error:
+        return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
+    if point.launcher is not None and not launchers.get(point.launcher).available():
+        binary = launchers.get(point.launcher).binary
+        return f"{label}: launcher: {point.launcher!r} needs {binary!r}, which is not on PATH"
+    return None
+
+
+def read_store(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    if not path.is_file():
+        raise UsageError(f"--store {str(path)!r} is not a file")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", store.StoreWarning)
+        try:
+            entries = list(store.iter_entries(path))
+        except ValueError as error:
+            raise UsageError(f"--store {error}") from None
+    for warning in caught:
+        print(f"benchrun: warning: {warning.message}", file=sys.stderr)
+    return entries
+
+
+def status_of(entry: dict) -> str:
+    return entry["record"]["status"] if entry.get("record") else "failed"
+
+
+# --- running one point -------------------------------------------------------------------------
+
+class Stop:
+    """Ctrl-C / SIGTERM on the sweep: finish (and store) the run in progress, then stop."""
+
+    def __init__(self):
+        self.requested = False
+        self.child: subprocess.Popen | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        again = self.requested
+        self.requested = True
+        # Ctrl-C reaches the whole foreground group (bench records 'interrupted' by itself);
+        # SIGTERM, or a second Ctrl-C, is passed on: the point runner stops everything it started.
+        if self.child is not None and self.child.poll() is None and (signum == signal.SIGTERM or again):
+            self.child.send_signal(signal.SIGTERM)
+
+
+def run_point(request: dispatch.RunRequest, log_path: Path, stop: Stop, deadline_s: float | None) -> dict:
+    """Run one point through runners.pointrun; returns {record, exit_code, command, error}."""
+    read_fd, write_fd = os.pipe()
+    package_root = str(Path(__file__).resolve().parents[2])  # this checkout's runners and benchmarks
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+    payload = json.dumps(request.__dict__)
+    with open(log_path, "ab") as log:
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "runners.pointrun", str(os.getpid()), str(write_fd)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env,
+            )
+        finally:
+            os.close(write_fd)
+    stop.child = child
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(read_fd, 65536), b"")), daemon=True)
+    reader.start()
+    try:
+        child.stdin.write(payload.encode())
+        child.stdin.close()
+    except BrokenPipeError:
+        pass
+    started = time.monotonic()
+    killed = None
+    while child.poll() is None:
+        if deadline_s is not None and killed is None and time.monotonic() - started > deadline_s:
+            killed = f"no result {deadline_s:g} s after the start: stopped by the sweep"
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+    stop.child = None
+    reader.join(timeout=10)
+    os.close(read_fd)
+    try:
+        result = json.loads(b"".join(chunks))
+    except json.JSONDecodeError:
+        result = {"record": None, "exit_code": child.returncode, "command": [], "error": None}
+    if result["record"] is None and result.get("error") is None:
+        result["error"] = killed or _no_record_reason(result, log_path)
+    return result
+
+
+def _no_record_reason(result: dict, log_path: Path) -> str:
+    code = result["exit_code"]
+    how = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+    last = ""
+    try:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+        last = f"; last output: {lines[-1].strip()[:300]}" if lines else ""
+    except OSError:
+        pass
+    command = f"; command: {shlex.join(result['command'])}" if result.get("command") else ""
+    return f"bench wrote no record ({how}){last}{command}"
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _outcome_text(entry: dict) -> str:
+    record = entry["record"]
+    if record is None:
+        return f"failed: {entry['error']}"
+    status = record["status"]
+    if status == "ok":
+        return f"{record['throughput']['images_per_sec']:.1f} images/sec"
+    error = record.get("error") or {}
+    return error.get("message", "") if isinstance(error, dict) else str(error)
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if args.retries < 0:
+        raise UsageError(f"--retries must be 0 or more, got {args.retries}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    try:
+        plan: Plan = load_plan(args.plan)
+    except PlanError as error:
+        for line in error.lines:
+            print(f"benchrun: error: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    timeout_s = args.timeout if args.timeout is not None else plan.timeout
+    points, skipped = expand(plan)
+    if not points:
+        raise UsageError(f"{args.plan}: every combination is skipped by a rule ({len(skipped)} skipped: {skipped[0][1]}, ...)")
+    requests = {}
+    for point in points:
+        requests[point.config_hash] = request_for(point, timeout_s)
+        problem = check_point(point, requests[point.config_hash], args.plan)
+        if problem:
+            raise UsageError(problem)
+    store_path = Path(args.store)
+    entries = read_store(store_path)
+    done = {e["sweep"]["config_hash"]: status_of(e) for e in entries if e["sweep"] and status_of(e) in DONE}
+    attempts = {}
+    for e in entries:
+        if e["sweep"]:
+            h = e["sweep"]["config_hash"]
+            attempts[h] = max(attempts.get(h, 0), int(e["sweep"].get("attempt", 0)))
+    todo = [p for p in points if p.config_hash not in done]
+
+    console.print(f"sweep {args.plan}: {len(points) + len(skipped)} combinations: {len(todo)} to run, "
+                  f"{len(points) - len(todo)} already in {store_path}, {len(skipped)} skipped by rule")
+    for point, reason in skipped:
+        console.print(f"  skipped  {point.label()}  ({reason})")
+    if args.dry_run:
+        for point in points:
+            state = "done" if point.config_hash in done else "run"
+            command = dispatch.command(requests[point.config_hash], Path("<record>"))
+            print(f"{point.config_hash}  {state:4}  {point.label()}\n    {shlex.join(command)}")
+        for point, reason in skipped:
+            print(f"{point.config_hash}  skip  {point.label()}  ({reason})")
+        return EXIT_OK
+
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", store.StoreWarning)
+        store.repair_tail(store_path)
+    for warning in caught:
+        console.print(f"benchrun: warning: {warning.message}")
+    log_dir = store_path.with_name(store_path.name + ".logs")
+    log_dir.mkdir(exist_ok=True)
+    plan_path = str(Path(args.plan).resolve())
+    deadline = None if timeout_s is None else timeout_s + LAUNCH_GRACE_S
+    final: dict[str, str] = {}
+    with Stop() as stop:
+        _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop)
+    counts = {k: 0 for k in ("ok", "oom", "failed", "timeout", "interrupted")}
+    for status in final.values():
+        counts[status] = counts.get(status, 0) + 1
+    _summary(console, counts, len(points) - len(todo), len(skipped), len(todo) - len(final), store_path)
+    if stop.requested:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(s in DONE for s in final.values()) else EXIT_FAILED
+
+
+def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop) -> None:
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("sweep", total=len(todo))
+        for point in todo:
+            h = point.config_hash
+            for tries in range(retries + 1):
+                if stop.requested:
+                    return
+                attempt = attempts.get(h, 0) + 1
+                attempts[h] = attempt
+                progress.update(task, description=f"{point.label()} (attempt {attempt})")
+                log_path = log_dir / f"{h}.{attempt}.log"
+                started, t0 = _now(), time.monotonic()
+                result = run_point(requests[h], log_path, stop, deadline)
+                entry = {
+                    "sweep": {
+                        "config_hash": h,
+                        "plan": plan_path,
+                        "attempt": attempt,
+                        "point": point.values,
+                        "bench": point.bench,
+                        "launcher": point.launcher,
+                        "started_utc": started,
+                        "duration_s": round(time.monotonic() - t0, 3),
+                        "exit_code": result["exit_code"],
+                        "command": result["command"],
+                        "log": str(log_path),
+                    },
+                    "record": result["record"],
+                    "error": result["error"],
+                }
+                from benchmarks.record import append_jsonl
+
+                append_jsonl(store_path, entry)
+                status = status_of(entry)
+                final[h] = status
+                progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
+                if status not in RETRY or stop.requested:
+                    break
+            progress.advance(task)
+
+
+def _summary(console, counts: dict, kept: int, skipped: int, not_run: int, store_path: Path) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"sweep summary ({store_path})", title_justify="left")
+    table.add_column("result")
+    table.add_column("points", justify="right")
+    for status, n in counts.items():
+        table.add_row(status, str(n))
+    table.add_row("already in store", str(kept))
+    table.add_row("skipped by rule", str(skipped))
+    if not_run:
+        table.add_row("not run (stopped)", str(not_run))
+    console.print(table)

@@ -1,0 +1,344 @@
+"""Sweep plans: the YAML schema, its validation, the matrix product, skip rules and config hashes.
+
+Schema and rules: docs/sweeps.md. Nothing here runs anything; runners/commands/sweep.py does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from benchmarks.config import (
+    DATA_FORMATS,
+    DEVICES,
+    FRAMEWORK_ALIASES,
+    FRAMEWORKS,
+    MODELS,
+    PRECISIONS,
+    PS_PLACEMENTS,
+    STRATEGIES,
+    STRATEGY_FRAMEWORKS,
+)
+from benchmarks.errors import choices
+
+from . import launchers
+
+AXES = ("framework", "model", "batch_size", "ranks", "num_ps", "strategy", "data", "runtime", "image")
+
+
+class PlanError(Exception):
+    """A bad plan file: one line per problem, each `PATH: WHERE: WHAT`."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+# --- value checks: each raises ValueError with the message shown after "WHERE: " ---------------
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def _non_negative(value: int) -> int:
+    if value < 0:
+        raise ValueError("must be zero or more")
+    return value
+
+
+def _port(value: int) -> int:
+    if not 1 <= value <= 65535 - 64:
+        raise ValueError("must be a port between 1 and 65471")
+    return value
+
+
+def _one_of(valid, aliases: dict | None = None):
+    def check(value: str) -> str:
+        value = (aliases or {}).get(value, value)
+        if value not in valid:
+            raise ValueError(f"unknown value {value!r} (choices: {choices(valid)})")
+        return value
+
+    return check
+
+
+def _nonempty_str(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    return value
+
+
+def _axis(values: list) -> list:
+    if not values:
+        raise ValueError("must list at least one value")
+    seen = []
+    for value in values:
+        if value in seen:
+            raise ValueError(f"lists {value!r} twice")
+        seen.append(value)
+    return values
+
+
+def _listify(value):  # `model: resnet50` is the one-value list [resnet50]
+    return value if isinstance(value, list) else [value]
+
+
+PositiveInt = Annotated[StrictInt, AfterValidator(_positive)]
+NonNegativeInt = Annotated[StrictInt, AfterValidator(_non_negative)]
+Port = Annotated[StrictInt, AfterValidator(_port)]
+Name = Annotated[str, Field(strict=True), AfterValidator(_nonempty_str)]
+
+
+def Axis(item):  # noqa: N802 - a type factory
+    return Annotated[list[item], BeforeValidator(_listify), AfterValidator(_axis)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Matrix(_Model):
+    framework: Axis(Annotated[Name, AfterValidator(_one_of(FRAMEWORKS, FRAMEWORK_ALIASES))])
+    model: Axis(Annotated[Name, AfterValidator(_one_of(tuple(MODELS)))])
+    batch_size: Axis(PositiveInt)
+    ranks: Axis(PositiveInt) = [1]
+    num_ps: Axis(NonNegativeInt) = [0]
+    strategy: Axis(Annotated[Name, AfterValidator(_one_of(STRATEGIES))]) = ["none"]
+    data: Axis(Name) = ["synthetic"]
+    runtime: Axis(Name) = ["local"]
+    image: Axis(Optional[Name]) = [None]
+
+
+class BenchOptions(_Model):
+    """bench flags given to every run (the matrix owns the others)."""
+
+    image_size: Optional[PositiveInt] = None
+    num_warmup_batches: Optional[NonNegativeInt] = None
+    num_batches: Optional[PositiveInt] = None
+    repeats: Optional[PositiveInt] = None
+    num_threads: Optional[PositiveInt] = None
+    precision: Optional[Annotated[Name, AfterValidator(_one_of(PRECISIONS))]] = None
+    data_format: Optional[Annotated[Name, AfterValidator(_one_of(DATA_FORMATS))]] = None
+    device: Optional[Annotated[Name, AfterValidator(_one_of(DEVICES))]] = None
+    xla: Optional[StrictBool] = None
+    num_data_workers: Optional[PositiveInt] = None
+    synthetic_batches: Optional[PositiveInt] = None
+    seed: Optional[NonNegativeInt] = None
+    ps_placement: Optional[Annotated[Name, AfterValidator(_one_of(PS_PLACEMENTS))]] = None
+    worker_port: Optional[Port] = None
+    ps_port: Optional[Port] = None
+    rendezvous_port: Optional[Port] = None
+
+    def args(self) -> list[str]:
+        out = []
+        for key, value in self.given().items():
+            flag = "--" + key.replace("_", "-")
+            if isinstance(value, bool):
+                out += [flag] if value else []
+            else:
+                out += [flag, str(value)]
+        return out
+
+    def given(self) -> dict:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+def _number_not_bool(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _positive_number(value: Union[int, float]) -> float:
+    if value <= 0:
+        raise ValueError("must be a positive number of seconds")
+    return float(value)
+
+
+class Plan(_Model):
+    matrix: Matrix
+    bench: BenchOptions = BenchOptions()
+    launcher: Annotated[Name, AfterValidator(_one_of(tuple(launchers.LAUNCHERS)))] = "local"
+    launcher_args: list[Annotated[str, Field(strict=True)]] = []
+    timeout: Optional[Annotated[float, BeforeValidator(_number_not_bool), AfterValidator(_positive_number)]] = None
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("function-after[", "function-before[") or str(part).startswith(("function-", "lax-", "json-")):
+            continue
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+_MODELS_BY_KEY = {(): Plan, ("matrix",): Matrix, ("bench",): BenchOptions}
+
+
+def _message(error: dict) -> str:
+    kind, loc = error["type"], tuple(p for p in error["loc"] if isinstance(p, int) or not str(p).startswith(("function-", "constrained-")))
+    if kind == "extra_forbidden":
+        model = _MODELS_BY_KEY.get(tuple(loc[:-1]))
+        valid = f" (choices: {choices(model.model_fields)})" if model else ""
+        return f"{_where(loc)}: unknown key{valid}"
+    if kind == "missing":
+        return f"{_where(loc)}: required key missing"
+    if kind == "value_error":
+        return f"{_where(loc)}: {error['msg'].removeprefix('Value error, ')}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"{_where(loc)}: must be an integer, got {error['input']!r}"
+    if kind in ("string_type",):
+        return f"{_where(loc)}: must be a string, got {error['input']!r}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"{_where(loc)}: must be true or false, got {error['input']!r}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"{_where(loc)}: must be a mapping of keys to values, got {error['input']!r}"
+    if kind in ("list_type",):
+        return f"{_where(loc)}: must be a list, got {error['input']!r}"
+    if kind in ("float_type", "float_parsing"):
+        return f"{_where(loc)}: must be a number, got {error['input']!r}"
+    return f"{_where(loc)}: {error['msg']}"
+
+
+def parse_plan(data: Any, label: str) -> Plan:
+    if not isinstance(data, dict):
+        raise PlanError([f"{label}: must be a YAML mapping with a 'matrix' key, got {type(data).__name__}"])
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as error:
+        lines, seen = [], set()
+        for item in error.errors():
+            line = f"{label}: {_message(item)}"
+            if line not in seen:  # unions report one problem once per branch
+                seen.add(line)
+                lines.append(line)
+        raise PlanError(lines) from None
+
+
+def load_plan(path: str | os.PathLike) -> Plan:
+    import yaml
+
+    label = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise PlanError([f"{label}: no such file"]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as error:
+        raise PlanError([f"{label}: cannot read: {error.__class__.__name__}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise PlanError([f"{label}: not valid YAML: {at}{problem}"]) from None
+    return parse_plan(data, label)
+
+
+# --- the product -------------------------------------------------------------------------------
+
+@dataclass
+class Point:
+    values: dict  # one value per axis, in AXES order
+    bench: dict  # the plan's bench options that were given
+    launcher: str | None  # None: one process, no launcher
+    launcher_args: list[str] = field(default_factory=list)
+
+    @property
+    def processes(self) -> int:
+        return self.values["ranks"] + (self.values["num_ps"] + 1 if self.values["strategy"] == "ps" else 0)
+
+    def identity(self) -> dict:
+        """What the hash covers: the matrix values, the bench options, and the launcher when one is used."""
+        ident = {"point": self.values, "bench": self.bench}
+        if self.launcher is not None:
+            ident["launcher"] = {"name": self.launcher, "args": self.launcher_args}
+        return ident
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.identity())
+
+    def label(self) -> str:
+        v = self.values
+        parts = [v["framework"], v["model"], f"bs={v['batch_size']}", f"ranks={v['ranks']}"]
+        if v["strategy"] != "none":
+            parts.append(f"strategy={v['strategy']}")
+        if v["num_ps"]:
+            parts.append(f"ps={v['num_ps']}")
+        if v["data"] != "synthetic":
+            parts.append(f"data={v['data']}")
+        if v["runtime"] != "local":
+            parts.append(f"runtime={v['runtime']}")
+        if v["image"]:
+            parts.append(f"image={v['image']}")
+        return " ".join(parts)
+
+    def bench_args(self) -> list[str]:
+        v = self.values
+        args = ["--framework", v["framework"], "--model", v["model"], "--batch-size", str(v["batch_size"]),
+                "--strategy", v["strategy"]]
+        if v["data"] != "synthetic":
+            args += ["--data-dir", v["data"]]
+        return args + BenchOptions(**self.bench).args()
+
+
+def config_hash(identity: dict) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of a point's identity; 16 hex digits."""
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def skip_reason(values: dict) -> str | None:
+    """Why a combination is not run (a rule, not an error), or None to run it."""
+    framework, strategy, num_ps = values["framework"], values["strategy"], values["num_ps"]
+    if framework not in STRATEGY_FRAMEWORKS[strategy]:
+        return f"strategy {strategy} is for {choices(STRATEGY_FRAMEWORKS[strategy])} only"
+    if strategy == "ps" and num_ps == 0:
+        return "strategy ps needs num_ps 1 or more"
+    if strategy != "ps" and num_ps > 0:
+        return f"num_ps {num_ps} needs strategy ps"
+    return None
+
+
+def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
+    """The Cartesian product in plan order: (points to run, [(point, why skipped)]).
+
+    The image axis applies to container runtimes only: `local` runs on the host,
+    once, with image null.
+    """
+    m = plan.matrix
+    bench = plan.bench.given()
+    run, skipped, seen = [], [], set()
+    for framework, model, batch_size, ranks, num_ps, strategy, data, runtime, image in itertools.product(
+        m.framework, m.model, m.batch_size, m.ranks, m.num_ps, m.strategy, m.data, m.runtime, m.image
+    ):
+        if runtime == "local":
+            image = None
+        values = dict(framework=framework, model=model, batch_size=batch_size, ranks=ranks, num_ps=num_ps,
+                      strategy=strategy, data=data, runtime=runtime, image=image)
+        multi = ranks > 1 or strategy == "ps"
+        point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [])
+        if point.config_hash in seen:
+            continue
+        seen.add(point.config_hash)
+        reason = skip_reason(values)
+        if reason:
+            skipped.append((point, reason))
+        else:
+            run.append(point)
+    return run, skipped

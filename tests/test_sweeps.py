@@ -1,0 +1,374 @@
+"""`benchrun sweep`: plan validation, product and skip rules, hashes, the store, and real sweeps
+(resume, retries, a run that leaves no record, kill -9 of the sweep and rerun)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from benchmarks.record import SCHEMA_FILE
+from runners import cli, store
+from runners.sweep import PlanError, expand, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"image_size": 64, "num_warmup_batches": 0, "num_batches": 1, "num_threads": 1}
+
+
+def write_plan(path: Path, plan) -> Path:
+    path.write_text(plan if isinstance(plan, str) else yaml.safe_dump(plan))
+    return path
+
+
+def tiny_plan(**matrix) -> dict:
+    bench = {**TINY, "rendezvous_port": random.randint(20000, 40000)}  # others' tests use the default port
+    return {"matrix": {"framework": ["torch"], "model": ["alexnet"], "batch_size": [2], **matrix}, "bench": bench}
+
+
+def benchrun(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "runners", *map(str, args)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+
+
+def lines(path: Path) -> list[dict]:
+    text = path.read_text()
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes whose environment carries DLBENCH_TEST_MARK=marker."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"DLBENCH_TEST_MARK={marker}".encode() in environ.split(b"\0") and state != b"Z":
+            found.append(int(pid))
+    return found
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
+# --- bad plans: one line each, exit 2, store untouched -------------------------------------------
+
+BAD_PLANS = [
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2, 0]}",
+     ["matrix.batch_size[1]: must be a positive integer"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2, x]}",
+     ["matrix.batch_size[1]: must be an integer, got 'x'"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\nbench: {image_sise: 64}\n",
+     ["bench.image_sise: unknown key (choices: image_size,"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\nrepeat: 3\n", ["repeat: unknown key"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], rank: [1]}", ["matrix.rank: unknown key"]),
+    ("matrix: {framework: [caffe], model: [], batch_size: [2]}",
+     ["matrix.framework[0]: unknown value 'caffe' (choices: torch, tensorflow)", "matrix.model: must list at least one value"]),
+    ("matrix: {}", ["matrix.framework: required key missing", "matrix.model: required key missing",
+                    "matrix.batch_size: required key missing"]),
+    ("matrix:\n", ["matrix: must be a mapping"]),
+    ("", ["must be a YAML mapping with a 'matrix' key"]),
+    ("matrix: [unclosed\n", ["not valid YAML: line"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\ntimeout: '5'\n",
+     ["timeout: must be a positive number of seconds, got '5'"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\nbench: {xla: 1}\n",
+     ["bench.xla: must be true or false, got 1"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2, 2]}", ["matrix.batch_size: lists 2 twice"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\nlauncher: slurm\n",
+     ["launcher: unknown value 'slurm' (choices: local,"]),
+    # valid schema, but bench itself refuses the value: still nothing runs
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2]}\nbench: {image_size: 32}\n",
+     ["point [torch alexnet bs=2 ranks=1]: --image-size 32 is too small for alexnet (minimum 63)"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], data: [/nonexistent/imgs]}",
+     ["--data-dir '/nonexistent/imgs' does not exist"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], runtime: [nosuchruntime]}",
+     ["matrix.runtime: runtime 'nosuchruntime'"]),
+    ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], strategy: [allreduce, ps]}",
+     ["every combination is skipped by a rule"]),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD_PLANS)
+def test_bad_plan_is_one_line_per_problem_exit_2_store_untouched(tmp_path, capsys, text, expected):
+    plan = write_plan(tmp_path / "plan.yaml", text)
+    store_path = tmp_path / "out" / "sweep.jsonl"
+    assert cli.main(["sweep", str(plan), "--store", str(store_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == len(expected), err
+    for line, want in zip(err, expected):
+        assert line.startswith(f"benchrun: error: {plan}: "), line
+        assert want in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_exact_error_line(tmp_path, capsys):
+    plan = write_plan(tmp_path / "plan.yaml", "matrix: {framework: [torch], model: [alexnet], batch_size: [2, -1]}")
+    assert cli.main(["sweep", str(plan)]) == 2
+    assert capsys.readouterr().err == f"benchrun: error: {plan}: matrix.batch_size[1]: must be a positive integer\n"
+
+
+def test_missing_plan_file_and_bad_options(tmp_path, capsys):
+    assert cli.main(["sweep", str(tmp_path / "nope.yaml")]) == 2
+    assert capsys.readouterr().err == f"benchrun: error: {tmp_path / 'nope.yaml'}: no such file\n"
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
+    assert cli.main(["sweep", str(plan), "--retries", "-1"]) == 2
+    assert capsys.readouterr().err == "benchrun: error: --retries must be 0 or more, got -1\n"
+    (tmp_path / "dir.jsonl").mkdir()
+    assert cli.main(["sweep", str(plan), "--store", str(tmp_path / "dir.jsonl")]) == 2
+    assert "is not a file" in capsys.readouterr().err
+
+
+# --- product, skip rules, hashes ---------------------------------------------------------------
+
+def test_product_order_and_skip_rules():
+    plan = parse_plan({
+        "matrix": {"framework": ["torch", "tf"], "model": "alexnet", "batch_size": [1, 2], "ranks": [1, 2],
+                   "num_ps": [0, 1], "strategy": ["none", "ddp", "ps"], "runtime": ["local", "docker"],
+                   "image": ["img:a", "img:b"]},
+    }, "p")
+    run, skipped = expand(plan)
+    # local ignores the image axis: 1 local + 2 docker images = 3 runtime/image pairs
+    assert len(run) + len(skipped) == 2 * 2 * 2 * 2 * 3 * 3
+    reasons = {}
+    for point, reason in skipped:
+        reasons.setdefault(reason, []).append(point.values)
+    assert set(reasons) == {"strategy ddp is for torch only", "strategy ps is for tensorflow only",
+                            "strategy ps needs num_ps 1 or more", "num_ps 1 needs strategy ps"}
+    for point in run:
+        v = point.values
+        assert not (v["framework"] == "tensorflow" and v["strategy"] == "ddp")
+        assert (v["strategy"] == "ps") == (v["num_ps"] > 0)
+        assert (v["image"] is None) == (v["runtime"] == "local")
+        assert (point.launcher == "local") == (v["ranks"] > 1 or v["strategy"] == "ps")
+    assert len(run) == 2 * 2 * 3 * (1 + 1 + 0) + 2 * 2 * 3 * (1 + 0 + 1)  # torch: none, ddp; tf: none, ps
+    # plan order: framework outermost, image innermost
+    assert [p.values["framework"] for p in run[:2]] == ["torch", "torch"]
+    assert run[0].values == {"framework": "torch", "model": "alexnet", "batch_size": 1, "ranks": 1, "num_ps": 0,
+                             "strategy": "none", "data": "synthetic", "runtime": "local", "image": None}
+    assert (run[1].values["runtime"], run[1].values["image"]) == ("docker", "img:a")
+    assert run[0].bench_args() == ["--framework", "torch", "--model", "alexnet", "--batch-size", "1",
+                                   "--strategy", "none"]
+
+
+def test_config_hash_is_stable():
+    base = {"matrix": {"framework": ["torch"], "model": ["alexnet"], "batch_size": [2]},
+            "bench": {"image_size": 64, "num_batches": 1}}
+    (point,), _ = expand(parse_plan(base, "p"))
+    # the documented formula (docs/sweeps.md), computed here by hand
+    identity = ('{"bench":{"image_size":64,"num_batches":1},"point":{"batch_size":2,"data":"synthetic",'
+                '"framework":"torch","image":null,"model":"alexnet","num_ps":0,"ranks":1,"runtime":"local",'
+                '"strategy":"none"}}')
+    assert point.config_hash == hashlib.sha256(identity.encode()).hexdigest()[:16]
+    # and pinned: changing it orphans every existing store, so it must be deliberate
+    assert point.config_hash == "19229322f8d85ccd"
+    reordered = {"bench": {"num_batches": 1, "image_size": 64},
+                 "matrix": {"batch_size": 2, "model": "alexnet", "framework": "pytorch"}, "timeout": 30}
+    assert expand(parse_plan(reordered, "p"))[0][0].config_hash == point.config_hash
+    changed = {**base, "bench": {"image_size": 64, "num_batches": 2}}
+    assert expand(parse_plan(changed, "p"))[0][0].config_hash != point.config_hash
+    docker = {**base, "matrix": {**base["matrix"], "runtime": ["docker"], "image": ["x"]}}
+    assert expand(parse_plan(docker, "p"))[0][0].config_hash != point.config_hash
+
+
+# --- the store reader ---------------------------------------------------------------------------
+
+def test_iter_records_reads_plain_and_envelopes_and_skips_a_torn_tail(tmp_path):
+    path = tmp_path / "s.jsonl"
+    plain = {"schema_version": "1.1", "status": "ok", "n": 1}
+    wrapped = {"schema_version": "1.1", "status": "oom", "n": 2}
+    path.write_text(json.dumps(plain) + "\n"
+                    + json.dumps({"sweep": {"config_hash": "a", "attempt": 1}, "record": wrapped, "error": None}) + "\n"
+                    + json.dumps({"sweep": {"config_hash": "b", "attempt": 1}, "record": None, "error": "boom"}) + "\n"
+                    + '{"sweep": {"config_hash": "c"}, "rec')
+    with pytest.warns(store.StoreWarning, match="line 4 is incomplete"):
+        assert list(store.iter_records(path)) == [plain, wrapped]
+    with pytest.warns(store.StoreWarning):
+        entries = list(store.iter_entries(path))
+    assert [e["sweep"] for e in entries] == [None, {"config_hash": "a", "attempt": 1}, {"config_hash": "b", "attempt": 1}]
+    assert entries[2]["error"] == "boom"
+    with pytest.warns(store.StoreWarning, match="cut an incomplete last line"):
+        assert store.repair_tail(path)
+    assert path.read_text().endswith('"error": "boom"}\n')
+    assert not store.repair_tail(path)
+    path.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
+    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+        list(store.iter_records(path))
+
+
+# --- dry run -----------------------------------------------------------------------------------
+
+def test_dry_run_lists_commands_and_runs_nothing(tmp_path, capsys):
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(ranks=[1, 2], strategy=["none", "ps"], num_ps=[0, 1]))
+    store_path = tmp_path / "sweep.jsonl"
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--dry-run", "--timeout", "30"]) == 0
+    out, err = capsys.readouterr()
+    assert "8 combinations: 2 to run, 0 already in" in err and "6 skipped by rule" in err
+    assert "skipped  torch alexnet bs=2 ranks=1 strategy=ps ps=1  (strategy ps is for tensorflow only)" in err
+    runs = [line for line in out.splitlines() if "  run   " in line]
+    assert len(runs) == 2
+    assert "-m benchmarks --framework torch --model alexnet --batch-size 2 --strategy none --image-size 64" in out
+    assert "-m runners launch --launcher local -n 2" in out and "--timeout 30.0" in out
+    assert not store_path.exists() and not (tmp_path / "sweep.jsonl.logs").exists()
+
+
+# --- real sweeps -------------------------------------------------------------------------------
+
+def test_sweep_stores_envelopes_and_a_rerun_skips_completed_points(tmp_path):
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    store_path = tmp_path / "res" / "sweep.jsonl"
+    first = benchrun("sweep", plan, "--store", store_path)
+    assert first.returncode == 0, first.stderr
+    stored = lines(store_path)
+    assert [e["sweep"]["point"]["batch_size"] for e in stored] == [1, 2]
+    schema = json.loads(SCHEMA_FILE.read_text())
+    for entry in stored:
+        assert set(entry) == {"sweep", "record", "error"} and entry["error"] is None
+        assert entry["sweep"]["attempt"] == 1 and entry["sweep"]["plan"] == str(plan.resolve())
+        assert entry["record"]["status"] == "ok"
+        assert entry["record"]["config"]["batch_size"] == entry["sweep"]["point"]["batch_size"]
+        jsonschema.validate(entry["record"], schema)
+        assert Path(entry["sweep"]["log"]).exists()
+    assert [r["config"]["batch_size"] for r in store.iter_records(store_path)] == [1, 2]
+    assert "ok" in first.stderr and "skipped by rule" in first.stderr  # summary table
+    again = benchrun("sweep", plan, "--store", store_path)
+    assert again.returncode == 0, again.stderr
+    assert "2 combinations: 0 to run, 2 already in" in again.stderr
+    assert store_path.read_text().count("\n") == 2
+
+
+def test_timeouts_are_retried_and_recorded(tmp_path):
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
+    store_path = tmp_path / "sweep.jsonl"
+    result = benchrun("sweep", plan, "--store", store_path, "--timeout", "0.5", "--retries", "1")
+    assert result.returncode == 1, result.stderr
+    stored = lines(store_path)
+    assert [(e["sweep"]["attempt"], e["record"]["status"]) for e in stored] == [(1, "timeout"), (2, "timeout")]
+    assert stored[0]["record"]["error"]["kind"] == "timeout"
+    assert len({e["sweep"]["config_hash"] for e in stored}) == 1
+    # a rerun tries the failed point again (attempts go on), and without the tiny timeout it succeeds
+    result = benchrun("sweep", plan, "--store", store_path)
+    assert result.returncode == 0, result.stderr
+    assert [(e["sweep"]["attempt"], e["record"]["status"]) for e in lines(store_path)][-1] == (3, "ok")
+
+
+def test_a_run_without_record_is_stored_as_failed_and_retried(tmp_path):
+    marker = uuid.uuid4().hex
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
+    store_path = tmp_path / "sweep.jsonl"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path), "--retries", "1"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        bench = None
+        deadline = time.monotonic() + 60
+        while bench is None and time.monotonic() < deadline:
+            for pid in marked(marker):
+                argv = cmdline(pid)
+                parent = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1] if argv else b"0"
+                if "benchmarks" in argv and "--output" in argv and "runners.pointrun" in cmdline(int(parent)):
+                    bench = pid
+            time.sleep(0.05)
+        assert bench, "bench never started"
+        os.kill(bench, signal.SIGKILL)  # bench dies before writing anything: no record
+        out, err = sweep.communicate(timeout=120)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 0, err
+    first, second = lines(store_path)
+    assert first["record"] is None and first["sweep"]["attempt"] == 1
+    assert first["error"].startswith("bench wrote no record (killed by signal 9)"), first["error"]
+    assert "command: " in first["error"] and first["sweep"]["exit_code"] == -9
+    assert second["record"]["status"] == "ok" and second["sweep"]["attempt"] == 2
+    assert list(store.iter_records(store_path)) == [second["record"]]
+
+
+def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
+    marker = uuid.uuid4().hex
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2], ranks=[1, 2]))
+    store_path = tmp_path / "sweep.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker}
+    argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
+    sweep = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        # the 2nd point has 2 ranks, started by benchrun's local launcher in their own sessions
+        deadline = time.monotonic() + 120
+        ranks = []
+        while len(ranks) < 2 and time.monotonic() < deadline:
+            ranks = [p for p in marked(marker)
+                     if "--output" in cmdline(p) and b"DLBENCH_LAUNCHER=benchrun-local" in Path(f"/proc/{p}/environ").read_bytes()]
+            time.sleep(0.05)
+        assert len(ranks) >= 2, "the 2-rank point never started"
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait(timeout=10)
+    finally:
+        sweep.kill()
+    # everything the sweep started is stopped at once, well before the run could have ended by itself
+    killed_at = time.monotonic()
+    left = marked(marker)
+    while left and time.monotonic() < killed_at + 30:
+        time.sleep(0.1)
+        left = marked(marker)
+    print(f"all processes gone {time.monotonic() - killed_at:.1f} s after kill -9")
+    assert not left, [(p, cmdline(p)) for p in left]
+    assert time.monotonic() - killed_at < 6
+    before = lines(store_path)  # only complete lines
+    assert [e["sweep"]["point"]["ranks"] for e in before] == [1] and before[0]["record"]["status"] == "ok"
+    rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "4 combinations: 3 to run, 1 already in" in rerun.stderr
+    after = lines(store_path)
+    assert after[0] == before[0]
+    assert sorted((e["sweep"]["point"]["batch_size"], e["sweep"]["point"]["ranks"]) for e in after) == [
+        (1, 1), (1, 2), (2, 1), (2, 2)]
+    assert len({e["sweep"]["config_hash"] for e in after}) == 4
+    assert all(e["record"]["status"] == "ok" and e["sweep"]["attempt"] == 1 for e in after)
+    assert all(e["record"]["world"]["workers"] == e["sweep"]["point"]["ranks"] for e in after)
+    assert not marked(marker)
+
+
+def test_sigterm_stores_the_interrupted_run_and_stops(tmp_path):
+    marker = uuid.uuid4().hex
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    store_path = tmp_path / "sweep.jsonl"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # once bench's worker exists, bench handles SIGTERM (before that it dies without a record)
+        while not any("benchmarks.worker" in cmdline(p) for p in marked(marker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert time.monotonic() < deadline, "bench's worker never started"
+        sweep.send_signal(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=60)
+    finally:
+        sweep.kill()
+    assert sweep.returncode == 130, err
+    (entry,) = lines(store_path)
+    assert entry["record"]["status"] == "interrupted" and entry["sweep"]["point"]["batch_size"] == 1
+    assert "not run (stopped)" in err
+    assert not marked(marker)
