@@ -11,7 +11,7 @@ import sys
 
 from benchmarks.errors import EXIT_USAGE, UsageError
 
-COMMANDS = ["launch"]
+COMMANDS = ["launch", "run", "compare-runtimes"]
 
 
 class _Parser(argparse.ArgumentParser):
