@@ -35,7 +35,7 @@ _PATH_BAD = re.compile(r"[,:\s=\x00-\x1f]")  # separators of the mount syntaxes,
 # What ranks need from the launcher, forwarded into containers by name.
 FORWARD_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_")
+FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_")
 
 
 def forwarded_names(environ: Mapping[str, str] = os.environ) -> list[str]:

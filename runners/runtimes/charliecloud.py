@@ -69,8 +69,9 @@ class CharliecloudRuntime(Runtime):
         return []
 
     def base_options(self, image: str) -> list[str]:
-        return [f"--set-env={image}/ch/environment", "--unset-env=PYTHONPATH", "--unset-env=PYTHONHOME",
-                "--unset-env=VIRTUAL_ENV"]
+        # In order: drop the host's Python settings, then the image's ENV (which sets its own venv).
+        return ["--unset-env=PYTHONPATH", "--unset-env=PYTHONHOME", "--unset-env=VIRTUAL_ENV",
+                f"--set-env={image}/ch/environment"]
 
     def gpu_options(self) -> list[str]:
         return []  # host libraries are injected once per image with ch-fromhost --nvidia
