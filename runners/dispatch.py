@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,7 @@ class Outcome:
     record: dict | None  # None when bench wrote nothing (bad input, or the launch itself failed)
     exit_code: int
     command: list[str]
+    interrupted: bool = False  # Ctrl-C/SIGINT reached benchrun: callers running several stop there
 
 
 def _option(args: list[str], name: str) -> str | None:
@@ -156,12 +158,20 @@ def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool 
         argv = command(request, results, image)
         stream = subprocess.DEVNULL if quiet else None
         env = {**os.environ, **runtime.host_env()}
-        proc = subprocess.Popen(argv, stdout=stream, stderr=stream, env=env, start_new_session=True)
+        interrupted = []
+
+        def on_sigint(signum, frame):
+            interrupted.append(signum)
+            raise KeyboardInterrupt  # wait_group stops the run (SIGTERM, then SIGKILL) and returns
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
         try:
+            proc = subprocess.Popen(argv, stdout=stream, stderr=stream, env=env, start_new_session=True)
             code = wait_group([proc], None if request.timeout_s is None else request.timeout_s + TIMEOUT_GRACE_S)
         finally:
+            signal.signal(signal.SIGINT, previous)
             runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
-        return Outcome(record, code, argv)
+        return Outcome(record, code, argv, interrupted=bool(interrupted))

@@ -131,6 +131,11 @@ def run(args) -> int:
                              "container_runtime": prov.get("container_runtime", ""), "image": prov.get("image") or ""})
             print(f"compare-runtimes: round {round_}/{args.repeats} {name}: "
                   f"{'failed' if value is None else f'{value:.2f} img/s'}", flush=True)
+            if outcome.interrupted:
+                break
+        if outcome.interrupted:
+            print("compare-runtimes: interrupted: summarizing the runs so far", flush=True)
+            break
     with open(out / "compare.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows_csv[0]))
         writer.writeheader()
@@ -140,4 +145,4 @@ def run(args) -> int:
     (out / "compare.md").write_text(table)
     chart(summary, out / "compare.png", " ".join(requests[names[0]].bench_args))
     print(table, end="")
-    return 0 if all(samples.values()) else 1
+    return 130 if outcome.interrupted else (0 if all(samples.values()) else 1)
