@@ -140,8 +140,12 @@ def check(request: RunRequest) -> runtimes.Runtime:
         raise UsageError(f"unknown launcher {request.launcher!r}")
     runtime = runtimes.get(request.runtime)
     runtime.require()
-    if request.data_dir is not None and not os.path.isdir(request.data_dir):
-        raise UsageError(f"--data-dir {request.data_dir} is not a directory")
+    if request.data_dir is not None:
+        if not os.path.isdir(request.data_dir):
+            raise UsageError(f"--data-dir {request.data_dir} is not a directory")
+        if runtime.runs_as_image_user and not runtimes.base.world_readable(request.data_dir):
+            raise UsageError(f"--data-dir {request.data_dir} is not readable by the image's user (uid 1000): "
+                             f"make it and its parents world-readable (chmod o+rX)")
     return runtime
 
 

@@ -172,6 +172,14 @@ def test_missing_image_is_one_line_exit_2():
         "benchrun: error: image 'dlbench-no-such-image:0' not found by docker (build it: make images)\n"
 
 
+def test_data_dir_unreadable_by_image_user_refused(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    result = benchrun("run", "--runtime", "docker", "--data-dir", str(private), "--", "--model", "resnet50")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "is not readable by the image's user (uid 1000)" in result.stderr
+
+
 def test_missing_binary_in_compare_refused_before_running(tmp_path):
     result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(tmp_path), "--", "--model", "x")
     assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not list(tmp_path.iterdir())

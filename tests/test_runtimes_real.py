@@ -69,12 +69,33 @@ def check_ok(result, record, runtime):
     return record
 
 
-def test_docker_real(tmp_path):
+@pytest.fixture()
+def public_dataset():
+    """An ImageFolder the image's user (uid 1000) can read: pytest's tmp dirs are 0700."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="dlbench-rt-data-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        made = subprocess.run([sys.executable, "-m", "benchmarks", "make-dataset", str(root / "ds"), "--images", "12",
+                               "--classes", "3", "--min-size", "64", "--max-size", "96"], cwd=ROOT, env=env(),
+                              capture_output=True, text=True, timeout=120)
+        assert made.returncode == 0, made.stderr
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield root / "ds"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_docker_real_with_read_only_data(tmp_path, public_dataset):
     docker_up(TF_IMAGE)
     before = containers()
-    result, record = benchrun_run("--runtime", "docker", "--results", str(tmp_path), "--", *TINY_TF)
+    result, record = benchrun_run("--runtime", "docker", "--results", str(tmp_path), "--data-dir", str(public_dataset),
+                                  "--", *TINY_TF)
     check_ok(result, record, "docker")
     assert record["provenance"]["image"] == "dlbench-tensorflow:0.1.0"
+    assert record["config"]["data_dir"] == "/data" and record["config"]["data"] == "real"
     assert json.loads((tmp_path / "records.jsonl").read_text())["run_id"] == record["run_id"]
     assert containers() == before
 
@@ -96,7 +117,8 @@ def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0
+    assert proc.returncode == 130, err[-2000:]
+    assert json.loads([line for line in out.splitlines() if line.startswith("{")][-1])["status"] == "interrupted"
     assert not containers(), "a container was left after SIGINT"
 
 

@@ -50,6 +50,19 @@ class Mount:
     readonly: bool = True
 
 
+def world_readable(path: str) -> bool:
+    """Can a user who is neither owner nor group (the image's uid 1000) list `path`?"""
+    path = os.path.abspath(path)
+    if (os.stat(path).st_mode & 0o005) != 0o005:
+        return False
+    parent = os.path.dirname(path)
+    while parent != os.path.dirname(parent):
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+        parent = os.path.dirname(parent)
+    return True
+
+
 def check_image(image: str) -> str:
     if not image or not _IMAGE.match(image) or ".." in image.split("/"):
         raise UsageError(f"invalid image name {image!r} (letters, digits and ._/:@+- only)")
@@ -77,6 +90,7 @@ class Runtime(ABC):
     subcommand: tuple[str, ...] = ()  # e.g. ("run", "--rm") after the binary
     passes_host_env = False  # True: the host environment is visible inside by default
     removes_container = False  # docker/podman: a named container that must be removed
+    runs_as_image_user = False  # docker/podman: the image's user (uid 1000), not the caller, reads the mounts
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:

@@ -12,6 +12,7 @@ class DockerRuntime(Runtime):
     binary = "docker"
     subcommand = ("run", "--rm", "--init")
     removes_container = True
+    runs_as_image_user = True
 
     def base_options(self, image: str) -> list[str]:
         return ["--network=host", "--ipc=host"]
