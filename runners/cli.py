@@ -11,7 +11,7 @@ import sys
 
 from benchmarks.errors import EXIT_USAGE, UsageError
 
-COMMANDS = ["launch", "sweep", "report", "compare", "export"]
+COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -4,31 +4,56 @@ compare-runtimes and `benchrun run` share.
 bench writes its record with `--output` into a results directory (mounted
 into the container when there is one) and the record is read back from
 there, so the same path works for every runtime and launcher.
+
+Containers compose with launchers in the hybrid model: the launcher starts one
+container per rank (`srun [--mpi=...] python -m runners.runtimes SPEC -- bench ...`,
+which runs `docker run ... IMAGE` with the rank's variables forwarded and removes
+the container afterwards). `container_command()` shows the bare runtime command.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import launchers
+from benchmarks.errors import UsageError
+
+from . import launchers, runtimes
+from .launchers.base import wait_group
+from .runtimes.container import ContainerSpec, argv_for
+
+RESULTS_TARGET = "/results"
+IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
+          "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
+TIMEOUT_GRACE_S = 60  # bench stops itself at --timeout; the host stops what is left after this
 
 
 @dataclass
 class RunRequest:
     bench_args: list[str]
     runtime: str = "local"
-    image: str | None = None
+    image: str | None = None  # None: the framework's image (IMAGES), for container runtimes
     launcher: str | None = None  # None: one process, no launcher
     num_workers: int = 1
     num_ps: int = 0
     timeout_s: float | None = None
     launcher_args: list[str] = field(default_factory=list)
+    data_dir: str | None = None  # host directory, mounted read-only; bench gets --data-dir
+    gpus: bool = False
+    mpi: bool = False  # the runtime's MPI hook (sarus/shifter --mpi); not needed for the hybrid model
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    @property
+    def container_name(self) -> str:
+        return f"dlbench-{self.run_id}"
 
 
 @dataclass
@@ -36,23 +61,71 @@ class Outcome:
     record: dict | None  # None when bench wrote nothing (bad input, or the launch itself failed)
     exit_code: int
     command: list[str]
+    interrupted: bool = False  # Ctrl-C/SIGINT reached benchrun: callers running several stop there
 
 
-def bench_command(request: RunRequest) -> list[str]:
-    """How to start bench for this request's runtime (`local`: this Python's package)."""
-    if request.runtime != "local":
-        raise ValueError(f"runtime {request.runtime!r} is not available in this build of benchrun")
-    return [sys.executable, "-m", "benchmarks"]
+def _option(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
 
 
-def command(request: RunRequest, record_path: Path) -> list[str]:
-    args = [*request.bench_args, "--output", str(record_path)]
+def default_image(request: RunRequest) -> str:
+    if request.image:
+        return request.image
+    framework = _option(request.bench_args, "--framework") or os.environ.get("BENCH_FRAMEWORK") or "torch"
+    if framework not in IMAGES:
+        raise UsageError(f"no default image for --framework {framework!r}: give --image")
+    return IMAGES[framework]
+
+
+def container_spec(request: RunRequest, results: Path, image: str | None = None) -> ContainerSpec:
+    """What every rank's container gets: the results dir (read-write), the data dir (read-only)."""
+    runtime = runtimes.get(request.runtime)
+    mounts = [runtimes.Mount(str(results), RESULTS_TARGET, readonly=False)]
+    if request.data_dir:
+        mounts.append(runtimes.Mount(os.path.abspath(request.data_dir), runtime.data_target(), readonly=True))
+    return ContainerSpec(runtime=request.runtime, image=image or default_image(request), name=request.container_name,
+                         mounts=mounts, workdir=RESULTS_TARGET, gpus=request.gpus, mpi=request.mpi)
+
+
+def bench_command(request: RunRequest, results: Path | None = None, image: str | None = None) -> list[str]:
+    """How to start bench for this request's runtime: this Python's package for `local`, else the
+    per-rank container wrapper around the runtime's command (see container_command)."""
+    if request.runtime == "local":
+        return [sys.executable, "-m", "benchmarks"]
+    if results is None:
+        raise ValueError("a container runtime needs the results directory to mount")
+    spec = container_spec(request, results, image)
+    return [sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"]
+
+
+def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
+    """The bare runtime command one rank runs, e.g. `docker run --rm ... --name dlbench-ID ... IMAGE` + `bench`."""
+    return argv_for(container_spec(request, results, image), ["bench"], environ={})[0]
+
+
+def _bench_args(request: RunRequest, record_path: str) -> list[str]:
+    args = [*request.bench_args, "--output", record_path]
+    if request.data_dir and "--data-dir" not in args:
+        inside = request.data_dir if request.runtime == "local" else runtimes.get(request.runtime).data_target()
+        args += ["--data-dir", inside]
     if request.timeout_s is not None and "--timeout" not in args:
         args += ["--timeout", str(request.timeout_s)]
+    return args
+
+
+def command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
+    inside = results if request.runtime == "local" else Path(RESULTS_TARGET)
+    args = _bench_args(request, str(inside / "record.jsonl"))
+    bench = bench_command(request, results, image)
     if request.launcher is None:
-        return [*bench_command(request), *args]
+        return [*bench, *args]
     launch = [sys.executable, "-m", "runners", "launch", "--launcher", request.launcher,
-              "-n", str(request.num_workers), "--bench-command", shlex.join(bench_command(request))]
+              "-n", str(request.num_workers), "--bench-command", shlex.join(bench)]
     if request.num_ps:
         launch += ["--num-ps", str(request.num_ps)]
     if request.timeout_s is not None:
@@ -61,15 +134,48 @@ def command(request: RunRequest, record_path: Path) -> list[str]:
     return [*launch, "--", *args]
 
 
-def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool = False) -> Outcome:
-    """Run it; the record (if bench wrote one) is returned, not left behind."""
+def check(request: RunRequest) -> runtimes.Runtime:
+    """Refuse bad input before anything runs (one-line errors)."""
     if request.launcher is not None and request.launcher not in launchers.LAUNCHERS:
-        raise ValueError(f"unknown launcher {request.launcher!r}")
-    with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir) as tmp:
-        record_path = Path(tmp) / "record.jsonl"
-        argv = command(request, record_path)
+        raise UsageError(f"unknown launcher {request.launcher!r}")
+    runtime = runtimes.get(request.runtime)
+    runtime.require()
+    if request.data_dir is not None:
+        if not os.path.isdir(request.data_dir):
+            raise UsageError(f"--data-dir {request.data_dir} is not a directory")
+        if runtime.runs_as_image_user and not runtimes.base.world_readable(request.data_dir):
+            raise UsageError(f"--data-dir {request.data_dir} is not readable by the image's user (uid 1000): "
+                             f"make it and its parents world-readable (chmod o+rX)")
+    return runtime
+
+
+def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool = False) -> Outcome:
+    """Run it; the record (if bench wrote one) is returned, not left behind.
+
+    Containers are removed when the run ends, times out (timeout_s + 60 s on the host) or is interrupted."""
+    runtime = check(request)
+    image = None if request.runtime == "local" else runtime.prepare(default_image(request))
+    with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
+        results = Path(tmp)
+        if request.runtime != "local":
+            results.chmod(0o777)  # the image's user (uid 1000) writes the record
+        argv = command(request, results, image)
         stream = subprocess.DEVNULL if quiet else None
-        proc = subprocess.run(argv, stdout=stream, stderr=stream)
+        env = {**os.environ, **runtime.host_env()}
+        interrupted = []
+
+        def on_sigint(signum, frame):
+            interrupted.append(signum)
+            raise KeyboardInterrupt  # wait_group stops the run (SIGTERM, then SIGKILL) and returns
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            proc = subprocess.Popen(argv, stdout=stream, stderr=stream, env=env, start_new_session=True)
+            code = wait_group([proc], None if request.timeout_s is None else request.timeout_s + TIMEOUT_GRACE_S)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind
+        record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
-        return Outcome(record, proc.returncode, argv)
+        return Outcome(record, code, argv, interrupted=bool(interrupted))

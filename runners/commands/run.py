@@ -1,0 +1,89 @@
+"""`benchrun run`: one benchmark under a container runtime (and optionally a launcher); prints its record.
+
+    benchrun run --runtime docker -- --framework tensorflow --model resnet50 --image-size 64 --batch-size 4
+    benchrun run --runtime docker --launcher srun -n 2 -- --framework tf --strategy allreduce ...
+
+`--image` defaults to the framework's image from `make images` (dlbench-torch:latest /
+dlbench-tensorflow:latest, by bench's --framework). The record is read back from a
+fresh results directory mounted at /results, printed as one JSON line, and kept in
+--results DIR/records.jsonl when --results is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from benchmarks.errors import EXIT_FAILED, UsageError, choices
+
+from .. import dispatch, launchers, runtimes
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run one benchmark under a container runtime", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_runtime_options(p)
+    p.add_argument("--runtime", default="local", help=f"{choices(runtimes.RUNTIMES)} (default: local)")
+    p.add_argument("--results", help="directory that keeps records.jsonl (default: print only)")
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit (no image preparation)")
+    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
+    p.set_defaults(run=run)
+
+
+def add_runtime_options(p) -> None:
+    """Options `run` and `compare-runtimes` share."""
+    p.add_argument("--image", help="image (default: the framework's dlbench image)")
+    p.add_argument("--launcher", help=f"{choices(launchers.LAUNCHERS)} (default: none, one process)")
+    p.add_argument("-n", "--num-workers", type=int, default=1, help="ranks under --launcher (default: 1)")
+    p.add_argument("--num-ps", type=int, default=0, help="parameter servers (--strategy ps)")
+    p.add_argument("--launcher-arg", action="append", default=[], help="extra launcher option (repeatable)")
+    p.add_argument("--data-dir", help="host ImageFolder directory, mounted read-only; bench gets --data-dir")
+    p.add_argument("--timeout", type=float, help="seconds; bench stops itself, the host removes what is left")
+    p.add_argument("--gpus", action="store_true", help="give the container the GPUs (--gpus all, --nv, ...)")
+    p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich)")
+
+
+def bench_args(args) -> list[str]:
+    rest = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
+    for own in ("--output", "--json"):
+        if own in rest or any(a.startswith(own + "=") for a in rest):
+            raise UsageError(f"benchrun sets bench's {own} itself: leave it out")
+    return rest
+
+
+def request(args, runtime: str) -> dispatch.RunRequest:
+    if args.num_workers < 1:
+        raise UsageError(f"-n must be 1 or more, got {args.num_workers}")
+    if args.num_workers > 1 and args.launcher is None:
+        raise UsageError("-n above 1 needs --launcher")
+    if args.data_dir is not None and not os.path.isdir(args.data_dir):
+        raise UsageError(f"--data-dir {args.data_dir} is not a directory")
+    if args.image is not None:
+        runtimes.base.check_image(args.image)
+    return dispatch.RunRequest(bench_args(args), runtime=runtime, image=args.image, launcher=args.launcher,
+                               num_workers=args.num_workers, num_ps=args.num_ps, timeout_s=args.timeout,
+                               launcher_args=args.launcher_arg, data_dir=args.data_dir, gpus=args.gpus, mpi=args.mpi)
+
+
+def run(args) -> int:
+    req = request(args, args.runtime)
+    if args.dry_run:
+        import shlex
+        from pathlib import Path
+
+        dispatch.check(req)
+        print(shlex.join(dispatch.command(req, Path(args.results or "/tmp/RESULTS"), dispatch.default_image(req))))
+        return 0
+    if args.results:
+        os.makedirs(args.results, exist_ok=True)
+    outcome = dispatch.run(req)
+    if outcome.record is None:
+        print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", flush=True)
+        return outcome.exit_code or EXIT_FAILED
+    if args.results:
+        from benchmarks.record import append_jsonl
+
+        append_jsonl(os.path.join(args.results, "records.jsonl"), outcome.record)
+    print(json.dumps(outcome.record), flush=True)
+    return outcome.exit_code

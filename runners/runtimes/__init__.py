@@ -1,0 +1,35 @@
+"""One module per container runtime; adding one = a `Runtime` subclass + one line here."""
+
+from __future__ import annotations
+
+import importlib
+
+from benchmarks.errors import UsageError, choices
+
+from .base import Mount, Runtime, forwarded_names
+
+RUNTIMES = {
+    "local": "runners.runtimes.local:LocalRuntime",
+    "docker": "runners.runtimes.docker:DockerRuntime",
+    "podman": "runners.runtimes.podman:PodmanRuntime",
+    "singularity": "runners.runtimes.singularity:SingularityRuntime",
+    "apptainer": "runners.runtimes.apptainer:ApptainerRuntime",
+    "shifter": "runners.runtimes.shifter:ShifterRuntime",
+    "shifter-ng": "runners.runtimes.shifter:ShifterNgRuntime",
+    "charliecloud": "runners.runtimes.charliecloud:CharliecloudRuntime",
+    "sarus": "runners.runtimes.sarus:SarusRuntime",
+}
+
+
+def get(name: str) -> Runtime:
+    if name not in RUNTIMES:
+        raise UsageError(f"unknown runtime {name!r} (choices: {choices(RUNTIMES)})")
+    module, _, cls = RUNTIMES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def available() -> list[str]:
+    return [name for name in RUNTIMES if get(name).available()]
+
+
+__all__ = ["RUNTIMES", "Mount", "Runtime", "available", "forwarded_names", "get"]

@@ -1,0 +1,189 @@
+"""The Runtime interface: run bench inside a container (or not), one way per runtime.
+
+Modelled on ReFrame's container platforms: the base class assembles the command
+line (validation, order of options, environment, mounts, working directory,
+GPUs, MPI) and each runtime states only its spelling of those pieces. Commands
+are argv lists, never shell strings.
+
+    runtime.command(image, ["bench", "--model", "resnet50"], env={"RANK": None},
+                    mounts=[Mount("/host/results", "/results", readonly=False)],
+                    workdir="/results", gpus=False, name="dlbench-ab12")
+
+`env` maps a variable to a value, or to None: "pass the caller's value through"
+(Docker/Podman `-e NAME`; runtimes that pass the host environment by default
+need nothing for it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from abc import ABC
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from benchmarks.errors import UsageError
+
+# Image references: docker names (registry/path:tag@digest) or paths to a .sif / tarball / directory.
+_IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH_BAD = re.compile(r"[,:\s=\x00-\x1f]")  # separators of the mount syntaxes, whitespace, control chars
+
+# What ranks need from the launcher, forwarded into containers by name.
+FORWARD_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_")
+
+
+def forwarded_names(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Names of the rank variables present in `environ` (sorted, stable argv)."""
+    return sorted(k for k in environ if k in FORWARD_NAMES or k.startswith(FORWARD_PREFIXES))
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    readonly: bool = True
+
+
+def world_readable(path: str) -> bool:
+    """Can a user who is neither owner nor group (the image's uid 1000) list `path`?"""
+    path = os.path.abspath(path)
+    if (os.stat(path).st_mode & 0o005) != 0o005:
+        return False
+    parent = os.path.dirname(path)
+    while parent != os.path.dirname(parent):
+        if not os.stat(parent).st_mode & 0o001:
+            return False
+        parent = os.path.dirname(parent)
+    return True
+
+
+def check_image(image: str) -> str:
+    if not image or not _IMAGE.match(image) or ".." in image.split("/"):
+        raise UsageError(f"invalid image name {image!r} (letters, digits and ._/:@+- only)")
+    return image
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name) or len(name) > 128:
+        raise UsageError(f"invalid container name {name!r}")
+    return name
+
+
+def check_mount(mount: Mount) -> Mount:
+    for what, path in (("mount source", mount.source), ("mount target", mount.target)):
+        if not os.path.isabs(path) or _PATH_BAD.search(path):
+            raise UsageError(f"invalid {what} {path!r} (absolute path without , : = or whitespace)")
+    if not os.path.exists(mount.source):
+        raise UsageError(f"mount source {mount.source} does not exist")
+    return mount
+
+
+class Runtime(ABC):
+    name: str
+    binary: str | None = None  # None: nothing to find (local)
+    subcommand: tuple[str, ...] = ()  # e.g. ("run", "--rm") after the binary
+    passes_host_env = False  # True: the host environment is visible inside by default
+    removes_container = False  # docker/podman: a named container that must be removed
+    runs_as_image_user = False  # docker/podman: the image's user (uid 1000), not the caller, reads the mounts
+
+    # ---- availability and images -------------------------------------------------
+    def executable(self) -> str:
+        return shutil.which(self.binary) or self.binary if self.binary else ""
+
+    def available(self) -> bool:
+        return self.binary is None or shutil.which(self.binary) is not None
+
+    def require(self) -> None:
+        if not self.available():
+            raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH")
+
+    def prepare(self, image: str) -> str:
+        """Make `image` runnable (import, convert, pull); cached and idempotent.
+
+        Returns the reference `command()` should be given (an image name, a
+        directory, a .sif). The default: the image is used as it is."""
+        return check_image(image)
+
+    # ---- the command line ---------------------------------------------------------
+    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
+                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
+                name: str | None = None, mpi: bool = False) -> list[str]:
+        """The argv that runs `argv` (the program and its arguments) in `image`."""
+        check_image(image)
+        for key in env:
+            if not _ENV_NAME.match(key):
+                raise UsageError(f"invalid environment variable name {key!r}")
+        mounts = [check_mount(m) for m in mounts]
+        if name is not None:
+            check_name(name)
+        out = [self.executable(), *self.subcommand]
+        if name is not None:
+            out += self.name_options(name)
+        out += self.base_options(image)
+        if gpus:
+            out += self.gpu_options()
+        if mpi:
+            out += self.mpi_options()
+        inside_env = []  # K=V the runtime cannot set itself: `env K=V prog ...` inside the container
+        for key, value in env.items():
+            if value is None and self.passes_host_env:
+                continue
+            option = self.env_option(key, value)
+            if option is None:
+                inside_env.append(f"{key}={value}")
+            else:
+                out += option
+        for mount in mounts:
+            out += self.mount_option(mount)
+        if workdir is not None:
+            out += self.workdir_option(workdir)
+        argv = ["env", *inside_env, *argv] if inside_env else list(argv)
+        return [*out, *self.image_and_command(image, argv)]
+
+    # What each runtime spells its own way. Defaults are Docker's CLI (shared by Podman).
+    def name_options(self, name: str) -> list[str]:
+        return ["--name", name]
+
+    def base_options(self, image: str) -> list[str]:
+        return []
+
+    def gpu_options(self) -> list[str]:
+        return ["--gpus", "all"]
+
+    def mpi_options(self) -> list[str]:
+        raise UsageError(f"runtime {self.name!r} has no MPI hook: run MPI inside the container instead")
+
+    def env_option(self, key: str, value: str | None) -> list[str] | None:
+        """Options that set `key` (None value: the caller's). None: set it with `env` inside instead."""
+        return ["-e", key if value is None else f"{key}={value}"]
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return ["-v", f"{mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return ["-w", workdir]
+
+    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
+        return [image, *argv]
+
+    def host_env(self) -> dict[str, str]:
+        """Variables the runtime's own binary needs in its environment (not the container's)."""
+        return {}
+
+    def data_target(self) -> str:
+        """Where a data directory is mounted inside (must exist in the image for some runtimes)."""
+        return "/data"
+
+    # ---- clean-up -------------------------------------------------------------------
+    def remove(self, name: str, prefix: bool = False) -> None:
+        """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
+
+
+def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)

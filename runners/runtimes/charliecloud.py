@@ -1,0 +1,92 @@
+"""`charliecloud`: unprivileged; `ch-convert -i docker IMAGE DIR` once (cached), then
+`ch-run --set-env=DIR/ch/environment -b SRC:DST -c WORKDIR DIR -- CMD`.
+
+ch-run passes the host environment in (minus the host's Python settings, unset here) and runs
+CMD as the caller; binds are read-write in 0.31 (no read-only flag) and their targets must exist
+in the image (data goes to /mnt/0). ch-run needs $USER."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from benchmarks.errors import UsageError
+
+from .base import Mount, Runtime, check_image, run_quiet
+
+STORE_ENV = "DLBENCH_CH_DIR"
+DEFAULT_STORE = "/var/tmp/dlbench-charliecloud"
+
+
+class CharliecloudRuntime(Runtime):
+    name = "charliecloud"
+    binary = "ch-run"
+    passes_host_env = True
+
+    def store(self) -> Path:
+        return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+    def image_dir(self, image: str) -> Path:
+        return self.store() / image.replace("/", "%").replace(":", "+")
+
+    def prepare(self, image: str) -> str:
+        """Convert the local Docker image to a directory; reused while the Docker image id is the same."""
+        check_image(image)
+        self.require()
+        if shutil.which("ch-convert") is None:
+            raise UsageError("runtime 'charliecloud' needs 'ch-convert', which is not on PATH")
+        if os.path.isdir(image) and os.path.isfile(os.path.join(image, "ch", "environment")):
+            return os.path.abspath(image)  # already a Charliecloud image directory
+        docker = shutil.which("docker")
+        inspect = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
+        if inspect is None or inspect.returncode != 0:
+            raise UsageError(f"image {image!r} not found in the local Docker engine (ch-convert -i docker needs it)")
+        image_id = inspect.stdout.strip()
+        target = self.image_dir(image)
+        stamp = target / "ch" / "dlbench-image-id"
+        if stamp.is_file() and stamp.read_text().strip() == image_id:
+            return str(target)
+        shutil.rmtree(target, ignore_errors=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(["ch-convert", "-i", "docker", image, str(target)], capture_output=True, text=True,
+                                env={**os.environ, **self.host_env()}, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise UsageError(f"ch-convert -i docker {image} {target} failed: {(result.stderr.strip().splitlines() or [''])[-1]}")
+        stamp.write_text(image_id + "\n")
+        return str(target)
+
+    def host_env(self) -> dict[str, str]:
+        return {} if os.environ.get("USER") else {"USER": getpass.getuser()}
+
+    def data_target(self) -> str:
+        return "/mnt/0"
+
+    def name_options(self, name: str) -> list[str]:
+        return []
+
+    def base_options(self, image: str) -> list[str]:
+        # In order: drop the host's Python settings, then the image's ENV (which sets its own venv).
+        return ["--unset-env=PYTHONPATH", "--unset-env=PYTHONHOME", "--unset-env=VIRTUAL_ENV",
+                f"--set-env={image}/ch/environment"]
+
+    def gpu_options(self) -> list[str]:
+        return []  # host libraries are injected once per image with ch-fromhost --nvidia
+
+    def mpi_options(self) -> list[str]:
+        return []  # hybrid model: srun/mpirun start ch-run per rank, PMI passes through
+
+    def env_option(self, key: str, value: str | None) -> list[str]:
+        return [f"--set-env={key}={value}"]
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return ["-b", f"{mount.source}:{mount.target}"]
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return ["-c", workdir]
+
+    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
+        return [image, "--", *argv]

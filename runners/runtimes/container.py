@@ -1,0 +1,102 @@
+"""Run one container per rank, named, with the rank's environment, removed whatever happens.
+
+`python -m runners.runtimes SPEC -- bench ARGS` is what launchers start per rank
+(the hybrid model: `srun ... python -m runners.runtimes SPEC -- bench ...`): at
+rank time it forwards the launcher's variables present in this rank's
+environment (RANK, SLURM_*, OMPI_*, PMI_*, DLBENCH_*, HOROVOD_*, ...), gives
+the container a unique name (`NAME-r<rank>-<pid>`), and removes it on exit,
+Ctrl-C, SIGTERM (timeouts) or an error (`docker rm -f` in a finally path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+
+from . import get
+from .base import Mount, forwarded_names
+
+GRACE_S = 20  # after forwarding SIGTERM, before the container is removed by force
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK")
+
+
+@dataclass
+class ContainerSpec:
+    runtime: str
+    image: str  # as prepared: what Runtime.command takes
+    name: str | None = None  # base name; ranks add -r<rank>-<pid>
+    mounts: list[Mount] = field(default_factory=list)
+    workdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # fixed values; launcher variables are forwarded
+    gpus: bool = False
+    mpi: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "ContainerSpec":
+        data = json.loads(text)
+        data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
+        return cls(**data)
+
+
+def rank_name(base: str, environ=os.environ) -> str:
+    """The name of this rank's container: the base alone outside a launcher."""
+    rank = next((environ[v] for v in RANK_VARS if environ.get(v, "").isdigit()), None)
+    return base if rank is None else f"{base}-r{rank}-{os.getpid()}"
+
+
+def argv_for(spec: ContainerSpec, argv: list[str], environ=os.environ) -> tuple[list[str], str | None]:
+    runtime = get(spec.runtime)
+    name = rank_name(spec.name, environ) if spec.name and runtime.removes_container else None
+    env: dict[str, str | None] = {key: None for key in forwarded_names(environ)}
+    env.update(spec.env)
+    return runtime.command(spec.image, argv, env=env, mounts=spec.mounts, workdir=spec.workdir,
+                           gpus=spec.gpus, name=name, mpi=spec.mpi), name
+
+
+class _Stop(Exception):
+    pass
+
+
+def _raise_stop(signum, _frame):
+    raise _Stop(signum)
+
+
+def execute(spec: ContainerSpec, argv: list[str]) -> int:
+    """Run argv in the container; the exit code is the container command's (128+N for a signal)."""
+    runtime = get(spec.runtime)
+    command, name = argv_for(spec, argv)
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    proc = None
+    try:
+        proc = subprocess.Popen(command, env={**os.environ, **runtime.host_env()})
+        return _code(proc.wait())
+    except (KeyboardInterrupt, _Stop):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # the docker/podman client forwards it: bench records 'interrupted'
+            try:
+                proc.wait(timeout=GRACE_S)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
+                proc.kill()
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if name is not None:
+            runtime.remove(name)
+
+
+def _code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m runners.runtimes SPEC_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    return execute(ContainerSpec.from_json(args[0]), args[2:])

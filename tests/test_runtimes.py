@@ -1,0 +1,200 @@
+"""Container runtimes by their exact command lines (every runtime), errors, and compare-runtimes' statistics.
+
+Singularity, Apptainer, Shifter and Sarus cannot be installed on our machines:
+these argv tests are all that checks them (docs/runtimes.md says so)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+from runners import dispatch, runtimes
+from runners.commands import compare_runtimes
+from runners.runtimes.base import Mount
+from runners.runtimes.container import ContainerSpec, argv_for, rank_name
+
+
+@pytest.fixture()
+def dirs(tmp_path):
+    results, data = tmp_path / "results", tmp_path / "data"
+    results.mkdir()
+    data.mkdir()
+    return results, data
+
+
+def argv(runtime, dirs, **kw):
+    results, data = dirs
+    mounts = [Mount(str(results), "/results", readonly=False), Mount(str(data), "/data")]
+    rt = runtimes.get(runtime)
+    out = rt.command(kw.pop("image", "dlbench-tensorflow:latest"), ["bench", "--model", "resnet50"],
+                     env=kw.pop("env", {"RANK": None, "DLBENCH_X": "1"}), mounts=mounts, workdir="/results", **kw)
+    return [os.path.basename(out[0]), *out[1:]]
+
+
+def test_docker_argv(dirs):
+    r, d = dirs
+    assert argv("docker", dirs, name="dlbench-abc", gpus=True) == [
+        "docker", "run", "--rm", "--init", "--name", "dlbench-abc", "--network=host", "--ipc=host", "--gpus", "all",
+        "-e", "RANK", "-e", "DLBENCH_X=1", "-v", f"{r}:/results", "-v", f"{d}:/data:ro", "-w", "/results",
+        "--entrypoint", "bench", "dlbench-tensorflow:latest", "--model", "resnet50"]
+    assert "--privileged" not in argv("docker", dirs)
+
+
+def test_podman_argv(dirs):
+    r, d = dirs
+    assert argv("podman", dirs, name="dlbench-abc") == [
+        "podman", "run", "--rm", "--name", "dlbench-abc", "--network=host", "--ipc=host",
+        "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768",
+        "-e", "RANK", "-e", "DLBENCH_X=1", "-v", f"{r}:/results", "-v", f"{d}:/data:ro", "-w", "/results",
+        "--entrypoint", "bench", "dlbench-tensorflow:latest", "--model", "resnet50"]
+
+
+@pytest.mark.parametrize("name", ["singularity", "apptainer"])
+def test_singularity_apptainer_argv(name, dirs):
+    r, d = dirs
+    # Host environment passes in by default: RANK (forwarded) needs no option, fixed values use --env.
+    assert argv(name, dirs, name="ignored", gpus=True, mpi=True) == [
+        name, "exec", "--nv", "--env", "DLBENCH_X=1", "-B", f"{r}:/results", "-B", f"{d}:/data:ro",
+        "--pwd", "/results", "docker-daemon://dlbench-tensorflow:latest", "bench", "--model", "resnet50"]
+    assert argv(name, dirs, image="/images/tf.sif")[-4] == "/images/tf.sif"
+
+
+def test_shifter_argv(dirs):
+    r, d = dirs
+    assert argv("shifter", dirs, gpus=True, mpi=True) == [
+        "shifter", "--module=gpu", "--module=mpich", f"--volume={r}:/results", f"--volume={d}:/data",
+        "--image=docker:dlbench-tensorflow:latest", "env", "DLBENCH_X=1", "bench", "--model", "resnet50"]
+
+
+def test_shifter_ng_and_sarus_argv(dirs):
+    r, d = dirs
+    mounts = [f"--mount=type=bind,source={r},destination=/results", f"--mount=type=bind,source={d},destination=/data,readonly"]
+    assert argv("shifter-ng", dirs, mpi=True, gpus=True, image="load/library/dlbench-tensorflow-latest") == [
+        "shifter", "run", "--mpi", *mounts, "load/library/dlbench-tensorflow-latest",
+        "env", "DLBENCH_X=1", "bench", "--model", "resnet50"]
+    assert argv("sarus", dirs, mpi=True) == [
+        "sarus", "run", "--mpi", *mounts, "--workdir=/results", "dlbench-tensorflow:latest",
+        "env", "DLBENCH_X=1", "bench", "--model", "resnet50"]
+
+
+def test_charliecloud_argv(dirs):
+    r, d = dirs
+    assert argv("charliecloud", dirs, image="/var/tmp/ch/tf") == [
+        "ch-run", "--unset-env=PYTHONPATH", "--unset-env=PYTHONHOME", "--unset-env=VIRTUAL_ENV",
+        "--set-env=/var/tmp/ch/tf/ch/environment", "--set-env=DLBENCH_X=1", "-b", f"{r}:/results",
+        "-b", f"{d}:/data", "-c", "/results", "/var/tmp/ch/tf", "--", "bench", "--model", "resnet50"]
+
+
+def test_local_runs_this_python():
+    assert runtimes.get("local").command(None, ["bench", "--model", "x"]) == [sys.executable, "-m", "benchmarks", "--model", "x"]
+
+
+def test_docker_has_no_mpi_hook(dirs):
+    with pytest.raises(Exception, match="no MPI hook"):
+        argv("docker", dirs, mpi=True)
+
+
+@pytest.mark.parametrize("image", ["bad;name", "a b", "-rm", "../x", "$(x)", ""])
+def test_bad_image_names_refused(image, dirs):
+    with pytest.raises(Exception, match="invalid image name"):
+        argv("docker", dirs, image=image)
+
+
+def test_bad_mounts_refused(tmp_path):
+    rt = runtimes.get("docker")
+    with pytest.raises(Exception, match="does not exist"):
+        rt.command("img", ["bench"], mounts=[Mount(str(tmp_path / "missing"), "/data")])
+    with pytest.raises(Exception, match="invalid mount source"):
+        rt.command("img", ["bench"], mounts=[Mount("relative/dir", "/data")])
+    weird = tmp_path / "a,b"
+    weird.mkdir()
+    with pytest.raises(Exception, match="invalid mount source"):
+        rt.command("img", ["bench"], mounts=[Mount(str(weird), "/data")])
+
+
+def test_rank_environment_forwarded_and_names_unique(tmp_path):
+    spec = ContainerSpec(runtime="docker", image="dlbench-torch:latest", name="dlbench-run1",
+                         mounts=[Mount(str(tmp_path), "/results", readonly=False)], workdir="/results")
+    environ = {"SLURM_PROCID": "1", "SLURM_JOB_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node2", "RANK": "1",
+               "MASTER_ADDR": "127.0.0.1", "OMPI_COMM_WORLD_RANK": "1", "PMI_RANK": "1", "HOROVOD_RANK": "1",
+               "DLBENCH_COORDINATOR": "127.0.0.1", "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": "/work"}
+    cmd, name = argv_for(spec, ["bench"], environ)
+    assert name == f"dlbench-run1-r1-{os.getpid()}" and cmd[cmd.index("--name") + 1] == name
+    forwarded = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
+    assert forwarded == sorted(k for k in environ if k not in ("HOME", "PATH", "PYTHONPATH"))
+    assert rank_name("dlbench-run1", {}) == "dlbench-run1"
+    assert ContainerSpec.from_json(spec.to_json()) == spec
+
+
+def test_request_default_images_and_container_command(tmp_path):
+    tf = dispatch.RunRequest(["--framework", "tensorflow"], runtime="docker", run_id="abc")
+    torch = dispatch.RunRequest(["--framework", "torch"], runtime="docker")
+    assert dispatch.default_image(tf) == "dlbench-tensorflow:latest"
+    assert dispatch.default_image(torch) == "dlbench-torch:latest"
+    cmd = dispatch.container_command(tf, tmp_path)
+    assert cmd[1:6] == ["run", "--rm", "--init", "--name", "dlbench-abc"] and "--privileged" not in cmd
+    assert cmd[-3:] == ["--entrypoint", "bench", "dlbench-tensorflow:latest"] and f"{tmp_path}:/results" in cmd
+
+
+def benchrun(*args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **kw.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--runtime", "nope"], "unknown runtime 'nope'"),
+    (["--runtime", "sarus"], "runtime 'sarus' needs 'sarus', which is not on PATH"),
+    (["--runtime", "singularity"], "runtime 'singularity' needs 'singularity'"),
+    (["--runtime", "docker", "--image", "bad;name"], "invalid image name"),
+    (["--runtime", "docker", "--data-dir", "/nonexistent/dir"], "--data-dir /nonexistent/dir is not a directory"),
+    (["--runtime", "local", "--launcher", "nope"], "unknown launcher 'nope'"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    result = benchrun("run", *args, "--", "--framework", "tensorflow", "--model", "resnet50")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("benchrun: error: ") and message in result.stderr
+
+
+def test_missing_image_is_one_line_exit_2():
+    if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
+        pytest.skip("no Docker daemon")
+    result = benchrun("run", "--runtime", "docker", "--image", "dlbench-no-such-image:0", "--", "--model", "resnet50")
+    assert result.returncode == 2 and result.stderr == \
+        "benchrun: error: image 'dlbench-no-such-image:0' not found by docker (build it: make images)\n"
+
+
+def test_data_dir_unreadable_by_image_user_refused(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    result = benchrun("run", "--runtime", "docker", "--data-dir", str(private), "--", "--model", "resnet50")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "is not readable by the image's user (uid 1000)" in result.stderr
+
+
+def test_missing_binary_in_compare_refused_before_running(tmp_path):
+    result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(tmp_path), "--", "--model", "x")
+    assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not list(tmp_path.iterdir())
+
+
+def test_compare_statistics_table_and_chart(tmp_path):
+    samples = {"local": [10.0, 10.2, 9.8], "docker": [9.0, 9.1, 8.9], "podman": [10.1]}
+    rows = {r["runtime"]: r for r in compare_runtimes.summarize(samples)}
+    from scipy.stats import t, ttest_ind
+    assert rows["local"]["mean"] == pytest.approx(10.0) and rows["local"]["overhead_pct"] is None
+    assert rows["local"]["ci95"] == pytest.approx(t.ppf(0.975, 2) * 0.2 / 3 ** 0.5)
+    assert rows["docker"]["overhead_pct"] == pytest.approx(10.0)
+    assert rows["docker"]["p_value"] == pytest.approx(ttest_ind([9.0, 9.1, 8.9], samples["local"], equal_var=False).pvalue)
+    assert rows["podman"]["ci95"] is None and rows["podman"]["p_value"] is None
+    table = compare_runtimes.markdown(list(rows.values()))
+    assert "| docker | 3 | 9.00 ± 0.25 | +10.0% |" in table
+    compare_runtimes.chart(list(rows.values()), tmp_path / "c.png", "test")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
