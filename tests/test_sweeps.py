@@ -102,7 +102,7 @@ BAD_PLANS = [
     ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], data: [/nonexistent/imgs]}",
      ["--data-dir '/nonexistent/imgs' does not exist"]),
     ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], runtime: [nosuchruntime]}",
-     ["matrix.runtime: runtime 'nosuchruntime'"]),
+     ["matrix.runtime: unknown runtime 'nosuchruntime'"]),
     ("matrix: {framework: [torch], model: [alexnet], batch_size: [2], strategy: [allreduce, ps]}",
      ["every combination is skipped by a rule"]),
 ]

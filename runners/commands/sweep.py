@@ -83,7 +83,7 @@ def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str |
             return f"{label}: point [{point.label()}]: {message}"
     try:
         dispatch.command(request, Path("record.jsonl"))
-    except ValueError as error:
+    except (ValueError, UsageError) as error:
         return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
     if point.launcher is not None and not launchers.get(point.launcher).available():
         binary = launchers.get(point.launcher).binary
@@ -186,7 +186,8 @@ def run_point(request: dispatch.RunRequest, log_path: Path, stop: Stop, deadline
 
 def _no_record_reason(result: dict, log_path: Path) -> str:
     code = result["exit_code"]
-    how = f"killed by signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+    signum = (-code if code < 0 else code - 128 if 128 < code < 160 else None) if isinstance(code, int) else None
+    how = f"killed by signal {signum}" if signum else f"exit code {code}"  # launchers report 128 + signal
     last = ""
     try:
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
