@@ -299,7 +299,7 @@ def test_a_run_without_record_is_stored_as_failed_and_retried(tmp_path):
     first, second = lines(store_path)
     assert first["record"] is None and first["sweep"]["attempt"] == 1
     assert first["error"].startswith("bench wrote no record (killed by signal 9)"), first["error"]
-    assert "command: " in first["error"] and first["sweep"]["exit_code"] == -9
+    assert "command: " in first["error"] and first["sweep"]["exit_code"] == 128 + signal.SIGKILL
     assert second["record"]["status"] == "ok" and second["sweep"]["attempt"] == 2
     assert list(store.iter_records(store_path)) == [second["record"]]
 
