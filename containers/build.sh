@@ -49,7 +49,8 @@ if [ -n "$free_gb" ] && [ "$free_gb" -lt "$min_gb" ]; then
     die "only $free_gb GB free under $root_dir, need $min_gb (MIN_FREE_GB); free space: docker image prune, docker builder prune"
 fi
 
-if ! image_exists "$base"; then
+# Horovod images start from the torch image (checked below), not from the base.
+if [[ "$fw" != horovod-* ]] && ! image_exists "$base"; then
     # A registry may be reachable elsewhere; here a pull fails, and says why.
     if ! out=$(docker pull -q "$base" 2>&1); then
         die "base image '$base' is not available locally and cannot be pulled ($(printf '%s' "$out" | tail -n1 | sed 's/^Error response from daemon: //' | cut -c1-160)); without a registry use BASE_IMAGE=dlbench-base:bookworm (make base-image)"
@@ -72,6 +73,7 @@ if [[ "$fw" == horovod-* ]]; then
     compgen -G 'wheelhouse/horovod-*.tar.gz' >/dev/null || [ "$wheels" -eq 0 ] \
         || die "wheelhouse/ has wheels but no Horovod sdist; run make wheelhouse"
     extra+=(--build-arg "MPI=${fw#horovod-}" --build-arg "FRAMEWORK_IMAGE=$framework_image")
+    base=$framework_image
     # The build stage (compilers, Horovod's build tree) is a separate image
     # that BuildKit caches; it is not part of the result.
 fi
