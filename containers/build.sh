@@ -2,7 +2,11 @@
 # Build one dlbench image with BuildKit, after checking the inputs that would
 # otherwise fail deep inside Docker with pages of output.
 #
-#   containers/build.sh {tf|torch} [docker build args...]
+#   containers/build.sh {tf|torch|horovod-openmpi|horovod-mpich} [docker build args...]
+#
+# The Horovod images (containers/horovod/Dockerfile) are built FROM the torch
+# image of the same version (FRAMEWORK_IMAGE, default dlbench-torch:VERSION),
+# which must exist: `make image-horovod-*` builds it first.
 #
 # Env (all optional; `make image-tf` sets them):
 #   BASE_IMAGE  base image (default python:3.11-slim-bookworm; offline:
@@ -16,10 +20,11 @@ set -euo pipefail
 
 fw=${1:-}
 case "$fw" in
-    tf) name=dlbench-tensorflow ;;
-    torch) name=dlbench-torch ;;
-    "") die "missing framework argument (valid: tf, torch)" ;;
-    *) die "unknown framework '$fw' (valid: tf, torch)" ;;
+    tf) name=dlbench-tensorflow dockerfile=Dockerfile.tf ;;
+    torch) name=dlbench-torch dockerfile=Dockerfile.torch ;;
+    horovod-openmpi|horovod-mpich) name=dlbench-$fw dockerfile=containers/horovod/Dockerfile ;;
+    "") die "missing framework argument (valid: tf, torch, horovod-openmpi, horovod-mpich)" ;;
+    *) die "unknown framework '$fw' (valid: tf, torch, horovod-openmpi, horovod-mpich)" ;;
 esac
 shift
 
@@ -44,7 +49,8 @@ if [ -n "$free_gb" ] && [ "$free_gb" -lt "$min_gb" ]; then
     die "only $free_gb GB free under $root_dir, need $min_gb (MIN_FREE_GB); free space: docker image prune, docker builder prune"
 fi
 
-if ! image_exists "$base"; then
+# Horovod images start from the torch image (checked below), not from the base.
+if [[ "$fw" != horovod-* ]] && ! image_exists "$base"; then
     # A registry may be reachable elsewhere; here a pull fails, and says why.
     if ! out=$(docker pull -q "$base" 2>&1); then
         die "base image '$base' is not available locally and cannot be pulled ($(printf '%s' "$out" | tail -n1 | sed 's/^Error response from daemon: //' | cut -c1-160)); without a registry use BASE_IMAGE=dlbench-base:bookworm (make base-image)"
@@ -61,6 +67,16 @@ wheels=$(compgen -G 'wheelhouse/*.whl' | wc -l || true)
 
 extra=()
 [ "$fw" = tf ] && [ -n "${TF_REQUIREMENT:-}" ] && extra+=(--build-arg "TF_REQUIREMENT=$TF_REQUIREMENT")
+if [[ "$fw" == horovod-* ]]; then
+    framework_image=${FRAMEWORK_IMAGE:-dlbench-torch:$version}
+    image_exists "$framework_image" || die "framework image '$framework_image' not found; build it first (make image-torch)"
+    compgen -G 'wheelhouse/horovod-*.tar.gz' >/dev/null || [ "$wheels" -eq 0 ] \
+        || die "wheelhouse/ has wheels but no Horovod sdist; run make wheelhouse"
+    extra+=(--build-arg "MPI=${fw#horovod-}" --build-arg "FRAMEWORK_IMAGE=$framework_image")
+    base=$framework_image
+    # The build stage (compilers, Horovod's build tree) is a separate image
+    # that BuildKit caches; it is not part of the result.
+fi
 vcs_ref=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 vcs_url=$(git remote get-url origin 2>/dev/null || echo unknown)
 
@@ -68,7 +84,7 @@ note "building $image from $base ($([ "$wheels" -gt 0 ] && echo "offline, $wheel
 start=$(date +%s)
 set +e
 # shellcheck disable=SC2086  # $build is an argv prefix by design
-$build --progress=plain -f "Dockerfile.$fw" \
+$build --progress=plain -f "$dockerfile" \
     --build-arg "BASE_IMAGE=$base" \
     --build-arg "IMAGE_NAME=$image" \
     --build-arg "DLBENCH_VERSION=$version" \

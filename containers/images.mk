@@ -4,6 +4,9 @@
 #   make images                 both images (base image too when BASE_IMAGE is the local one)
 #   make base-image             dlbench-base:bookworm from Debian packages (no registry needed)
 #   make image-tf / image-torch one image
+#   make images-horovod         dlbench-horovod-{openmpi,mpich}: Horovod 0.28.1 for TF + torch
+#                               (FROM the torch image; not part of `images`)
+#   make image-horovod-openmpi / image-horovod-mpich   one of them
 #   make wheelhouse             download all pinned wheels into ./wheelhouse: builds go offline
 #   make compose-smoke          a tiny run of both compose services, record checked
 #   make containers-ci          what CI runs (containers/ci.sh)
@@ -26,7 +29,8 @@ SMOKE_ARGS ?= --model resnet50 --image-size 64 --batch-size 2 --num-warmup-batch
 # The local base is built on demand; any other base must exist or be pullable.
 DLBENCH_BASE_DEP := $(if $(filter $(LOCAL_BASE_IMAGE),$(BASE_IMAGE)),base-image)
 
-.PHONY: images base-image image-tf image-torch wheelhouse compose-smoke containers-ci
+.PHONY: images base-image image-tf image-torch wheelhouse compose-smoke containers-ci \
+        images-horovod image-horovod-openmpi image-horovod-mpich
 
 images: image-tf image-torch
 
@@ -39,6 +43,13 @@ image-tf: $(DLBENCH_BASE_DEP)
 
 image-torch: $(DLBENCH_BASE_DEP)
 	BASE_IMAGE='$(BASE_IMAGE)' CA_CERT='$(CA_CERT)' $(DLBENCH_CONTAINERS)/build.sh torch
+
+# Horovod images start FROM dlbench-torch:VERSION (shared layers) and add TF.
+images-horovod: image-horovod-openmpi image-horovod-mpich
+
+image-horovod-openmpi image-horovod-mpich: image-torch
+	BASE_IMAGE='$(BASE_IMAGE)' CA_CERT='$(CA_CERT)' \
+	  $(DLBENCH_CONTAINERS)/build.sh $(patsubst image-%,%,$@)
 
 wheelhouse:
 	PYTHON='$(PYTHON)' WHEELHOUSE_PYTHON='$(WHEELHOUSE_PYTHON)' $(DLBENCH_CONTAINERS)/wheelhouse.sh

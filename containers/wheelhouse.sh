@@ -33,5 +33,14 @@ if ! "$py" -m pip download --only-binary=:all: --dest wheelhouse "${target[@]}" 
     echo "dlbench-containers: error: pip download failed; full log: $log" >&2
     exit 1
 fi
+# Horovod images (containers/horovod/Dockerfile): Horovod is built from its
+# sdist (patched), plus its few runtime dependencies as wheels.
+if ! { "$py" -m pip download --only-binary=:all: --dest wheelhouse "${target[@]}" \
+         -r containers/horovod/requirements.txt &&
+       "$py" -m pip download --no-binary=:all: --no-deps --dest wheelhouse horovod==0.28.1; } >"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    echo "dlbench-containers: error: pip download (Horovod) failed; full log: $log" >&2
+    exit 1
+fi
 rm -f "$log"
 note "wheelhouse/: $(compgen -G 'wheelhouse/*.whl' | wc -l) wheels, $(du -sh wheelhouse | cut -f1) in $(( $(date +%s) - start )) s"
