@@ -26,7 +26,7 @@ from .errors import UsageError
 from .frameworks.base import Distributed, Framework
 from .mllog import MLLogger
 
-PEER_REPORT_GRACE_S = 3.0  # how long process 0 waits for a peer's report before blaming itself
+PEER_REPORT_GRACE_S = 10.0  # how long process 0 waits for a failed peer's report before blaming itself (busy hosts are slow)
 
 
 def progress(message: str) -> None:

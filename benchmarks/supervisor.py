@@ -178,8 +178,8 @@ def supervise(
                 relay.join(timeout=5)
             vm_peak = address_space.stop()
         world = worlds.detect()
-        if status is None and result_path.exists():
-            result = json.loads(result_path.read_text())["record"]
+        if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:
+            result = json.loads(result_path.read_text())["record"]  # e.g. "rank 1 failed" while being stopped
         elif status is None and proc.returncode == 2:
             return None, 2  # the worker printed the usage error; nothing is recorded
         else:

@@ -156,7 +156,7 @@ def test_compose_files_are_valid_and_cpu_by_default(docker):
     p = run([*compose, "config"])
     assert p.returncode == 0, p.stderr
     cfg = yaml.safe_load(p.stdout)
-    assert set(cfg["services"]) == {"tf-bench", "torch-bench"}
+    assert set(cfg["services"]) == {"tf-bench", "torch-bench", "horovod-bench", "horovod-mpich-bench"}
     for name, svc in cfg["services"].items():
         assert svc["ipc"] == "host" and svc["network_mode"] == "host" and svc["shm_size"]
         vols = [v if isinstance(v, str) else f"{v['source']}:{v['target']}{':ro' if v.get('read_only') else ''}"
@@ -164,11 +164,14 @@ def test_compose_files_are_valid_and_cpu_by_default(docker):
         assert any(v.endswith(":/data:ro") for v in vols), vols
         assert any(re.search(r":/results(:rw)?$", v) for v in vols), vols
         assert "deploy" not in svc, f"{name} reserves devices without the GPU override"
-        assert svc["build"]["dockerfile"] in ("Dockerfile.tf", "Dockerfile.torch")
+        if name.startswith("horovod"):  # built by `make images-horovod` (FROM the torch image)
+            assert "build" not in svc and svc["image"].startswith("dlbench-horovod-")
+        else:
+            assert svc["build"]["dockerfile"] in ("Dockerfile.tf", "Dockerfile.torch")
     p = run([*compose, "-f", "docker-compose.yml", "-f", "docker-compose.gpu.yml", "config"])
     assert p.returncode == 0, p.stderr
     gpu = yaml.safe_load(p.stdout)["services"]
-    for svc in gpu.values():
+    for svc in (gpu["tf-bench"], gpu["torch-bench"]):
         assert svc["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 

@@ -178,7 +178,7 @@ class TorchFramework(Framework):
 
     def train_step(self, batch):
         images, labels = batch
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # Horovod's optimizer wrapper lacks set_to_none
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
             output = self.model(images)
             if self.aux_head:
