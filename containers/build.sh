@@ -68,8 +68,18 @@ wheels=$(compgen -G 'wheelhouse/*.whl' | wc -l || true)
 extra=()
 [ "$fw" = tf ] && [ -n "${TF_REQUIREMENT:-}" ] && extra+=(--build-arg "TF_REQUIREMENT=$TF_REQUIREMENT")
 if [[ "$fw" == horovod-* ]]; then
-    framework_image=${FRAMEWORK_IMAGE:-dlbench-torch:$version}
-    image_exists "$framework_image" || die "framework image '$framework_image' not found; build it first (make image-torch)"
+    torch_image=dlbench-torch:$version
+    image_exists "$torch_image" || die "framework image '$torch_image' not found; build it first (make image-torch)"
+    # Start from the torch image's dependency stage, not the finished image: a change to
+    # dlbench's own source must not recompile Horovod (minutes), only its last layers.
+    framework_image=${FRAMEWORK_IMAGE:-dlbench-torch-framework:$version}
+    if [ -z "${FRAMEWORK_IMAGE:-}" ]; then
+        torch_base=$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.base.name"}}' "$torch_image")
+        # shellcheck disable=SC2086
+        $build -q -f Dockerfile.torch --target framework --build-arg "BASE_IMAGE=$torch_base" \
+            "${secret[@]}" -t "$framework_image" . >"$log.framework" 2>&1 \
+            || { tail -n 15 "$log.framework" >&2; die "building $framework_image (torch dependency stage) failed"; }
+    fi
     compgen -G 'wheelhouse/horovod-*.tar.gz' >/dev/null || [ "$wheels" -eq 0 ] \
         || die "wheelhouse/ has wheels but no Horovod sdist; run make wheelhouse"
     extra+=(--build-arg "MPI=${fw#horovod-}" --build-arg "FRAMEWORK_IMAGE=$framework_image")
