@@ -122,7 +122,8 @@ def test_horovod_links_the_images_mpi(horovod_images, mpi, want, unwanted):
     assert len(libs) == 2, libs  # tensorflow/ and torch/
     for lib in libs:
         p = in_image(horovod_images[mpi], "ldd", lib)
-        assert p.returncode == 0 and "not found" not in p.stdout, p.stdout
+        mpi_lines = [line for line in p.stdout.splitlines() if "libmpi" in line]  # TF's own libs load at import
+        assert p.returncode == 0 and mpi_lines and not any("not found" in line for line in mpi_lines), p.stdout
         assert want in p.stdout and unwanted not in p.stdout, f"{lib}:\n{p.stdout}"
 
 
@@ -138,7 +139,7 @@ def test_mpich_image_has_no_open_mpi(horovod_images):
     leftovers = [ln for ln in lines if "openmpi" in ln.lower() or "libopen-" in ln or "libmpi.so.40" in ln
                  or "orterun" in ln]
     assert not leftovers, f"Open MPI in the MPICH image:\n{p.stdout}"
-    assert any("mpich" in ln for ln in lines), f"mpirun/mpiexec are not MPICH's:\n{p.stdout}"
+    assert any("mpich" in ln or "hydra" in ln for ln in lines), f"mpirun/mpiexec are not MPICH's:\n{p.stdout}"
     # ...and the Open MPI image has its own, so the check above is meaningful.
     p = in_image(horovod_images["openmpi"], "sh", "-c", "dpkg-query -W -f '${Package}\\n' | grep -ic openmpi")
     assert int(p.stdout.strip() or 0) > 0

@@ -392,6 +392,10 @@ class TensorFlowFramework(Framework):
             per_worker=per_worker,
         )
 
+    def close(self) -> None:
+        if getattr(self, "hvd", None) is not None:
+            self.hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it
+
     def synchronize(self) -> None:
         if self.gpus:  # CPU ops of a tf.function call complete before it returns
             tf.test.experimental.sync_devices()

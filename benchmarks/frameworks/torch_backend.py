@@ -223,3 +223,7 @@ class TorchFramework(Framework):
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+        elif self.config.strategy == "horovod":
+            import horovod.torch as hvd
+
+            hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it
