@@ -106,6 +106,13 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None
             continue
 
 
+def inherited_launcher_fds(env) -> tuple[int, ...]:
+    """Descriptors a launcher handed to this rank for the worker's MPI_Init: MPICH's Hydra
+    and Slurm's pmi2 plugin pass the PMI connection as an inherited fd named by PMI_FD."""
+    fd = env.get("PMI_FD", "")
+    return (int(fd),) if fd.isdigit() else ()
+
+
 def _virtual_size(pid: int) -> int:
     import psutil
 
@@ -151,6 +158,7 @@ def supervise(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C reaches us only; we stop the worker's group cleanly
+            pass_fds=inherited_launcher_fds(os.environ),
         )
         tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
         relays = [

@@ -71,7 +71,7 @@ def records(stdout: str) -> list[dict]:
     """JSON records on stdout; horovodrun prefixes each rank's lines with `[R]<stdout>:`."""
     out = []
     for line in stdout.splitlines():
-        line = re.sub(r"^\[\d+\]<stdout>:", "", line).strip()
+        line = re.sub(r"^\[[\d,]+\]<stdout>:", "", line).strip()  # [R] gloo, [1,R] under --mpi
         if line.startswith("{"):
             out.append(json.loads(line))
     return out
