@@ -64,19 +64,10 @@ class Outcome:
     interrupted: bool = False  # Ctrl-C/SIGINT reached benchrun: callers running several stop there
 
 
-def _option(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def default_image(request: RunRequest) -> str:
     if request.image:
         return request.image
-    framework = _option(request.bench_args, "--framework") or os.environ.get("BENCH_FRAMEWORK") or "torch"
+    framework = launchers.bench_option(request.bench_args, "--framework") or os.environ.get("BENCH_FRAMEWORK") or "torch"
     if framework not in IMAGES:
         raise UsageError(f"no default image for --framework {framework!r}: give --image")
     return IMAGES[framework]

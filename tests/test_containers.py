@@ -54,19 +54,6 @@ def compose_cmd() -> list[str] | None:
 
 
 @pytest.fixture(scope="session")
-def docker():
-    argv = [C / "dockerd.sh"]
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        argv.append("--install")
-    p = run(argv, timeout=900)
-    if p.returncode != 0:
-        if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip(f"DOCKER UNAVAILABLE, container tests NOT run: {p.stderr.strip()}")
-        pytest.fail(f"could not start Docker: {p.stderr.strip()}")
-    return "docker"
-
-
-@pytest.fixture(scope="session")
 def images(docker):
     # Like ci.sh: offline from the wheelhouse (PyPI from inside a build needs a
     # CA secret here and 3 GB of downloads). DLBENCH_TEST_WHEELHOUSE=0 skips it.

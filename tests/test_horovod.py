@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -42,19 +41,6 @@ def run(argv, timeout=120, **kw) -> subprocess.CompletedProcess:
 def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return run(["docker", "run", "--rm", "--network=host", "--ipc=host", "--entrypoint", entrypoint, image, *args],
                timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def docker():
-    argv = [C / "dockerd.sh"]
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        argv.append("--install")
-    p = run(argv, timeout=900)
-    if p.returncode != 0:
-        if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip(f"DOCKER UNAVAILABLE, Horovod image tests NOT run: {p.stderr.strip()}")
-        pytest.fail(f"could not start Docker: {p.stderr.strip()}")
-    return "docker"
 
 
 @pytest.fixture(scope="session")

@@ -36,31 +36,22 @@ def add_parser(sub) -> None:
     launch.set_defaults(run=run)
 
 
-def _option(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def launch_spec(args) -> launchers.LaunchSpec:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
     if args.num_workers < 1:
         raise UsageError(f"-n must be 1 or more, got {args.num_workers}")
     if args.num_ps < 0:
         raise UsageError(f"--num-ps must be 0 or more, got {args.num_ps}")
-    if _option(bench_args, "--num-ps") is not None:
+    if launchers.bench_option(bench_args, "--num-ps") is not None:
         raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
-    strategy = _option(bench_args, "--strategy") or "none"
+    strategy = launchers.bench_option(bench_args, "--strategy") or "none"
     if args.num_ps and strategy != "ps":
         raise UsageError(f"--num-ps needs --strategy ps in the bench arguments (got --strategy {strategy})")
     if strategy == "ps" and not args.num_ps:
         raise UsageError("--strategy ps needs --num-ps 1 or more")
     if args.num_ps:
         bench_args = [*bench_args, "--num-ps", str(args.num_ps)]
-    if args.timeout is not None and _option(bench_args, "--timeout") is None:
+    if args.timeout is not None and launchers.bench_option(bench_args, "--timeout") is None:
         bench_args = [*bench_args, "--timeout", str(args.timeout)]
     processes = args.num_workers + (args.num_ps + 1 if strategy == "ps" else 0)
     return launchers.LaunchSpec(

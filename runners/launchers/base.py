@@ -20,6 +20,16 @@ from benchmarks.supervisor import stop_process_group
 GRACE_S = 10
 
 
+def bench_option(args: list[str], name: str) -> str | None:
+    """The value of `name` in a bench argument list (`--flag value` or `--flag=value`)."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 @dataclass
 class LaunchSpec:
     processes: int  # all processes: workers, plus PS and chief under --strategy ps
