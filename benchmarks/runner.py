@@ -202,14 +202,17 @@ class Measurement:
         device = self.backend.device_info()
         monitor = memory.DeviceMemoryMonitor(device.count if device.kind == "gpu" else 0, os.environ)
         try:
-            return self._measure(monitor)
+            result = self._measure(monitor)
         finally:
             monitor.close()
             self.backend.close()
-            if self.rendezvous is not None:
-                if cfg.strategy == "ps":  # release the PS and workers, which wait for this
-                    self.rendezvous.allgather("done", None)
-                self.rendezvous.close()
+        # Only after success: on a failure the rendezvous must stay open so a failed peer's
+        # report still reaches process 0 (failure() waits for it); the process then exits.
+        if self.rendezvous is not None:
+            if cfg.strategy == "ps":  # release the PS and workers, which wait for this
+                self.rendezvous.allgather("done", None)
+            self.rendezvous.close()
+        return result
 
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
         cfg, backend = self.config, self.backend

@@ -25,7 +25,7 @@ from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .memory import PeakSampler
-from .errors import EXIT_CODE_BY_STATUS
+from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
 
 GRACE_S = 10  # between SIGTERM and SIGKILL when stopping the worker
@@ -201,5 +201,8 @@ def supervise(
             return None, 0
         if result["status"] != "ok" and world.rank != 0:
             # Process 0 writes the run's record; tell it why this rank stopped.
-            report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result)
+            try:
+                report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result)
+            except UsageError:
+                pass  # no address for process 0: the worker already said so
         return result, EXIT_CODE_BY_STATUS[result["status"]]

@@ -135,3 +135,10 @@ def unused_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_multi_node_world_without_coordinator_is_a_usage_error():
+    world = World(rank=1, size=4, local_size=2, num_nodes=2)
+    with pytest.raises(UsageError, match="set MASTER_ADDR or DLBENCH_COORDINATOR"):
+        coordinator_host(world)
+    assert coordinator_host(World(rank=1, size=2, local_size=2)) == "127.0.0.1"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from dataclasses import asdict, dataclass
 from typing import Mapping
+
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,6 @@ class World:
     num_nodes: int = 1
     launcher: str = "none"
     coordinator: str | None = None  # host of process 0: rendezvous and TF chief/worker 0
-
-    @property
-    def is_reporter(self) -> bool:
-        return self.rank == 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,4 +153,8 @@ def coordinator_host(world: World) -> str:
         return world.coordinator
     if world.num_nodes == 1 or world.local_size == world.size:
         return "127.0.0.1"
-    return socket.gethostname()
+    # Only process 0 would know its own name: the others would wait for the timeout.
+    raise UsageError(
+        f"{world.size} ranks on {world.num_nodes} nodes but no address for process 0: "
+        "set MASTER_ADDR or DLBENCH_COORDINATOR (benchrun and srun set it for you)"
+    )
