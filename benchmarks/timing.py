@@ -31,6 +31,48 @@ class TimedLoop:
         return self.images / self.wall_time_s
 
 
+def loop_from_stamps(
+    start: float,
+    stamps: list[tuple[float, float]],
+    images_per_step: int,
+    last_loss: object = None,
+    losses: list | None = None,
+) -> TimedLoop:
+    """The one place clock stamps become a TimedLoop, for every strategy.
+
+    `stamps` are (batch fetched, step ended) per step, in order, on one clock;
+    `start` is when the loop's clock started. A step runs from the end of the
+    previous step (the first: from `start`) to its own end, so it includes its
+    wait for input; the input wait runs from the same point to the fetch. The
+    loop's wall time is the sum of its steps."""
+    steps, waits, previous = [], [], start
+    for fetched, end in stamps:
+        waits.append(fetched - previous)
+        steps.append(end - previous)
+        previous = end
+    return TimedLoop(
+        images=len(stamps) * images_per_step,
+        wall_time_s=previous - start,
+        step_times_s=steps,
+        input_wait_s=waits,
+        last_loss=last_loss,
+        losses=losses or [],
+    )
+
+
+def merge_loops(loops: dict[int, TimedLoop], last_loss: object = None) -> TimedLoop:
+    """One process's view of loops that ran elsewhere at the same time (TF PS workers):
+    all their images and steps, over the slowest one's wall time; `per_worker` keeps them."""
+    return TimedLoop(
+        images=sum(loop.images for loop in loops.values()),
+        wall_time_s=max(loop.wall_time_s for loop in loops.values()),
+        step_times_s=[t for loop in loops.values() for t in loop.step_times_s],
+        input_wait_s=[t for loop in loops.values() for t in loop.input_wait_s],
+        last_loss=last_loss,
+        per_worker=loops,
+    )
+
+
 def run_steps(
     batches: Iterator,
     train_step: Callable[[object], object],
@@ -39,26 +81,16 @@ def run_steps(
     images_per_step: int,
     keep_losses: bool = False,
 ) -> TimedLoop:
-    """Run `num_steps` training steps; time each and the loop as a whole."""
+    """Run `num_steps` training steps, synchronising the device at every boundary; stamp each."""
     synchronize()
-    start = previous_end = clock()
-    steps, waits, losses, loss = [], [], [], None
+    start = clock()
+    stamps, losses, loss = [], [], None
     for _ in range(num_steps):
         batch = next(batches)
         fetched = clock()
         loss = train_step(batch)
         synchronize()
-        end = clock()
-        waits.append(fetched - previous_end)
-        steps.append(end - previous_end)
-        previous_end = end
+        stamps.append((fetched, clock()))
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)
-    return TimedLoop(
-        images=num_steps * images_per_step,
-        wall_time_s=previous_end - start,
-        step_times_s=steps,
-        input_wait_s=waits,
-        last_loss=loss,
-        losses=losses,
-    )
+    return loop_from_stamps(start, stamps, images_per_step, last_loss=loss, losses=losses)

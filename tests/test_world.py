@@ -9,7 +9,7 @@ from benchmarks.distributed import cluster
 from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
 from benchmarks.errors import UsageError
-from benchmarks.runner import aggregate
+from benchmarks.measurement import aggregate
 
 
 def test_single_process_without_launcher():
