@@ -31,8 +31,9 @@ Measure training throughput (images/sec) and peak memory of one CNN on one
 framework. Warmup is excluded; the device is synchronised at every timing
 boundary; images/sec = images in the timed loop / its wall time.
 
-Other command:
+Other commands:
   bench make-dataset DIR --images N --classes C   write a small JPEG ImageFolder for --data-dir
+  bench [--framework F] comm [...]                communication microbenchmark (bench comm --help)
 
 Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
 3 out of memory, 4 timeout, 130 interrupted. Records for 1, 3, 4 and 130
@@ -203,11 +204,24 @@ def make_dataset(argv: list[str]) -> int:
     return 0
 
 
+FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--help", "-h")  # options that take no value
+
+
+def is_comm(argv: list[str]) -> bool:
+    """`comm` as a word of its own, not the value of an option: `bench --framework torch comm`."""
+    return any(arg == "comm" and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1]
+                                  or argv[i - 1] in FLAG_OPTIONS) for i, arg in enumerate(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] == ["make-dataset"]:
             return make_dataset(argv[1:])
+        if is_comm(argv):
+            from .comm.cli import main as comm_main
+
+            return comm_main(argv)
         return run_benchmark(argv)
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr)
