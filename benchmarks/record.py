@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
 SCHEMA_VERSION = "1.1"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
@@ -245,17 +246,6 @@ def single_world(config, world=None) -> dict:
 def validate(record: dict) -> dict:
     """Round-trip through the models: raises on any field the schema does not allow."""
     return ResultRecord.model_validate(record).model_dump(mode="json")
-
-
-def append_jsonl(path: str | os.PathLike, record: dict) -> None:
-    """One record, one line, one write, flushed to disk: a crash never leaves half a line."""
-    line = (json.dumps(record, sort_keys=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def json_schema() -> dict:

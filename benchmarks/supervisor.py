@@ -42,8 +42,11 @@ class Interrupted(Exception):
 def _relay(source, sink: TextIO, tail: collections.deque | None) -> None:
     for raw in iter(source.readline, b""):
         line = raw.decode(errors="replace")
-        sink.write(line)
-        sink.flush()
+        try:
+            sink.write(line)
+            sink.flush()
+        except (OSError, ValueError):  # stdout closed or its disk full: keep draining, the run goes on
+            pass
         if tail is not None:
             tail.append(line.rstrip("\n"))
     source.close()
