@@ -12,7 +12,6 @@ import argparse
 import csv
 from pathlib import Path
 
-
 from .. import reports
 
 
