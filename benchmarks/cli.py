@@ -82,6 +82,8 @@ def bench_parser() -> argparse.ArgumentParser:
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
     where.add_argument("--num-threads", type=integer, help="intra-op CPU threads (default: the framework's)")
     where.add_argument("--data-dir", help="ImageFolder tree of JPEGs (DIR/<class>/<image>.jpg); default: synthetic data on the device")
+    where.add_argument("--strict-data", action="store_true", help="stop (one line, exit 2) at the first undecodable "
+                       "image in --data-dir instead of skipping it (default: skip and count in the record)")
     where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
     where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
     where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
@@ -163,6 +165,16 @@ def run_benchmark(argv: list[str]) -> int:
         rendezvous_port=args.rendezvous_port,
         rendezvous_timeout=args.timeout or 300.0,
     )
+    data_scan = None
+    if config.data_dir is not None:
+        from .dataset import check_images
+
+        scan = check_images(config.data_dir, args.strict_data)
+        data_scan = {**scan.summary(), "strict": args.strict_data}
+        if scan.bad:
+            path, why = scan.bad[0]
+            print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
+                  f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
     from .supervisor import supervise
 
@@ -172,7 +184,7 @@ def run_benchmark(argv: list[str]) -> int:
         "timestamp_utc": record.utc_now(),
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
-    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout,
+    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout, data_scan=data_scan,
                                   tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
     if result is None:
         return exit_code

@@ -137,6 +137,7 @@ def supervise(
     report: TextIO,
     timeout_s: float | None,
     tensorboard: str | None = None,
+    data_scan: dict | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -150,6 +151,7 @@ def supervise(
                     "base": base,
                     "mllog": mllog,
                     "tensorboard": tensorboard,
+                    "data_scan": data_scan,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }
