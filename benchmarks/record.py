@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1.1"
+from .durable import append_jsonl  # noqa: F401 - kept importable from here
+
+SCHEMA_VERSION = "1.2"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -130,6 +131,17 @@ class PsLoad(_Model):
     bytes: int
 
 
+class SkippedImage(_Model):
+    path: str
+    reason: str
+
+
+class DataInfo(_Model):
+    images: int = Field(description="image files found in --data-dir (this rank's view, before sharding)")
+    skipped_images: int = Field(description="files skipped because they cannot be decoded (scan before the run + decode failures during it)")
+    skipped_examples: list[SkippedImage] = Field(description="the first 10 skipped files and why")
+
+
 class ModelInfo(_Model):
     parameters: int
     aux_head: bool
@@ -169,7 +181,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.1"] = SCHEMA_VERSION
+    schema_version: Literal["1.2"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -186,6 +198,7 @@ class ResultRecord(_Model):
     ranks: list[RankResult] = Field(description="per training rank; totals above are over these")
     replicas: Optional[Replicas]
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
+    data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 
@@ -245,17 +258,6 @@ def single_world(config, world=None) -> dict:
 def validate(record: dict) -> dict:
     """Round-trip through the models: raises on any field the schema does not allow."""
     return ResultRecord.model_validate(record).model_dump(mode="json")
-
-
-def append_jsonl(path: str | os.PathLike, record: dict) -> None:
-    """One record, one line, one write, flushed to disk: a crash never leaves half a line."""
-    line = (json.dumps(record, sort_keys=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def titled_schema(model: type[BaseModel], title: str) -> dict:

@@ -130,7 +130,7 @@ class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
-                 tensorboard: str | None = None):
+                 tensorboard: str | None = None, data_scan: dict | None = None):
         self.config = config
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
@@ -140,6 +140,7 @@ class Measurement:
         self.rendezvous: Rendezvous | None = None
         self.on_peer_failure = on_peer_failure
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
+        self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
 
@@ -193,6 +194,9 @@ class Measurement:
         dist = self._meet()
         self.backend = frameworks.load(cfg.framework)(cfg, dist)
         self.backend.keep_losses = self.tensorboard is not None
+        if self.data_scan is not None:
+            self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
+            self.backend.strict_data = self.data_scan["strict"]
         progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
@@ -313,12 +317,16 @@ class Measurement:
         }
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
+        from .dataset import skipped_section
+
         framework, model = None, None
         if self.backend is not None and hasattr(self.backend, "model"):
             framework, model = framework_info(self.backend), self.backend.model_info()
+        failures = self.backend.decode_failures if self.backend is not None else []
         return record.build(
             self.config, self.base, status, error, time.monotonic() - self.started,
-            framework=framework, model=model, world=self.world_section(), **result,
+            framework=framework, model=model, world=self.world_section(),
+            data=skipped_section(self.data_scan, failures), **result,
         )
 
 

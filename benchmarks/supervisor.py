@@ -42,8 +42,11 @@ class Interrupted(Exception):
 def _relay(source, sink: TextIO, tail: collections.deque | None) -> None:
     for raw in iter(source.readline, b""):
         line = raw.decode(errors="replace")
-        sink.write(line)
-        sink.flush()
+        try:
+            sink.write(line)
+            sink.flush()
+        except (OSError, ValueError):  # stdout closed or its disk full: keep draining, the run goes on
+            pass
         if tail is not None:
             tail.append(line.rstrip("\n"))
     source.close()
@@ -134,6 +137,7 @@ def supervise(
     report: TextIO,
     timeout_s: float | None,
     tensorboard: str | None = None,
+    data_scan: dict | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -147,6 +151,7 @@ def supervise(
                     "base": base,
                     "mllog": mllog,
                     "tensorboard": tensorboard,
+                    "data_scan": data_scan,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }

@@ -38,9 +38,15 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", store.StoreWarning)
             try:
-                records.extend(store.iter_records(path))
+                found = list(store.iter_records(path))
             except ValueError as error:
                 raise UsageError(str(error)) from None
+            except OSError as error:
+                raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
+            for record in found:
+                if not isinstance(record.get("config"), dict) or not isinstance(record.get("status"), str):
+                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record (no config/status)")
+            records.extend(found)
         for warning in caught:
             warn(str(warning.message))
     return [r for r in records if is_comm(r) == (kind == "comm")]

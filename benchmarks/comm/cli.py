@@ -57,6 +57,7 @@ def comm_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'")
     p.add_argument("--output", help="append the record as one JSON line to this file")
     p.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     return p
 
 
@@ -133,29 +134,25 @@ def options_from(args):
 
 
 def main(argv: list[str]) -> int:
-    import json
     import sys
-    from pathlib import Path
 
     args = comm_parser().parse_args(argv)
-    from ..cli import check_output_path
+    if args.debug:
+        os.environ["DLBENCH_DEBUG"] = "1"
+    from ..durable import check_file
 
-    check_output_path(args.output)
+    if args.output is not None:
+        check_file(args.output, "--output")
     options = options_from(args)
     from .. import provenance, record
+    from ..cli import deliver
     from . import table
     from .measure import run_comm
 
     base = {"run_id": record.new_run_id(), "timestamp_utc": record.utc_now(),
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]}}
 
-    def deliver(result: dict) -> None:
-        if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            record.append_jsonl(args.output, result)
-        table.render(result, sys.stderr if args.json else sys.stdout)
-        if args.json:
-            sys.stdout.write(json.dumps(result) + "\n")
-            sys.stdout.flush()
+    def write(result: dict) -> int | None:
+        return deliver(result, args.output, args.json, lambda: table.render(result, sys.stderr if args.json else sys.stdout))
 
-    return run_comm(options, base, deliver)
+    return run_comm(options, base, write)

@@ -272,7 +272,8 @@ def _raise_stopped(signum, _frame):
 
 
 def run_comm(options: CommOptions, base: dict, deliver) -> int:
-    """Run it; `deliver(record)` writes and prints process 0's record. Returns the exit code."""
+    """Run it; `deliver(record)` writes and prints process 0's record (an exit code when it could not).
+    Returns the exit code."""
     measurement = CommMeasurement(options, base)
     outcome: dict = {}
 
@@ -311,8 +312,9 @@ def run_comm(options: CommOptions, base: dict, deliver) -> int:
         kind = {"failed": "crash"}.get(stopped.status, stopped.status)
         record = measurement.finish(stopped.status, {"kind": kind, "message": stopped.message})
         progress(f"{stopped.status}: {stopped.message}")
+        code = EXIT_CODE_BY_STATUS[stopped.status]
         if measurement.world.rank == 0:
-            deliver(record)
+            code = deliver(record) or code
         elif not stopped.message.startswith("rank "):
             try:  # tell process 0, so the run's record says why
                 report_failure(worlds.coordinator_host(measurement.world), options.rendezvous_port,
@@ -321,9 +323,8 @@ def run_comm(options: CommOptions, base: dict, deliver) -> int:
                 pass
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_CODE_BY_STATUS[stopped.status])  # a collective may still block the other thread
+        os._exit(code)  # a collective may still block the other thread
     record = outcome.get("record")
     if record is None:
         return 0
-    deliver(record)
-    return EXIT_CODE_BY_STATUS[record["status"]]
+    return deliver(record) or EXIT_CODE_BY_STATUS[record["status"]]

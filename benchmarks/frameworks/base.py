@@ -51,10 +51,13 @@ class AllocatorPeaks:
 class Framework(ABC):
     name: str
     keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the runner
+    skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
+    strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
         self.dist = dist
+        self.decode_failures: list[tuple[str, str]] = []  # (path, why) of images skipped while decoding
 
     @property
     def serves_only(self) -> bool:
