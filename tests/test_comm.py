@@ -159,6 +159,26 @@ def test_reports_keep_comm_and_training_records_apart(tmp_path):
     from runners import reports
 
     store = tmp_path / "mixed.jsonl"
-    store.write_text(json.dumps({"kind": "comm", "run_id": "c"}) + "\n" + json.dumps({"run_id": "t"}) + "\n")
+    minimal = {"config": {}, "status": "ok"}
+    store.write_text(json.dumps({**minimal, "kind": "comm", "run_id": "c"}) + "\n"
+                     + json.dumps({**minimal, "run_id": "t"}) + "\n")
     assert [r["run_id"] for r in reports.load([store])] == ["t"]
     assert [r["run_id"] for r in reports.load([store], kind="comm")] == ["c"]
+
+
+def run_launch(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "runners", "launch", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_two_ranks_tensorflow_collective(tmp_path):
+    pytest.importorskip("tensorflow")
+    store = tmp_path / "store.jsonl"
+    result = run_launch("--launcher", "local", "-n", "2", "--timeout", "240", "--", "--framework", "tensorflow", "comm",
+                        *SMALL_COMM, "--ops", "allreduce,pingpong", "--output", str(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(store.read_text())
+    jsonschema.validate(record, COMM_SCHEMA)
+    assert record["config"]["backend"] == "collective" and record["correct"]
+    assert {r["op"] for r in record["results"]} == {"allreduce"}  # TF has no point-to-point op: said, not faked
+    assert "no point-to-point" in result.stderr

@@ -95,13 +95,15 @@ def options_from(args):
     if args.ps_placement not in PS_PLACEMENTS:
         raise UsageError(f"--ps-placement {args.ps_placement!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
-    if backend not in BACKENDS:
+    if backend not in BACKENDS and backend != "ps":
         raise UsageError(f"unknown backend {backend!r} (choices: {choices(BACKENDS)})")
-    if BACKENDS[backend][0] != framework:
+    if backend in BACKENDS and BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
         raise UsageError(f"--backend {backend} is not a {framework} backend (choices: {choices(valid)})")
     if (backend == "ps") != (args.strategy == "ps"):
         raise UsageError("--backend ps goes with --strategy ps (and only it)")
+    if backend not in BACKENDS:
+        raise UsageError(f"no {backend!r} comm backend in this version (choices: {choices(BACKENDS)})")
     valid_ops = OPS_BY_STRATEGY[args.strategy]
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else valid_ops
     bad = [o for o in ops if o not in valid_ops]

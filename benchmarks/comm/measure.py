@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 
@@ -304,9 +305,12 @@ def run_comm(options: CommOptions, base: dict, deliver) -> int:
         raise outcome["error"]
     if stopped is None and "error" in outcome:
         error = outcome["error"]
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        stopped = Stopped("failed", f"{type(error).__name__}: {lines[0][:500] if lines else ''}")
-        if not isinstance(error, Exception):
+        if isinstance(error, Exception):
+            from ..worker import first_line
+
+            traceback.print_exception(error)
+            stopped = Stopped("failed", first_line(error))
+        else:
             stopped = Stopped("interrupted", "interrupted")
     if stopped is not None:
         kind = {"failed": "crash"}.get(stopped.status, stopped.status)

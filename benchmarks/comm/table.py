@@ -18,7 +18,7 @@ def lines(record: dict) -> list[str]:
     for row in record["results"]:
         note = row.get("peer") or ""
         if row["op"] == "gradients":
-            note = f"{len(row['buckets'])} buckets of {(record.get('gradients') or {}).get('model', '?')}"
+            note = f"{len(row['buckets'])} messages: one step of {(record.get('gradients') or {}).get('model', '?')}"
         elif row["op"] == "pingpong":
             note = f"one-way latency, ranks {row['peer']}"
         out.append(f"  {row['op']:>10} {row['bytes']:>12} {row['elements']:>11} {row['time_s'] * 1e6:>11.1f} "

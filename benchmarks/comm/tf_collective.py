@@ -47,11 +47,14 @@ class TFCollectiveBackend(CommBackend):
         self.gpus = gpus
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
             communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation(len(gpus))))
-        self.device = "/GPU:0" if gpus else "/CPU:0"
+        self.device = self.strategy.extended.worker_devices[0]  # this worker's device in the cluster
         strategy = self.strategy
 
         def reduce(values):
             def replica(v):
+                # an op made in the replica's device scope: a bare function input has no device,
+                # and the all-reduce takes its destination from the value's device
+                v = tf.nest.map_structure(tf.identity, v)
                 return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, v)
 
             return strategy.experimental_local_results(strategy.run(replica, args=(values,)))[0]
