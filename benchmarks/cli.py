@@ -78,6 +78,9 @@ def bench_parser() -> argparse.ArgumentParser:
     how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
     how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
     how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
+    how.add_argument("--display-every", type=integer, default=10, metavar="N",
+                     help="every N steps print step, images/sec over those N steps and loss to stderr; a progress bar "
+                     "with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: 10)")
     how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
     where = p.add_argument_group("where and on what data")
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
@@ -129,6 +132,8 @@ def run_benchmark(argv: list[str]) -> int:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.seed < 0:
         raise UsageError("--seed must be zero or more")
+    if args.display_every < 0:
+        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
     from .durable import check_dir, check_file
@@ -186,6 +191,7 @@ def run_benchmark(argv: list[str]) -> int:
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
     result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout, data_scan=data_scan,
+                                  display_every=args.display_every,
                                   tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
     if result is None:
         return exit_code
@@ -221,6 +227,9 @@ def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int
 def make_dataset(argv: list[str]) -> int:
     args = dataset_parser().parse_args(argv)
     from .dataset import make_dataset as write
+    from .durable import check_dir
+
+    check_dir(args.dir, "make-dataset DIR")
 
     root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
     print(f"wrote {args.images} images in {args.classes} classes to {root}")

@@ -44,8 +44,11 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
             except OSError as error:
                 raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
             for record in found:
-                if not isinstance(record.get("config"), dict) or not isinstance(record.get("status"), str):
-                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record (no config/status)")
+                config = record.get("config")
+                if not (isinstance(config, dict) and {"framework", "model"} <= set(config)
+                        and isinstance(record.get("status"), str) and isinstance(record.get("run_id"), str)):
+                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
+                                     "(needs run_id, status, config.framework, config.model)")
             records.extend(found)
         for warning in caught:
             warn(str(warning.message))
