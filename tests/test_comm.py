@@ -159,7 +159,7 @@ def test_reports_keep_comm_and_training_records_apart(tmp_path):
     from runners import reports
 
     store = tmp_path / "mixed.jsonl"
-    minimal = {"config": {}, "status": "ok"}
+    minimal = {"config": {"framework": "torch", "model": "resnet50"}, "status": "ok"}
     store.write_text(json.dumps({**minimal, "kind": "comm", "run_id": "c"}) + "\n"
                      + json.dumps({**minimal, "run_id": "t"}) + "\n")
     assert [r["run_id"] for r in reports.load([store])] == ["t"]
