@@ -25,19 +25,22 @@ from .config import (
     build_config,
 )
 from .distributed import strategies
-from .errors import EXIT_USAGE, UsageError, choices
+from .errors import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, choices, debug_enabled, report_internal_error
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
 framework. Warmup is excluded; the device is synchronised at every timing
 boundary; images/sec = images in the timed loop / its wall time.
 
-Other command:
+Other commands:
   bench make-dataset DIR --images N --classes C   write a small JPEG ImageFolder for --data-dir
+  bench [--framework F] comm [...]                communication microbenchmark (bench comm --help)
 
 Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
-3 out of memory, 4 timeout, 130 interrupted. Records for 1, 3, 4 and 130
-are still written to --output / --json with that status.
+3 out of memory, 4 timeout, 5 the record could not be written to --output
+(saved to the temp-dir file the error names, and printed as JSON), 70 internal
+error (one line + log path; --debug shows the traceback), 130 interrupted.
+Records for 1, 3, 4 and 130 are still written to --output / --json with that status.
 """
 
 
@@ -76,11 +79,16 @@ def bench_parser() -> argparse.ArgumentParser:
     how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
     how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
     how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
+    how.add_argument("--display-every", type=integer, default=10, metavar="N",
+                     help="every N steps print step, images/sec over those N steps and loss to stderr; a progress bar "
+                     "with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: 10)")
     how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
     where = p.add_argument_group("where and on what data")
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
     where.add_argument("--num-threads", type=integer, help="intra-op CPU threads (default: the framework's)")
     where.add_argument("--data-dir", help="ImageFolder tree of JPEGs (DIR/<class>/<image>.jpg); default: synthetic data on the device")
+    where.add_argument("--strict-data", action="store_true", help="stop (one line, exit 2) at the first undecodable "
+                       "image in --data-dir instead of skipping it (default: skip and count in the record)")
     where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
     where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
     where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
@@ -104,6 +112,7 @@ def bench_parser() -> argparse.ArgumentParser:
     out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
     out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
                      "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
+    out.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     return p
 
 
@@ -118,32 +127,26 @@ def dataset_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_output_path(path: str | None) -> None:
-    """Refuse an unusable --output before running, so a long run never ends unwritable."""
-    if path is None:
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"--output {path!r} is a directory; give a file path")
-    parent = next((p for p in [target.parent, *target.parent.parents] if p.exists()), Path("."))
-    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"--output {path!r} is not writable")
-
-
 def run_benchmark(argv: list[str]) -> int:
     args = bench_parser().parse_args(argv)
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.seed < 0:
         raise UsageError("--seed must be zero or more")
-    check_output_path(args.output)
+    if args.display_every < 0:
+        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
+    if args.debug:
+        os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
+    from .durable import check_dir, check_file
+
+    if args.output is not None:
+        check_file(args.output, "--output")
     if args.tensorboard is not None:
+        check_dir(args.tensorboard, "--tensorboard")
         from .tensorboard import BACKENDS, available
 
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
-        if Path(args.tensorboard).exists() and not Path(args.tensorboard).is_dir():
-            raise UsageError(f"--tensorboard {args.tensorboard!r} is not a directory")
     config = build_config(
         framework=args.framework,
         model=args.model,
@@ -169,6 +172,16 @@ def run_benchmark(argv: list[str]) -> int:
         rendezvous_port=args.rendezvous_port,
         rendezvous_timeout=args.timeout or 300.0,
     )
+    data_scan = None
+    if config.data_dir is not None:
+        from .dataset import check_images
+
+        scan = check_images(config.data_dir, args.strict_data)
+        data_scan = {**scan.summary(), "strict": args.strict_data}
+        if scan.bad:
+            path, why = scan.bad[0]
+            print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
+                  f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
     from .supervisor import supervise
 
@@ -178,30 +191,59 @@ def run_benchmark(argv: list[str]) -> int:
         "timestamp_utc": record.utc_now(),
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
-    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout,
+    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout, data_scan=data_scan,
+                                  display_every=args.display_every,
                                   tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
     if result is None:
         return exit_code
     if result["world"]["rank"] != 0:  # process 0 writes the run's one record
         print(f"bench: rank {result['world']['rank']}: {output.throughput_line(result)}", file=sys.stderr)
         return exit_code
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        record.append_jsonl(args.output, result)
-    output.render(result, report)
-    if args.json:
+    return deliver(result, args.output, args.json, lambda: output.render(result, report)) or exit_code
+
+
+def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int | None:
+    """Process 0's record: appended to --output (or the fallback file), rendered, printed as JSON
+    with --json or when it could not be written. EXIT_OUTPUT when it could not; None otherwise."""
+    lost = None
+    if output_path:
+        from .durable import OutputError, append_or_fallback
+
+        try:
+            append_or_fallback(output_path, result, f"dlbench-record-{result['run_id']}.jsonl")
+        except OutputError as error:
+            lost = error
+    render()
+    if as_json or lost is not None:
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
-    return exit_code
+    if lost is not None:
+        saved = f"saved to {lost.fallback}" if lost.fallback else "the temp dir is not writable either"
+        print(f"bench: error: --output: {lost}: the record is {saved} and printed on stdout as JSON",
+              file=sys.stderr, flush=True)
+        return EXIT_OUTPUT
+    return None
 
 
 def make_dataset(argv: list[str]) -> int:
     args = dataset_parser().parse_args(argv)
     from .dataset import make_dataset as write
+    from .durable import check_dir
+
+    check_dir(args.dir, "make-dataset DIR")
 
     root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
     print(f"wrote {args.images} images in {args.classes} classes to {root}")
     return 0
+
+
+FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--help", "-h")  # options that take no value
+
+
+def is_comm(argv: list[str]) -> bool:
+    """`comm` as a word of its own, not the value of an option: `bench --framework torch comm`."""
+    return any(arg == "comm" and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1]
+                                  or argv[i - 1] in FLAG_OPTIONS) for i, arg in enumerate(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,10 +251,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["make-dataset"]:
             return make_dataset(argv[1:])
+        if is_comm(argv):
+            from .comm.cli import main as comm_main
+
+            return comm_main(argv)
         return run_benchmark(argv)
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # before the worker started (after, the supervisor records it)
+        print("bench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - a bug: one line and a log, unless --debug
+        if debug_enabled(argv):
+            raise
+        return report_internal_error("bench", error)
 
 
 if __name__ == "__main__":

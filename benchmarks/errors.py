@@ -4,11 +4,16 @@ Exit codes are part of the documented interface (README, "Exit codes"): runners
 and sweeps branch on them, so they never change meaning.
 """
 
+import os
+import sys
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run crashed; a record with status "failed" was written
 EXIT_USAGE = 2  # bad input; nothing was run and nothing was written
 EXIT_OOM = 3  # device or host out of memory; a record with status "oom" was written
 EXIT_TIMEOUT = 4  # --timeout expired; a record with status "timeout" was written
+EXIT_OUTPUT = 5  # the record could not be written where asked; it was saved to the fallback the error names
+EXIT_INTERNAL = 70  # a bug in dlbench (EX_SOFTWARE): one line and the path of the full traceback
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; a record with status "interrupted" was written
 
 EXIT_CODE_BY_STATUS = {
@@ -22,6 +27,31 @@ EXIT_CODE_BY_STATUS = {
 
 class UsageError(Exception):
     """Invalid input: reported as one line `bench: error: ...` with exit code 2."""
+
+
+def debug_enabled(argv=()) -> bool:
+    """Tracebacks for users only on request: --debug or DLBENCH_DEBUG=1."""
+    return "--debug" in argv or os.environ.get("DLBENCH_DEBUG", "") not in ("", "0")
+
+
+def report_internal_error(prog: str, error: BaseException) -> int:
+    """An unexpected exception: one line naming the log that holds the traceback (EXIT_INTERNAL)."""
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        fd, log = tempfile.mkstemp(prefix=f"{prog}-error-{time.strftime('%Y%m%dT%H%M%S')}-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        where = f"full traceback in {log}"
+    except OSError:
+        where = "no log could be written to the temp dir"
+    message = str(error).splitlines()[0] if str(error).strip() else ""
+    print(f"{prog}: internal error: {type(error).__name__}: {message[:300]} ({where}; "
+          f"rerun with --debug or DLBENCH_DEBUG=1 to see it here)", file=sys.stderr, flush=True)
+    return EXIT_INTERNAL
 
 
 def choices(values) -> str:

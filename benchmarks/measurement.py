@@ -130,7 +130,7 @@ class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
-                 tensorboard: str | None = None):
+                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0):
         self.config = config
         self.strategy = strategies.get(config.strategy)
         self.base = base  # run_id, timestamp, provenance from the supervisor
@@ -141,6 +141,8 @@ class Measurement:
         self.rendezvous: Rendezvous | None = None
         self.on_peer_failure = on_peer_failure
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
+        self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
+        self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
 
@@ -194,6 +196,9 @@ class Measurement:
         dist = self._meet()
         self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
         self.backend.keep_losses = self.tensorboard is not None
+        if self.data_scan is not None:
+            self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
+            self.backend.strict_data = self.data_scan["strict"]
         progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
@@ -223,14 +228,14 @@ class Measurement:
         self.mllog.start("run_start")
         if cfg.num_warmup_batches:
             progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
-            backend.timed_loop(batches, cfg.num_warmup_batches)
+            backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
         loops = []
         for index in range(cfg.repeats):
             self.mllog.start("epoch_start", index, repeat=index)
-            loop = backend.timed_loop(batches, cfg.num_batches)
+            loop = backend.timed_loop(batches, cfg.num_batches, **self._display(f"repeat {index + 1}", cfg.num_batches))
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
@@ -285,6 +290,18 @@ class Measurement:
         self.mllog.end("run_stop", status="success")
         return self.finish("ok", None, **result)
 
+    def _display(self, phase: str, total: int) -> dict:
+        """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
+        if not self.display_every or self.world.rank != 0:
+            return {}
+        from .progress import step_line
+
+        def show(step: int, images_per_sec: float, loss) -> None:
+            value = self.backend.loss_value(loss) if loss is not None else None
+            print(step_line(phase, step, total, images_per_sec, self.display_every, value), file=sys.stderr, flush=True)
+
+        return {"display_every": self.display_every, "display": show}
+
     def _num_workers(self) -> int:
         return self.strategy.workers(self.world.size, self.config.num_ps)
 
@@ -312,12 +329,16 @@ class Measurement:
         }
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
+        from .dataset import skipped_section
+
         framework, model = None, None
         if self.backend is not None and hasattr(self.backend, "model"):
             framework, model = framework_info(self.backend), self.backend.model_info()
+        failures = self.backend.decode_failures if self.backend is not None else []
         return record.build(
             self.config, self.base, status, error, time.monotonic() - self.started,
-            framework=framework, model=model, world=self.world_section(), **result,
+            framework=framework, model=model, world=self.world_section(),
+            data=skipped_section(self.data_scan, failures), **result,
         )
 
 

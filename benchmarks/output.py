@@ -82,6 +82,10 @@ def render(record: dict, stream: TextIO) -> None:
                 loads = ", ".join(f"PS{p['ps']} {p['variables']} vars {_bytes(p['bytes'])}" for p in record["placement"])
                 console.print(f"placement: {loads}", markup=False)
         throughput = record["throughput"]
+        data = record.get("data")
+        if data is not None:
+            first = f" (first: {data['skipped_examples'][0]['path']})" if data["skipped_examples"] else ""
+            console.print(f"data: {data['images']} images, {data['skipped_images']} skipped as undecodable{first}", markup=False)
         if throughput["ci_method"]:
             console.print(f"interval: 95% {throughput['ci_method']}", markup=False)
     console.print(throughput_line(record), markup=False)

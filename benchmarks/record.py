@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Literal, Optional
@@ -19,8 +18,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .distributed import strategies
+from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -132,6 +132,17 @@ class PsLoad(_Model):
     bytes: int
 
 
+class SkippedImage(_Model):
+    path: str
+    reason: str
+
+
+class DataInfo(_Model):
+    images: int = Field(description="image files found in --data-dir (this rank's view, before sharding)")
+    skipped_images: int = Field(description="files skipped because they cannot be decoded (scan before the run + decode failures during it)")
+    skipped_examples: list[SkippedImage] = Field(description="the first 10 skipped files and why")
+
+
 class ModelInfo(_Model):
     parameters: int
     aux_head: bool
@@ -171,7 +182,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.1"] = SCHEMA_VERSION
+    schema_version: Literal["1.2"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -188,6 +199,7 @@ class ResultRecord(_Model):
     ranks: list[RankResult] = Field(description="per training rank; totals above are over these")
     replicas: Optional[Replicas]
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
+    data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 
@@ -249,21 +261,15 @@ def validate(record: dict) -> dict:
     return ResultRecord.model_validate(record).model_dump(mode="json")
 
 
-def append_jsonl(path: str | os.PathLike, record: dict) -> None:
-    """One record, one line, one write, flushed to disk: a crash never leaves half a line."""
-    line = (json.dumps(record, sort_keys=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def titled_schema(model: type[BaseModel], title: str) -> dict:
+    """The JSON Schema of a record model, as shipped in benchmarks/schema/."""
+    schema = model.model_json_schema()
+    schema["title"] = title
+    return schema
 
 
 def json_schema() -> dict:
-    schema = ResultRecord.model_json_schema()
-    schema["title"] = f"dlbench result record {SCHEMA_VERSION}"
-    return schema
+    return titled_schema(ResultRecord, f"dlbench result record {SCHEMA_VERSION}")
 
 
 if __name__ == "__main__":

@@ -33,26 +33,29 @@ class TimedLoop:
 
 def loop_from_stamps(
     start: float,
-    stamps: list[tuple[float, float]],
+    stamps: list[tuple[float, ...]],
     images_per_step: int,
     last_loss: object = None,
     losses: list | None = None,
 ) -> TimedLoop:
     """The one place clock stamps become a TimedLoop, for every strategy.
 
-    `stamps` are (batch fetched, step ended) per step, in order, on one clock;
-    `start` is when the loop's clock started. A step runs from the end of the
-    previous step (the first: from `start`) to its own end, so it includes its
-    wait for input; the input wait runs from the same point to the fetch. The
-    loop's wall time is the sum of its steps."""
-    steps, waits, previous = [], [], start
-    for fetched, end in stamps:
-        waits.append(fetched - previous)
-        steps.append(end - previous)
-        previous = end
+    `stamps` are (batch fetched, step ended[, clock resumed]) per step, in order,
+    on one clock; `start` is when the loop's clock started. A step runs from the
+    end of the previous step (the first: from `start`) to its own end, so it
+    includes its wait for input; the input wait runs from the same point to the
+    fetch. `resumed`, when given, is where the next step starts instead of this
+    step's end: time spent between steps on something not measured (a progress
+    line) belongs to no step. The loop's wall time is the sum of its steps."""
+    steps, waits, begin = [], [], start
+    for stamp in stamps:
+        fetched, end = stamp[0], stamp[1]
+        waits.append(fetched - begin)
+        steps.append(end - begin)
+        begin = stamp[2] if len(stamp) > 2 else end
     return TimedLoop(
         images=len(stamps) * images_per_step,
-        wall_time_s=previous - start,
+        wall_time_s=sum(steps),
         step_times_s=steps,
         input_wait_s=waits,
         last_loss=last_loss,
@@ -80,17 +83,29 @@ def run_steps(
     num_steps: int,
     images_per_step: int,
     keep_losses: bool = False,
+    display_every: int = 0,
+    display: Callable[[int, float, object], None] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps, synchronising the device at every boundary; stamp each."""
+    """Run `num_steps` training steps, synchronising the device at every boundary; stamp each.
+
+    Every `display_every` steps, `display(step, images/sec over those steps, loss)` runs after
+    the step's sync and clock reading; its time is taken out of the loop's wall time and out of
+    the next step, so showing progress does not change what is measured.
+    """
     synchronize()
     start = clock()
     stamps, losses, loss = [], [], None
-    for _ in range(num_steps):
+    for index in range(num_steps):
         batch = next(batches)
         fetched = clock()
         loss = train_step(batch)
         synchronize()
-        stamps.append((fetched, clock()))
+        end = clock()
+        stamps.append((fetched, end))
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)
+        if display_every and (index + 1) % display_every == 0 and display is not None:
+            recent = loop_from_stamps(start, stamps, images_per_step).step_times_s[-display_every:]
+            display(index + 1, display_every * images_per_step / sum(recent), loss)
+            stamps[-1] = (fetched, end, clock())
     return loop_from_stamps(start, stamps, images_per_step, last_loss=loss, losses=losses)

@@ -11,11 +11,12 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
 from .config import BenchConfig
-from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError
+from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, debug_enabled
 from .mllog import MLLogger
 from .processes import die_with_parent
 
@@ -29,6 +30,21 @@ def first_line(error: BaseException) -> str:
     if line.endswith(":") and len(lines) > 1:
         line = next((l for l in reversed(lines) if not l.startswith("File ")), lines[-1])
     return f"{type(error).__name__}: {line[:500]}"
+
+
+def show_crash(error: BaseException) -> None:
+    """The traceback of a crashed run: on stderr with --debug, else in a log that one line names."""
+    if debug_enabled():
+        traceback.print_exc()
+        return
+    try:
+        fd, log = tempfile.mkstemp(prefix="bench-crash-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            traceback.print_exc(file=f)
+        where = f"traceback in {log}; --debug shows it here"
+    except OSError:
+        where = "--debug shows the traceback"
+    print(f"bench: run failed: {first_line(error)} ({where})", file=sys.stderr, flush=True)
 
 
 def write_result(path: str, record: dict | None) -> None:
@@ -57,7 +73,8 @@ def main(spec_path: str) -> int:
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
     measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed,
-                              tensorboard=spec.get("tensorboard"))
+                              tensorboard=spec.get("tensorboard"), data_scan=spec.get("data_scan"),
+                              display_every=spec.get("display_every", 0))
     try:
         result = measurement.run()
     except UsageError as error:
@@ -72,7 +89,7 @@ def main(spec_path: str) -> int:
         elif isinstance(error, KeyboardInterrupt):
             result = measurement.failure("interrupted", "interrupted", "interrupted")
         else:
-            traceback.print_exc()
+            show_crash(error)
             result = measurement.failure("failed", "crash", first_line(error))
     write_result(spec["result_path"], result)
     return EXIT_CODE_BY_STATUS[result["status"]] if result else 0

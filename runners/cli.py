@@ -9,7 +9,8 @@ import argparse
 import importlib
 import sys
 
-from benchmarks.errors import EXIT_USAGE, UsageError
+from benchmarks.durable import OutputError
+from benchmarks.errors import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, debug_enabled, report_internal_error
 
 COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
 
@@ -21,6 +22,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="benchrun", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"runners.commands.{name.replace('-', '_')}").add_parser(sub)
@@ -28,12 +30,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+        args = parser().parse_args(argv)
         return args.run(args)
     except (UsageError, ValueError) as error:  # ValueError: a launcher or runtime refusing a combination
         print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OutputError as error:
+        saved = f"saved to {error.fallback}" if error.fallback else "the temp dir is not writable either"
+        print(f"benchrun: error: {error}: the entry is {saved}", file=sys.stderr)
+        return EXIT_OUTPUT
+    except KeyboardInterrupt:
+        print("benchrun: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - a bug: one line and a log, unless --debug
+        if debug_enabled(argv[:argv.index("--")] if "--" in argv else argv):
+            raise
+        return report_internal_error("benchrun", error)
 
 
 if __name__ == "__main__":

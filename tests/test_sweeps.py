@@ -135,7 +135,7 @@ def test_missing_plan_file_and_bad_options(tmp_path, capsys):
     assert capsys.readouterr().err == "benchrun: error: --retries must be 0 or more, got -1\n"
     (tmp_path / "dir.jsonl").mkdir()
     assert cli.main(["sweep", str(plan), "--store", str(tmp_path / "dir.jsonl")]) == 2
-    assert "is not a file" in capsys.readouterr().err
+    assert "is a directory; give a file path" in capsys.readouterr().err
 
 
 # --- product, skip rules, hashes ---------------------------------------------------------------

@@ -52,10 +52,13 @@ class AllocatorPeaks:
 class Framework(ABC):
     name: str
     keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the measurement
+    skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
+    strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
         self.dist = dist
+        self.decode_failures: list[tuple[str, str]] = []  # (path, why) of images skipped while decoding
 
     @property
     def serves_only(self) -> bool:
@@ -67,10 +70,11 @@ class Framework(ABC):
             return self.real_batches()
         return itertools.cycle(self.synthetic_batches())
 
-    def timed_loop(self, batches: Iterator, num_steps: int) -> timing.TimedLoop:
-        """The measured loop; strategies whose steps run elsewhere (TF PS) override it."""
+    def timed_loop(self, batches: Iterator, num_steps: int, **display) -> timing.TimedLoop:
+        """The measured loop; strategies whose steps run elsewhere (TF PS) override it.
+        `display`: timing.run_steps' display_every and display (progress lines)."""
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
-                                keep_losses=self.keep_losses)
+                                keep_losses=self.keep_losses, **display)
 
     @abstractmethod
     def parameter_checksum(self) -> str:

@@ -228,6 +228,8 @@ class TensorFlowFramework(Framework):
     def _real_dataset(self, shard: int, num_shards: int) -> tf.data.Dataset:
         cfg = self.config
         paths, labels, _ = image_folder(cfg.data_dir)
+        keep = [i for i, path in enumerate(paths) if path not in self.skip_images]  # undecodable: set apart before
+        paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
         dataset = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
         if num_shards > 1:  # each worker reads its own shard of the files (shard may be a tensor)
             dataset = dataset.shard(num_shards, shard)
@@ -235,8 +237,10 @@ class TensorFlowFramework(Framework):
             dataset.shuffle(max(1, len(paths) // num_shards), seed=cfg.seed, reshuffle_each_iteration=True)
             .repeat()
             .map(self._decode_and_augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-            .batch(cfg.batch_size, drop_remainder=True)
         )
+        if not self.strict_data:  # a file that passed the scan but still fails to decode: skipped (not countable here)
+            dataset = dataset.ignore_errors()
+        dataset = dataset.batch(cfg.batch_size, drop_remainder=True)
         options = tf.data.Options()
         options.threading.private_threadpool_size = max(cfg.num_data_workers, 1)
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -130,12 +130,12 @@ class TensorFlowPsFramework(TensorFlowFramework):
 
         return iter(self.coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
-    def timed_loop(self, iterator, num_steps: int) -> timing.TimedLoop:
+    def timed_loop(self, iterator, num_steps: int, **display) -> timing.TimedLoop:
         """The chief schedules num_steps steps per worker and waits for all of them.
 
         Steps go asynchronously to whichever worker is free; a worker runs one at a
         time, so its steps, ordered by their end, are consecutive on its own clock.
-        A worker's loop starts when its first step starts fetching."""
+        A worker's loop starts when its first step starts fetching. No progress lines (display)."""
         num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
         results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
         self.coordinator.join()

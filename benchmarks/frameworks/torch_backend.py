@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 import torchvision
 
+from ..dataset import IMAGE_EXTENSIONS
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
 TORCHVISION_MODELS = {
@@ -22,6 +23,40 @@ TORCHVISION_MODELS = {
 }
 INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
 AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
+
+
+MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
+
+
+class SkippingImageFolder(torch.utils.data.Dataset):
+    """An ImageFolder whose undecodable images are skipped (the next one is taken) and reported:
+    each sample carries the (path, why) of the images skipped to reach it, so the counts leave
+    the DataLoader's worker processes with the batch (collate_skipping)."""
+
+    def __init__(self, folder, strict: bool):
+        self.folder, self.strict = folder, strict
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getitem__(self, index: int):
+        skipped = []
+        for attempt in range(MAX_CONSECUTIVE_BAD):
+            i = (index + attempt) % len(self.folder)
+            try:
+                image, label = self.folder[i]
+                return image, label, skipped
+            except (OSError, ValueError, SyntaxError) as error:  # PIL: truncated, unidentified, corrupt
+                path = self.folder.samples[i][0]
+                if self.strict:
+                    raise ValueError(f"--strict-data: {path}: cannot be decoded ({type(error).__name__}: {error})") from None
+                skipped.append((path, f"cannot be decoded ({type(error).__name__}: {str(error)[:200]})"))
+        raise ValueError(f"{MAX_CONSECUTIVE_BAD} images in a row cannot be decoded (first: {skipped[0][0]}: {skipped[0][1]})")
+
+
+def collate_skipping(samples):
+    images, labels = torch.utils.data.default_collate([(image, label) for image, label, _ in samples])
+    return images, labels, [item for _, _, skipped in samples for item in skipped]
 
 
 class TorchFramework(Framework):
@@ -157,7 +192,12 @@ class TorchFramework(Framework):
                 transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
             ]
         )
-        dataset = torchvision.datasets.ImageFolder(cfg.data_dir, transform=pipeline)
+        skip = self.skip_images
+        folder = torchvision.datasets.ImageFolder(
+            cfg.data_dir, transform=pipeline,
+            is_valid_file=lambda path: path.lower().endswith(IMAGE_EXTENSIONS) and path not in skip,
+        )
+        dataset = SkippingImageFolder(folder, self.strict_data)
         world = self.dist.world
         sampler = None
         if world.size > 1:  # each rank reads its own shard, as a real multi-worker job does
@@ -172,9 +212,12 @@ class TorchFramework(Framework):
             pin_memory=self.device.type == "cuda",
             persistent_workers=cfg.num_data_workers > 0,
             generator=torch.Generator().manual_seed(cfg.seed),
+            collate_fn=collate_skipping,
         )
         epochs = itertools.chain.from_iterable(itertools.repeat(self.loader))
-        return (self._to_device(images, labels) for images, labels in epochs)
+        for images, labels, skipped in epochs:
+            self.decode_failures.extend(skipped)
+            yield self._to_device(images, labels)
 
     def train_step(self, batch):
         images, labels = batch

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from benchmarks.errors import UsageError
-from benchmarks.record import append_jsonl
+from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.stats import t_halfwidth
 
 from .. import dispatch, runtimes
@@ -102,6 +102,7 @@ def chart(rows: list[dict], path: Path, title: str) -> None:
 def run(args) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be 1 or more, got {args.repeats}")
+    check_dir(args.out, "--out")
     names = [n for n in (args.runtimes or "").split(",") if n] or runtimes.available()
     for name in names:
         runtimes.get(name).require()  # unknown or missing: one line, before anything runs
@@ -119,7 +120,7 @@ def run(args) -> int:
             outcome = dispatch.run(req)
             record = outcome.record
             if record is not None:
-                append_jsonl(out / "records.jsonl", record)
+                append_or_fallback(out / "records.jsonl", record, f"dlbench-record-{record['run_id']}.jsonl")
             value = throughput(record)
             if value is not None:
                 samples[name].append(value)

@@ -12,8 +12,6 @@ import argparse
 import csv
 from pathlib import Path
 
-from benchmarks.errors import UsageError
-
 from .. import reports
 
 
@@ -105,10 +103,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from benchmarks.durable import check_file
+
+    check_file(args.csv, "--csv")
     records = reports.load(args.stores)
     target = Path(args.csv)
-    if target.is_dir():
-        raise UsageError(f"--csv {args.csv!r} is a directory; give a file path")
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as handle:
         writer = csv.writer(handle)

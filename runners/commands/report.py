@@ -275,12 +275,13 @@ def build(records: list[dict], stores: list[str], out: Path) -> Document:
 def run(args) -> int:
     from benchmarks.errors import UsageError
 
+    from benchmarks.durable import check_dir
+
+    check_dir(args.out, "--out")
     records = reports.load(args.stores)
     if not records:
         raise UsageError(f"no records in {', '.join(args.stores)}")
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {args.out!r} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     doc = build(records, args.stores, out)
     (out / "report.md").write_text(doc.markdown())

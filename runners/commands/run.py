@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 
+from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import EXIT_FAILED, UsageError, choices
 
 from .. import dispatch, launchers, runtimes
@@ -76,14 +77,13 @@ def run(args) -> int:
         print(shlex.join(dispatch.command(req, Path(args.results or "/tmp/RESULTS"), runtime=runtime)))
         return 0
     if args.results:
-        os.makedirs(args.results, exist_ok=True)
+        check_dir(args.results, "--results")
     outcome = dispatch.run(req)
     if outcome.record is None:
         print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", flush=True)
         return outcome.exit_code or EXIT_FAILED
+    print(json.dumps(outcome.record), flush=True)  # first: the record is on stdout whatever follows
     if args.results:
-        from benchmarks.record import append_jsonl
-
-        append_jsonl(os.path.join(args.results, "records.jsonl"), outcome.record)
-    print(json.dumps(outcome.record), flush=True)
+        append_or_fallback(os.path.join(args.results, "records.jsonl"), outcome.record,
+                           f"dlbench-record-{outcome.record['run_id']}.jsonl")
     return outcome.exit_code

@@ -9,8 +9,14 @@ rule). Each finished run is one line in the store, appended and fsynced at
 once; a rerun skips what is already there with status ok or oom, so a sweep
 killed at any moment loses at most the run in progress.
 
+When the store cannot be written mid-sweep (file system full, quota, NFS
+gone), the entry just measured is kept in a pending file in the temp dir, the
+sweep stops with one line saying why and where (exit 5), and the next run of
+the same store appends the pending entries first: nothing lost, nothing run twice.
+
 Exit codes: 0 every point ok or oom, 1 some point failed (after its retries),
-2 bad plan or options (nothing run, store untouched), 130 interrupted.
+2 bad plan or options (nothing run, store untouched), 5 the store could not be
+written (the sweep stopped; the entry is in the pending file named), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import time
 import warnings
 from pathlib import Path
 
-from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError
+from benchmarks import durable
+from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
 from benchmarks.processes import sweep_deadline
 
 from .. import dispatch, launchers, runtimes, store
@@ -105,6 +112,33 @@ def read_store(path: Path) -> list[dict]:
     for warning in caught:
         print(f"benchrun: warning: {warning.message}", file=sys.stderr)
     return entries
+
+
+def pending_name(store_path: Path) -> str:
+    """The temp-dir file holding entries measured while the store could not be written."""
+    import hashlib
+
+    return f"dlbench-sweep-pending-{hashlib.sha256(str(store_path.resolve()).encode()).hexdigest()[:12]}.jsonl"
+
+
+def recover_pending(console, store_path: Path) -> None:
+    """Append the entries a previous run could not write (store full), once each, then drop the file."""
+    pending = durable.fallback_dir() / pending_name(store_path)
+    if not pending.exists():
+        return
+    stored = {(e["sweep"]["config_hash"], e["sweep"].get("attempt")) for e in read_store(store_path) if e["sweep"]}
+    recovered = 0
+    for entry in read_store(pending):
+        if entry["sweep"] and (entry["sweep"]["config_hash"], entry["sweep"].get("attempt")) not in stored:
+            try:
+                durable.append_jsonl(store_path, entry)
+            except OSError as error:
+                raise UsageError(f"--store {str(store_path)!r}: cannot append the pending entries of {pending} "
+                                 f"({error.strerror}): free space first") from None
+            recovered += 1
+    pending.unlink()
+    console.print(f"recovered {recovered} entr{'y' if recovered == 1 else 'ies'} measured while {store_path} was "
+                  f"not writable (from {pending})")
 
 
 def status_of(entry: dict) -> str:
@@ -240,6 +274,9 @@ def run(args) -> int:
         if problem:
             raise UsageError(problem)
     store_path = Path(args.store)
+    if not args.dry_run:
+        durable.check_file(store_path, "--store")
+        recover_pending(console, store_path)
     entries = read_store(store_path)
     done = {e["sweep"]["config_hash"]: status_of(e) for e in entries if e["sweep"] and status_of(e) in DONE}
     attempts = {}
@@ -273,12 +310,22 @@ def run(args) -> int:
     plan_path = str(Path(args.plan).resolve())
     deadline = sweep_deadline(timeout_s)
     final: dict[str, str] = {}
+    unwritable = None
     with Stop() as stop:
-        _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop)
+        try:
+            _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop)
+        except durable.OutputError as error:
+            unwritable = error
     counts = {k: 0 for k in ("ok", "oom", "failed", "timeout", "interrupted")}
     for status in final.values():
         counts[status] = counts.get(status, 0) + 1
     _summary(console, counts, len(points) - len(todo), len(skipped), len(todo) - len(final), store_path)
+    if unwritable is not None:
+        saved = (f"the last entry is kept in {unwritable.fallback} and is appended by the next run of this sweep"
+                 if unwritable.fallback else "the temp dir is not writable either: the last entry is lost")
+        print(f"benchrun: error: sweep stopped: --store {unwritable}: {saved}; free space and rerun to resume",
+              file=sys.stderr, flush=True)
+        return EXIT_OUTPUT
     if stop.requested:
         return EXIT_INTERRUPTED
     return EXIT_OK if all(s in DONE for s in final.values()) else EXIT_FAILED
@@ -320,11 +367,9 @@ def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_p
                     "record": result["record"],
                     "error": result["error"],
                 }
-                from benchmarks.record import append_jsonl
-
-                append_jsonl(store_path, entry)
                 status = status_of(entry)
                 final[h] = status
+                durable.append_or_fallback(store_path, entry, pending_name(store_path))
                 progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
                 if status not in RETRY or stop.requested:
                     break

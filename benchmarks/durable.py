@@ -1,0 +1,167 @@
+"""Writing records so that a measurement, once taken, is never lost.
+
+Three guarantees, shared by `bench --output`, `benchrun run --results`,
+`benchrun sweep --store` and `benchrun compare-runtimes --out`:
+
+- paths are checked *before* anything runs (`check_file`, `check_dir`): a real
+  probe (create + remove a file), not `os.access`, which root always passes;
+- a JSONL append is one write + fsync; when it fails part-way (disk full,
+  quota, NFS gone) the file is cut back to its old length, and an incomplete
+  last line left by a process killed mid-write is cut off by the next append,
+  so a store never holds a torn line before a good one;
+- when the append still fails, the record goes to a fallback file in the
+  system temp dir (`fallback`), whose path the one-line error names.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+MIN_FREE_BYTES = 1 << 20  # refuse an output on a file system with less free space than this (a record is ~10 KB)
+
+
+class OutputError(Exception):
+    """A record could not be appended; `fallback` is where it was saved instead (None if nowhere)."""
+
+    def __init__(self, path, error: OSError, fallback: Path | None):
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        super().__init__(f"could not write to {str(path)!r} ({reason})")
+        self.path, self.reason, self.fallback = path, reason, fallback
+
+
+def _existing_ancestor(path: Path) -> Path:
+    return next((p for p in [path, *path.parents] if p.exists()), Path("."))
+
+
+def _probe_dir(directory: Path) -> str | None:
+    """Why a file cannot be created in `directory` (that exists), or None."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dlbench-probe-", dir=directory)
+    except OSError as error:
+        return os.strerror(error.errno) if error.errno else str(error)
+    os.close(fd)
+    os.unlink(probe)
+    return _free_space_problem(directory)
+
+
+def _free_space_problem(directory: Path) -> str | None:
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    if free < MIN_FREE_BYTES:
+        return f"only {free} bytes free on its file system"
+    return None
+
+
+def check_file(path: str | os.PathLike, flag: str) -> None:
+    """Refuse an output file that cannot be appended to (raises UsageError); creates nothing."""
+    from .errors import UsageError
+
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} is a directory; give a file path")
+    if target.exists():
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_APPEND))
+        except OSError as error:
+            raise UsageError(f"{flag} {str(path)!r} is not writable ({os.strerror(error.errno)})") from None
+        problem = _free_space_problem(target.parent)
+    else:
+        ancestor = _existing_ancestor(target.parent)
+        if not ancestor.is_dir():
+            raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
+        problem = _probe_dir(ancestor)
+    if problem:
+        raise UsageError(f"{flag} {str(path)!r} is not writable ({problem})")
+
+
+def check_dir(path: str | os.PathLike, flag: str) -> None:
+    """Refuse an output directory that cannot be created or written (raises UsageError); creates nothing."""
+    from .errors import UsageError
+
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} exists and is not a directory")
+    ancestor = _existing_ancestor(target)
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
+    problem = _probe_dir(ancestor)
+    if problem:
+        raise UsageError(f"{flag} {str(path)!r} is not writable ({problem})")
+
+
+def cut_torn_tail(fd: int) -> int:
+    """Cut bytes after the last newline (a line a killed writer left incomplete); returns bytes cut."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    window = min(size, 1 << 16)
+    while True:
+        data = os.pread(fd, window, size - window)
+        if data.endswith(b"\n"):
+            return 0
+        newline = data.rfind(b"\n")
+        if newline >= 0 or window == size:
+            keep = size - window + newline + 1
+            os.ftruncate(fd, keep)
+            return size - keep
+        window = min(size, window * 4)
+
+
+def append_jsonl(path: str | os.PathLike, obj: dict) -> None:
+    """Append one JSON line: all of it or none of it (raises OSError after undoing a partial write)."""
+    line = (json.dumps(obj) + "\n").encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        cut = cut_torn_tail(fd)
+        if cut:
+            print(f"dlbench: warning: {path}: cut an incomplete last line ({cut} bytes) before appending",
+                  file=sys.stderr, flush=True)
+        start = os.fstat(fd).st_size
+        try:
+            written = 0
+            while written < len(line):
+                n = os.write(fd, line[written:])
+                if n == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += n
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                pass  # the next append cuts what is left (cut_torn_tail)
+            raise
+    finally:
+        os.close(fd)
+
+
+def fallback_dir() -> Path:
+    return Path(tempfile.gettempdir())
+
+
+def fallback(obj: dict, name: str) -> Path | None:
+    """Save `obj` as one JSON line in the temp dir; the path, or None if that fails too."""
+    path = fallback_dir() / name
+    try:
+        append_jsonl(path, obj)
+    except OSError:
+        return None
+    return path
+
+
+def append_or_fallback(path: str | os.PathLike, obj: dict, fallback_name: str) -> None:
+    """append_jsonl, or save to the fallback and raise OutputError naming it."""
+    try:
+        append_jsonl(path, obj)
+    except OSError as error:
+        raise OutputError(path, error, fallback(obj, fallback_name)) from None
