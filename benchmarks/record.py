@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -169,6 +169,8 @@ class Provenance(_Model):
     cpu_count: Optional[int]
     cpu_usable: int
     container_runtime: Literal["docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none"]
+    requested_runtime: Optional[str] = Field(
+        None, description="the runtime benchrun was asked for (its --runtime name); null when bench ran alone")
     image: Optional[str]
     command: list[str]
     framework: Optional[FrameworkInfo] = Field(description="null when the run died before the framework loaded")
@@ -182,7 +184,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.2"] = SCHEMA_VERSION
+    schema_version: Literal["1.3"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.processes import host_deadline
+from benchmarks.provenance import REQUESTED_RUNTIME_ENV
 
 from . import launchers, runtimes
 from .launchers.base import wait_group
@@ -102,12 +103,13 @@ def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -
 
 def launch_spec(request: RunRequest, results: Path, image: str | None = None,
                 runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
-    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables."""
+    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables,
+    and the runtime's name, which every rank's record keeps (provenance.requested_runtime)."""
     runtime = runtime or runtimes.get(request.runtime)
     bench = runtime.bench_command(container_spec(request, runtime, results, image))
     return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
                                  request.num_ps, request.timeout_s, extra=request.launcher_args,
-                                 env=runtime.host_env())
+                                 env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name})
 
 
 def command(request: RunRequest, results: Path, image: str | None = None,
