@@ -5,41 +5,42 @@ bench writes its record with `--output` into a results directory (mounted
 into the container when there is one) and the record is read back from
 there, so the same path works for every runtime and launcher.
 
-Containers compose with launchers in the hybrid model: the launcher starts one
-container per rank (`srun [--mpi=...] python -m runners.runtimes SPEC -- bench ...`,
-which runs `docker run ... IMAGE` with the rank's variables forwarded and removes
-the container afterwards). `container_command()` shows the bare runtime command.
+The runtime name is resolved once into a Runtime, which says where results and
+data are inside it and how a rank starts bench there. With a launcher, the launch
+spec is built here and the launcher runs in this process (`benchrun launch` is a
+thin CLI over the same calls). Containers compose with launchers in the hybrid
+model: the launcher starts one container per rank (`srun [--mpi=...] python -m
+runners.runtimes SPEC -- bench ...`, which runs `docker run ... IMAGE` with the
+rank's variables forwarded and removes the container afterwards).
+`container_command()` shows the bare runtime command.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.errors import UsageError
+from benchmarks.processes import host_deadline
 
 from . import launchers, runtimes
 from .launchers.base import wait_group
 from .runtimes.container import ContainerSpec, argv_for
 
-RESULTS_TARGET = "/results"
 IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
           "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
-TIMEOUT_GRACE_S = 60  # bench stops itself at --timeout; the host stops what is left after this
 
 
 @dataclass
 class RunRequest:
     bench_args: list[str]
-    runtime: str = "local"
+    runtime: str = runtimes.DEFAULT
     image: str | None = None  # None: the framework's image (IMAGES), for container runtimes
     launcher: str | None = None  # None: one process, no launcher
     num_workers: int = 1
@@ -73,62 +74,59 @@ def default_image(request: RunRequest) -> str:
     return IMAGES[framework]
 
 
-def container_spec(request: RunRequest, results: Path, image: str | None = None) -> ContainerSpec:
+def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path, image: str | None) -> ContainerSpec:
     """What every rank's container gets: the results dir (read-write), the data dir (read-only)."""
-    runtime = runtimes.get(request.runtime)
-    mounts = [runtimes.Mount(str(results), RESULTS_TARGET, readonly=False)]
+    mounts = [runtimes.Mount(str(results), runtime.results_dir(str(results)), readonly=False)]
     if request.data_dir:
-        mounts.append(runtimes.Mount(os.path.abspath(request.data_dir), runtime.data_target(), readonly=True))
-    return ContainerSpec(runtime=request.runtime, image=image or default_image(request), name=request.container_name,
-                         mounts=mounts, workdir=RESULTS_TARGET, gpus=request.gpus, mpi=request.mpi)
-
-
-def bench_command(request: RunRequest, results: Path | None = None, image: str | None = None) -> list[str]:
-    """How to start bench for this request's runtime: this Python's package for `local`, else the
-    per-rank container wrapper around the runtime's command (see container_command)."""
-    if request.runtime == "local":
-        return [sys.executable, "-m", "benchmarks"]
-    if results is None:
-        raise ValueError("a container runtime needs the results directory to mount")
-    spec = container_spec(request, results, image)
-    return [sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"]
+        data = os.path.abspath(request.data_dir)
+        mounts.append(runtimes.Mount(data, runtime.data_dir(data), readonly=True))
+    if image is None and runtime.uses_image:
+        image = default_image(request)
+    return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
+                         mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi)
 
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
     """The bare runtime command one rank runs, e.g. `docker run --rm ... --name dlbench-ID ... IMAGE` + `bench`."""
-    return argv_for(container_spec(request, results, image), ["bench"], environ={})[0]
+    return argv_for(container_spec(request, runtimes.get(request.runtime), results, image), ["bench"], environ={})[0]
 
 
-def _bench_args(request: RunRequest, record_path: str) -> list[str]:
-    args = [*request.bench_args, "--output", record_path]
+def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> list[str]:
+    args = [*request.bench_args, "--output", str(Path(runtime.results_dir(str(results))) / "record.jsonl")]
     if request.data_dir and "--data-dir" not in args:
-        inside = request.data_dir if request.runtime == "local" else runtimes.get(request.runtime).data_target()
-        args += ["--data-dir", inside]
+        args += ["--data-dir", runtime.data_dir(request.data_dir)]
     if request.timeout_s is not None and "--timeout" not in args:
         args += ["--timeout", str(request.timeout_s)]
     return args
 
 
-def command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
-    inside = results if request.runtime == "local" else Path(RESULTS_TARGET)
-    args = _bench_args(request, str(inside / "record.jsonl"))
-    bench = bench_command(request, results, image)
+def launch_spec(request: RunRequest, results: Path, image: str | None = None,
+                runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
+    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables."""
+    runtime = runtime or runtimes.get(request.runtime)
+    bench = runtime.bench_command(container_spec(request, runtime, results, image))
+    return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
+                                 request.num_ps, request.timeout_s, extra=request.launcher_args,
+                                 env=runtime.host_env())
+
+
+def command(request: RunRequest, results: Path, image: str | None = None,
+            runtime: runtimes.Runtime | None = None) -> list[str]:
+    """The argv that runs the request: bench as the runtime starts it, or the launcher's command."""
+    spec = launch_spec(request, results, image, runtime)
     if request.launcher is None:
-        return [*bench, *args]
-    launch = [sys.executable, "-m", "runners", "launch", "--launcher", request.launcher,
-              "-n", str(request.num_workers), "--bench-command", shlex.join(bench)]
-    if request.num_ps:
-        launch += ["--num-ps", str(request.num_ps)]
-    if request.timeout_s is not None:
-        launch += ["--timeout", str(request.timeout_s)]
-    launch += [f"--launcher-arg={arg}" for arg in request.launcher_args]
-    return [*launch, "--", *args]
+        return [*spec.bench, *spec.bench_args]
+    return launchers.get(request.launcher).command(spec)
 
 
 def check(request: RunRequest) -> runtimes.Runtime:
-    """Refuse bad input before anything runs (one-line errors)."""
-    if request.launcher is not None and request.launcher not in launchers.LAUNCHERS:
-        raise UsageError(f"unknown launcher {request.launcher!r}")
+    """Refuse bad input before anything runs (one-line errors); the request's runtime, resolved once."""
+    if request.launcher is not None:
+        if request.launcher not in launchers.LAUNCHERS:
+            raise UsageError(f"unknown launcher {request.launcher!r}")
+        launcher = launchers.get(request.launcher)
+        if not launcher.available():
+            raise UsageError(f"launcher {request.launcher!r} needs {launcher.binary!r}, which is not on PATH")
     runtime = runtimes.get(request.runtime)
     runtime.require()
     if request.data_dir is not None:
@@ -140,19 +138,23 @@ def check(request: RunRequest) -> runtimes.Runtime:
     return runtime
 
 
-def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool = False) -> Outcome:
+def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
+    """The image as the runtime will run it (imported/converted once, cached); None without an image."""
+    return runtime.prepare(default_image(request)) if runtime.uses_image else None
+
+
+def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
-    Containers are removed when the run ends, times out (timeout_s + 60 s on the host) or is interrupted."""
+    The launcher runs in this process; containers are removed when the run ends, times out
+    (benchmarks.processes.host_deadline) or is interrupted."""
     runtime = check(request)
-    image = None if request.runtime == "local" else runtime.prepare(default_image(request))
+    image = prepare(request, runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
-        if request.runtime != "local":
-            results.chmod(0o777)  # the image's user (uid 1000) writes the record
-        argv = command(request, results, image)
-        stream = subprocess.DEVNULL if quiet else None
-        env = {**os.environ, **runtime.host_env()}
+        runtime.open_results(results)
+        spec = launch_spec(request, results, image, runtime)
+        deadline = host_deadline(request.timeout_s)
         interrupted = []
 
         def on_sigint(signum, frame):
@@ -161,8 +163,14 @@ def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool 
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
-            proc = subprocess.Popen(argv, stdout=stream, stderr=stream, env=env, start_new_session=True)
-            code = wait_group([proc], None if request.timeout_s is None else request.timeout_s + TIMEOUT_GRACE_S)
+            if request.launcher is None:
+                argv = [*spec.bench, *spec.bench_args]
+                proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
+                code = wait_group([proc], deadline)
+            else:
+                launcher = launchers.get(request.launcher)
+                argv = launcher.command(spec)
+                code = launcher.run(spec, timeout_s=deadline)
         finally:
             signal.signal(signal.SIGINT, previous)
             runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind

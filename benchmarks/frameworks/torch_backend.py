@@ -12,7 +12,7 @@ import torch
 import torchvision
 
 from .. import precision
-from ..config import IMAGE_EXTENSIONS
+from ..dataset import IMAGE_EXTENSIONS
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
 TORCHVISION_MODELS = {

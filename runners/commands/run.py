@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run one benchmark under a container runtime", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_runtime_options(p)
-    p.add_argument("--runtime", default="local", help=f"{choices(runtimes.RUNTIMES)} (default: local)")
+    p.add_argument("--runtime", default=runtimes.DEFAULT, help=f"{choices(runtimes.RUNTIMES)} (default: {runtimes.DEFAULT})")
     p.add_argument("--results", help="directory that keeps records.jsonl (default: print only)")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit (no image preparation)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
@@ -73,8 +73,8 @@ def run(args) -> int:
         import shlex
         from pathlib import Path
 
-        dispatch.check(req)
-        print(shlex.join(dispatch.command(req, Path(args.results or "/tmp/RESULTS"), dispatch.default_image(req))))
+        runtime = dispatch.check(req)
+        print(shlex.join(dispatch.command(req, Path(args.results or "/tmp/RESULTS"), runtime=runtime)))
         return 0
     if args.results:
         check_dir(args.results, "--results")

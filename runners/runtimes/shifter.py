@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, check_image, run_quiet
+from .base import Mount, Runtime, run_quiet
 
 
 class ShifterRuntime(Runtime):
@@ -25,23 +25,14 @@ class ShifterRuntime(Runtime):
     binary = "shifter"
     passes_host_env = True
 
-    def name_options(self, name: str) -> list[str]:
-        return []
-
     def gpu_options(self) -> list[str]:
         return ["--module=gpu"]
 
     def mpi_options(self) -> list[str]:
         return ["--module=mpich"]
 
-    def env_option(self, key: str, value: str | None) -> None:
-        return None
-
     def mount_option(self, mount: Mount) -> list[str]:
         return [f"--volume={mount.source}:{mount.target}"]
-
-    def workdir_option(self, workdir: str) -> list[str]:
-        return []  # bench is given absolute paths
 
     def image_and_command(self, image: str, argv: list[str]) -> list[str]:
         return [f"--image=docker:{image}", *argv]
@@ -54,32 +45,21 @@ class ShifterNgRuntime(Runtime):
     passes_host_env = True
     library = "load/library/"
 
-    def name_options(self, name: str) -> list[str]:
-        return []
-
     def gpu_options(self) -> list[str]:
         return []  # the GPU hook activates from CUDA_VISIBLE_DEVICES, set by Slurm's --gres
 
     def mpi_options(self) -> list[str]:
         return ["--mpi"]
 
-    def env_option(self, key: str, value: str | None) -> None:
-        return None
-
     def mount_option(self, mount: Mount) -> list[str]:
         ro = ",readonly" if mount.readonly else ""
         return [f"--mount=type=bind,source={mount.source},destination={mount.target}{ro}"]
 
-    def workdir_option(self, workdir: str) -> list[str]:
-        return []
-
     def loaded_name(self, image: str) -> str:
         return image.split("/")[-1].replace(":", "-")
 
-    def prepare(self, image: str) -> str:
+    def import_image(self, image: str) -> str:
         """`docker save IMAGE` to a tarball, `shifter load TAR NAME` (skipped when `shifter images` lists it)."""
-        check_image(image)
-        self.require()
         name = self.loaded_name(image)
         if image.startswith(self.library):
             return image
