@@ -91,6 +91,7 @@ class Runtime(ABC):
     passes_host_env = False  # True: the host environment is visible inside by default
     removes_container = False  # docker/podman: a named container that must be removed
     runs_as_image_user = False  # docker/podman: the image's user (uid 1000), not the caller, reads the mounts
+    legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:
@@ -104,11 +105,26 @@ class Runtime(ABC):
             raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH")
 
     def prepare(self, image: str) -> str:
-        """Make `image` runnable (import, convert, pull); cached and idempotent.
+        """Make `image` runnable: check its name, require the binary, then import it (cached, idempotent).
 
-        Returns the reference `command()` should be given (an image name, a
-        directory, a .sif). The default: the image is used as it is."""
-        return check_image(image)
+        Returns the reference `command()` should be given (an image name, a directory, a .sif)."""
+        check_image(image)
+        self.require()
+        return self.import_image(image)
+
+    def import_image(self, image: str) -> str:
+        """The runtime's own step (convert, load, pull); the default uses the image as it is."""
+        return image
+
+    def default_image(self, framework_image: str) -> str:
+        """The image when the user names none (Shifter: the one its Slurm plugin set for the job)."""
+        return framework_image
+
+    def check_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """Runtime annotations (--edf-annotation): only the CSCS Container Engine has any."""
+        if annotations:
+            raise UsageError(f"runtime {self.name!r} takes no EDF annotations (only cscs-ce does)")
+        return {}
 
     # ---- the command line ---------------------------------------------------------
     def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
