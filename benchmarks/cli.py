@@ -31,8 +31,9 @@ Measure training throughput (images/sec) and peak memory of one CNN on one
 framework. Warmup is excluded; the device is synchronised at every timing
 boundary; images/sec = images in the timed loop / its wall time.
 
-Other command:
+Other commands:
   bench make-dataset DIR --images N --classes C   write a small JPEG ImageFolder for --data-dir
+  bench [--framework F] comm [...]                communication microbenchmark (bench comm --help)
 
 Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
 3 out of memory, 4 timeout, 5 the record could not be written to --output
@@ -77,6 +78,9 @@ def bench_parser() -> argparse.ArgumentParser:
     how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
     how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
     how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
+    how.add_argument("--display-every", type=integer, default=10, metavar="N",
+                     help="every N steps print step, images/sec over those N steps and loss to stderr; a progress bar "
+                     "with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: 10)")
     how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
     where = p.add_argument_group("where and on what data")
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
@@ -128,6 +132,8 @@ def run_benchmark(argv: list[str]) -> int:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.seed < 0:
         raise UsageError("--seed must be zero or more")
+    if args.display_every < 0:
+        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
     from .durable import check_dir, check_file
@@ -185,22 +191,29 @@ def run_benchmark(argv: list[str]) -> int:
         "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
     }
     result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout, data_scan=data_scan,
+                                  display_every=args.display_every,
                                   tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
     if result is None:
         return exit_code
     if result["world"]["rank"] != 0:  # process 0 writes the run's one record
         print(f"bench: rank {result['world']['rank']}: {output.throughput_line(result)}", file=sys.stderr)
         return exit_code
+    return deliver(result, args.output, args.json, lambda: output.render(result, report)) or exit_code
+
+
+def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int | None:
+    """Process 0's record: appended to --output (or the fallback file), rendered, printed as JSON
+    with --json or when it could not be written. EXIT_OUTPUT when it could not; None otherwise."""
     lost = None
-    if args.output:
+    if output_path:
         from .durable import OutputError, append_or_fallback
 
         try:
-            append_or_fallback(args.output, result, f"dlbench-record-{result['run_id']}.jsonl")
+            append_or_fallback(output_path, result, f"dlbench-record-{result['run_id']}.jsonl")
         except OutputError as error:
             lost = error
-    output.render(result, report)
-    if args.json or lost is not None:
+    render()
+    if as_json or lost is not None:
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
     if lost is not None:
@@ -208,16 +221,28 @@ def run_benchmark(argv: list[str]) -> int:
         print(f"bench: error: --output: {lost}: the record is {saved} and printed on stdout as JSON",
               file=sys.stderr, flush=True)
         return EXIT_OUTPUT
-    return exit_code
+    return None
 
 
 def make_dataset(argv: list[str]) -> int:
     args = dataset_parser().parse_args(argv)
     from .dataset import make_dataset as write
+    from .durable import check_dir
+
+    check_dir(args.dir, "make-dataset DIR")
 
     root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
     print(f"wrote {args.images} images in {args.classes} classes to {root}")
     return 0
+
+
+FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--help", "-h")  # options that take no value
+
+
+def is_comm(argv: list[str]) -> bool:
+    """`comm` as a word of its own, not the value of an option: `bench --framework torch comm`."""
+    return any(arg == "comm" and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1]
+                                  or argv[i - 1] in FLAG_OPTIONS) for i, arg in enumerate(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["make-dataset"]:
             return make_dataset(argv[1:])
+        if is_comm(argv):
+            from .comm.cli import main as comm_main
+
+            return comm_main(argv)
         return run_benchmark(argv)
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr)

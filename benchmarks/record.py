@@ -260,10 +260,15 @@ def validate(record: dict) -> dict:
     return ResultRecord.model_validate(record).model_dump(mode="json")
 
 
-def json_schema() -> dict:
-    schema = ResultRecord.model_json_schema()
-    schema["title"] = f"dlbench result record {SCHEMA_VERSION}"
+def titled_schema(model: type[BaseModel], title: str) -> dict:
+    """The JSON Schema of a record model, as shipped in benchmarks/schema/."""
+    schema = model.model_json_schema()
+    schema["title"] = title
     return schema
+
+
+def json_schema() -> dict:
+    return titled_schema(ResultRecord, f"dlbench result record {SCHEMA_VERSION}")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
-                 tensorboard: str | None = None, data_scan: dict | None = None):
+                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0):
         self.config = config
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
@@ -140,6 +140,7 @@ class Measurement:
         self.rendezvous: Rendezvous | None = None
         self.on_peer_failure = on_peer_failure
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
+        self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
@@ -226,14 +227,14 @@ class Measurement:
         self.mllog.start("run_start")
         if cfg.num_warmup_batches:
             progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
-            backend.timed_loop(batches, cfg.num_warmup_batches)
+            backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
         loops = []
         for index in range(cfg.repeats):
             self.mllog.start("epoch_start", index, repeat=index)
-            loop = backend.timed_loop(batches, cfg.num_batches)
+            loop = backend.timed_loop(batches, cfg.num_batches, **self._display(f"repeat {index + 1}", cfg.num_batches))
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
@@ -287,6 +288,18 @@ class Measurement:
         }
         self.mllog.end("run_stop", status="success")
         return self.finish("ok", None, **result)
+
+    def _display(self, phase: str, total: int) -> dict:
+        """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
+        if not self.display_every or self.world.rank != 0:
+            return {}
+        from .progress import step_line
+
+        def show(step: int, images_per_sec: float, loss) -> None:
+            value = self.backend.loss_value(loss) if loss is not None else None
+            print(step_line(phase, step, total, images_per_sec, self.display_every, value), file=sys.stderr, flush=True)
+
+        return {"display_every": self.display_every, "display": show}
 
     def _num_workers(self) -> int:
         if self.config.strategy == "ps":

@@ -39,12 +39,15 @@ class Interrupted(Exception):
         self.signum = signum
 
 
-def _relay(source, sink: TextIO, tail: collections.deque | None) -> None:
+def _relay(source, sink: TextIO, tail: collections.deque | None, bar=None) -> None:
     for raw in iter(source.readline, b""):
         line = raw.decode(errors="replace")
         try:
-            sink.write(line)
-            sink.flush()
+            if bar is not None and not bar.feed(line.rstrip("\n")):
+                bar.print(line.rstrip("\n"))
+            elif bar is None:
+                sink.write(line)
+                sink.flush()
         except (OSError, ValueError):  # stdout closed or its disk full: keep draining, the run goes on
             pass
         if tail is not None:
@@ -125,6 +128,13 @@ def _virtual_size(pid: int) -> int:
         return 0
 
 
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _raise_interrupted(signum, _frame):
     raise Interrupted(signum)
 
@@ -138,6 +148,7 @@ def supervise(
     timeout_s: float | None,
     tensorboard: str | None = None,
     data_scan: dict | None = None,
+    display_every: int = 0,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -152,6 +163,7 @@ def supervise(
                     "mllog": mllog,
                     "tensorboard": tensorboard,
                     "data_scan": data_scan,
+                    "display_every": display_every,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }
@@ -166,9 +178,14 @@ def supervise(
             pass_fds=inherited_launcher_fds(os.environ),
         )
         tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
+        bar = None
+        if display_every and _is_terminal(sys.stderr):  # a bar with an ETA instead of the step lines
+            from .progress import ProgressBar
+
+            bar = ProgressBar(sys.stderr).__enter__()
         relays = [
             threading.Thread(target=_relay, args=(proc.stdout, report, None), daemon=True),
-            threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, tail), daemon=True),
+            threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, tail, bar), daemon=True),
         ]
         for relay in relays:
             relay.start()
@@ -189,6 +206,8 @@ def supervise(
                 signal.signal(sig, handler)
             for relay in relays:
                 relay.join(timeout=5)
+            if bar is not None:
+                bar.__exit__(None, None, None)
             vm_peak = address_space.stop()
         world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:

@@ -38,12 +38,20 @@ def run_steps(
     num_steps: int,
     images_per_step: int,
     keep_losses: bool = False,
+    display_every: int = 0,
+    display: Callable[[int, float, object], None] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps; time each and the loop as a whole."""
+    """Run `num_steps` training steps; time each and the loop as a whole.
+
+    Every `display_every` steps, `display(step, images/sec over those steps, loss)` runs after
+    the step's sync and clock reading; its time is taken out of the loop's wall time and out of
+    the next step, so showing progress does not change what is measured.
+    """
     synchronize()
     start = previous_end = clock()
     steps, waits, losses, loss = [], [], [], None
-    for _ in range(num_steps):
+    paused = 0.0
+    for index in range(num_steps):
         batch = next(batches)
         fetched = clock()
         loss = train_step(batch)
@@ -54,9 +62,13 @@ def run_steps(
         previous_end = end
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)
+        if display_every and (index + 1) % display_every == 0 and display is not None:
+            display(index + 1, display_every * images_per_step / sum(steps[-display_every:]), loss)
+            previous_end = clock()
+            paused += previous_end - end
     return TimedLoop(
         images=num_steps * images_per_step,
-        wall_time_s=previous_end - start,
+        wall_time_s=previous_end - start - paused,
         step_times_s=steps,
         input_wait_s=waits,
         last_loss=loss,

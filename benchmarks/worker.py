@@ -84,7 +84,8 @@ def main(spec_path: str) -> int:
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
     measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed,
-                              tensorboard=spec.get("tensorboard"), data_scan=spec.get("data_scan"))
+                              tensorboard=spec.get("tensorboard"), data_scan=spec.get("data_scan"),
+                              display_every=spec.get("display_every", 0))
     try:
         result = measurement.run()
     except UsageError as error:

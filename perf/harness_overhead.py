@@ -5,7 +5,15 @@ drift and thermal effects hit both sides equally), each run in a fresh
 process, as `bench` itself runs. Prints images/sec of each side with a 95%
 t-interval and the ratio bench / bare. Goal: ratio >= 0.98.
 
+`--progress` compares three sides instead, rotated each round: bench with a
+progress line every step (`--display-every 1`, the most it can print), bench
+with progress off (`--display-every 0`), and the bare loop. It prints each
+harness ratio against the bare loop and the ratio progress on / off, each as
+the mean of the per-round ratios with a 95% t-interval. Goal: on / off within
+noise of 1 (its interval contains 1).
+
     .venv/bin/python perf/harness_overhead.py --framework torch --rounds 4
+    .venv/bin/python perf/harness_overhead.py --framework torch --rounds 6 --progress
 """
 
 from __future__ import annotations
@@ -88,12 +96,12 @@ def bare_tensorflow(args) -> float:
     return args.batch_size * args.batches / (time.perf_counter() - start)
 
 
-def run_bench(args) -> float:
+def run_bench(args, display_every: int = 0) -> float:
     command = [
         sys.executable, "-m", "benchmarks", "--framework", args.framework, "--model", args.model,
         "--image-size", str(args.image_size), "--batch-size", str(args.batch_size),
         "--num-warmup-batches", str(args.warmup), "--num-batches", str(args.batches),
-        "--num-threads", str(args.num_threads), "--json",
+        "--num-threads", str(args.num_threads), "--json", "--display-every", str(display_every),
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     return json.loads(result.stdout.splitlines()[-1])["throughput"]["images_per_sec"]
@@ -115,10 +123,14 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=20)
     p.add_argument("--num-threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=4, help="ABBA pairs of runs")
+    p.add_argument("--progress", action="store_true", help="bench with progress on vs off vs bare (see above)")
     p.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.bare:
         print(bare_torch(args) if args.framework == "torch" else bare_tensorflow(args))
+        return
+    if args.progress:
+        progress_on_vs_off(args)
         return
     results = {"bench": [], "bare": []}
     for round_ in range(args.rounds):
@@ -134,6 +146,35 @@ def main() -> None:
     print(f"config: {args.framework} {args.model} {args.image_size}px batch {args.batch_size}, "
           f"{args.batches} timed batches, {args.num_threads} threads")
     print(f"ratio bench/bare: {ratio:.3f} (goal >= 0.98)")
+
+
+def ratio_line(name: str, ratios: list[float]) -> str:
+    half = t_halfwidth(ratios)
+    spread = f" ± {half:.3f}" if half is not None else ""
+    return f"{name}: {Stats.of(ratios).mean:.3f}{spread} (95% t over {len(ratios)} rounds; min {min(ratios):.3f}, max {max(ratios):.3f})"
+
+
+def progress_on_vs_off(args) -> None:
+    """Three sides, order rotated each round so none always runs first; per-round ratios."""
+    sides = {"progress-on": lambda: run_bench(args, display_every=1),
+             "progress-off": lambda: run_bench(args, display_every=0),
+             "bare": lambda: run_bare(args)}
+    names = list(sides)
+    results = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        order = names[round_ % 3:] + names[:round_ % 3]
+        for side in order:
+            rate = sides[side]()
+            results[side].append(rate)
+            print(f"round {round_ + 1}/{args.rounds} {side:>12}: {rate:8.3f} images/sec", flush=True)
+    for side, rates in results.items():
+        print(f"{side:>12}: {Stats.of(rates).mean:.3f} ± {t_halfwidth(rates) or 0:.3f} images/sec (95% t, n={args.rounds})")
+    print(f"config: {args.framework} {args.model} {args.image_size}px batch {args.batch_size}, "
+          f"{args.batches} timed batches, {args.num_threads} threads")
+    on, off, bare = results["progress-on"], results["progress-off"], results["bare"]
+    print(ratio_line("ratio bench(progress on)/bare ", [a / b for a, b in zip(on, bare)]))
+    print(ratio_line("ratio bench(progress off)/bare", [a / b for a, b in zip(off, bare)]))
+    print(ratio_line("ratio progress on/off         ", [a / b for a, b in zip(on, off)]) + "  (goal: interval contains 1)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from benchmarks.comm.record import is_comm
 from benchmarks.errors import UsageError
 from benchmarks.stats import t_halfwidth
 
@@ -26,8 +27,9 @@ ID_PREFIX = 8  # run_id characters shown in tables
 # -- reading stores ------------------------------------------------------------------------------
 
 
-def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None) -> list[dict]:
-    """Every bench record of the given stores (plain JSONL or sweep envelopes, runners.store)."""
+def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
+    """The bench records of one kind in the given stores (plain JSONL or sweep envelopes, runners.store):
+    training runs (kind "train") or `bench comm` runs (kind "comm"); stores may hold both."""
     warn = warn or (lambda message: print(f"benchrun: warning: {message}", file=sys.stderr))
     records = []
     for path in paths:
@@ -42,12 +44,15 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None)
             except OSError as error:
                 raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
             for record in found:
-                if not isinstance(record.get("config"), dict) or not isinstance(record.get("status"), str):
-                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record (no config/status)")
+                config = record.get("config")
+                if not (isinstance(config, dict) and {"framework", "model"} <= set(config)
+                        and isinstance(record.get("status"), str) and isinstance(record.get("run_id"), str)):
+                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
+                                     "(needs run_id, status, config.framework, config.model)")
             records.extend(found)
         for warning in caught:
             warn(str(warning.message))
-    return records
+    return [r for r in records if is_comm(r) == (kind == "comm")]
 
 
 # -- configuration keys --------------------------------------------------------------------------

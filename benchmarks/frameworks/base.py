@@ -69,10 +69,11 @@ class Framework(ABC):
             return self.real_batches()
         return itertools.cycle(self.synthetic_batches())
 
-    def timed_loop(self, batches: Iterator, num_steps: int) -> timing.TimedLoop:
-        """The measured loop; strategies whose steps run elsewhere (TF PS) override it."""
+    def timed_loop(self, batches: Iterator, num_steps: int, **display) -> timing.TimedLoop:
+        """The measured loop; strategies whose steps run elsewhere (TF PS) override it.
+        `display`: timing.run_steps' display_every and display (progress lines)."""
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
-                                keep_losses=self.keep_losses)
+                                keep_losses=self.keep_losses, **display)
 
     @abstractmethod
     def parameter_checksum(self) -> str:

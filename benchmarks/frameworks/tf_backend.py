@@ -361,9 +361,9 @@ class TensorFlowFramework(Framework):
     def train_step(self, batch):
         return self._step(*batch)
 
-    def timed_loop(self, batches, num_steps: int) -> timing.TimedLoop:
+    def timed_loop(self, batches, num_steps: int, **display) -> timing.TimedLoop:
         if self.config.strategy != "ps":
-            return super().timed_loop(batches, num_steps)
+            return super().timed_loop(batches, num_steps, **display)
         return self._ps_timed_loop(batches, num_steps)
 
     def _ps_timed_loop(self, iterator, num_steps: int) -> timing.TimedLoop:

@@ -104,6 +104,9 @@ def run(args) -> int:
     if unknown or not metrics:
         raise UsageError(f"unknown metric {', '.join(unknown) or '(none)'} (choices: {choices(METRICS)})")
     base, new = reports.load([args.base]), reports.load([args.new])
+    for path, records in ((args.base, base), (args.new, new)):
+        if not records:  # a gate that passes on nothing would hide a broken pipeline
+            raise UsageError(f"no records in {path}: nothing to compare")
     rows, only_base, only_new = compare(base, new, threshold, metrics)
     print(f"compare: {args.base} (base) vs {args.new} (new), threshold {100 * threshold:g}%; regression = change "
           "beyond the threshold and the 95% intervals apart")

@@ -1,0 +1,22 @@
+"""Communication microbenchmarks (`bench comm`): all-reduce, ping-pong, gradient buckets, PS push/pull.
+
+Adding a backend = one module with a `CommBackend` subclass + one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# name -> (framework, "module:Class")
+BACKENDS = {
+    "gloo": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "nccl": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "mpi": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "horovod": ("torch", "benchmarks.comm.horovod_comm:HorovodBackend"),
+    "collective": ("tensorflow", "benchmarks.comm.tf_collective:TFCollectiveBackend"),
+}
+
+
+def load(name: str):
+    module, _, cls = BACKENDS[name][1].partition(":")
+    return getattr(importlib.import_module(module), cls)

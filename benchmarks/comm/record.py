@@ -1,0 +1,104 @@
+"""The `bench comm` record: one JSON document per run, kind "comm", in the same stores as training
+records. Its JSON Schema (benchmarks/schema/comm-1.json) is generated from these models
+(`python -m benchmarks.comm.record > benchmarks/schema/comm-1.json`); a test keeps both, and
+docs/comm.md, in step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from ..record import Provenance, StatsRecord, WorldInfo, _Model, titled_schema
+
+COMM_SCHEMA_VERSION = "1.0"
+COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
+KIND = "comm"
+
+
+def is_comm(record: dict) -> bool:
+    """Stores hold training and comm records side by side; this tells them apart."""
+    return isinstance(record, dict) and record.get("kind") == KIND
+
+
+class CommConfig(_Model):
+    framework: Literal["torch", "tensorflow"]
+    backend: str = Field(description="gloo, nccl, mpi, horovod, collective (TF) or ps (TF)")
+    ops: list[Literal["allreduce", "pingpong", "gradients", "pull", "push", "ps_step"]]
+    dtype: Literal["float32"]
+    min_bytes: int
+    max_bytes: int
+    step_factor: int
+    warmup_iters: int
+    iters: int
+    model: str = Field(description="model whose gradient buckets / variables are communicated")
+    device: Literal["auto", "cpu", "gpu"]
+    strategy: Literal["none", "ps"]
+    num_ps: int
+    ps_placement: Literal["round-robin", "greedy"]
+    worker_port: int
+    ps_port: int
+    rendezvous_port: int
+    rendezvous_timeout: float
+    timeout: Optional[float]
+
+
+class CommRow(_Model):
+    op: Literal["allreduce", "pingpong", "gradients", "pull", "push", "ps_step"]
+    backend: str
+    bytes: int = Field(description="message size; for gradients/ps_step the sum over buckets/variables")
+    elements: int
+    iterations: int
+    time_s: float = Field(description="mean time of one operation (nccl-tests: per-rank mean, averaged over ranks)")
+    time_stats_s: StatsRecord = Field(description="every timed iteration of every participating rank")
+    algbw_gbps: float = Field(description="bytes / time_s / 1e9")
+    bus_factor: float = Field(description="2(n-1)/n for all-reduce, 1 otherwise")
+    busbw_gbps: float = Field(description="algbw x bus_factor")
+    latency_us: Optional[float] = Field(default=None, description="pingpong: one-way time (half the round trip)")
+    wrong: int = Field(description="elements that differed from the expected result, summed over ranks")
+    ranks: int = Field(description="ranks taking part in this operation")
+    buckets: Optional[list[int]] = Field(default=None, description="gradients/ps_step: the byte sizes communicated")
+    peer: Optional[str] = Field(default=None, description="pingpong: 'RANK<->RANK'; push/pull: 'worker W <-> ps P'")
+
+
+class Gradients(_Model):
+    model: str
+    rule: str = Field(description="how gradients are grouped into the buckets all-reduced")
+    bucket_bytes: list[int]
+    total_bytes: int
+
+
+class CommError(_Model):
+    kind: Literal["incorrect", "crash", "timeout", "interrupted"]
+    message: str
+
+
+class CommRecord(_Model):
+    schema_version: Literal["1.0"] = COMM_SCHEMA_VERSION
+    kind: Literal["comm"] = KIND
+    run_id: str
+    timestamp_utc: str
+    status: Literal["ok", "failed", "timeout", "interrupted"]
+    error: Optional[CommError]
+    config: CommConfig
+    world: WorldInfo
+    results: list[CommRow] = Field(description="one row per operation and message size, in the order measured")
+    gradients: Optional[Gradients]
+    correct: bool = Field(description="every checked result held the expected values on every rank")
+    duration_s: float
+    provenance: Provenance
+
+
+def validate(record: dict) -> dict:
+    return CommRecord.model_validate(record).model_dump(mode="json")
+
+
+def json_schema() -> dict:
+    return titled_schema(CommRecord, f"dlbench comm record {COMM_SCHEMA_VERSION}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2))
