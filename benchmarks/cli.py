@@ -24,6 +24,7 @@ from .config import (
     STRATEGIES,
     build_config,
 )
+from .distributed import strategies
 from .errors import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, choices, debug_enabled, report_internal_error
 
 DESCRIPTION = """\
@@ -96,7 +97,7 @@ def bench_parser() -> argparse.ArgumentParser:
     )
     dist.add_argument(
         "--strategy",
-        default="none",
+        default=strategies.DEFAULT,
         help=f"{choices(STRATEGIES)}: ddp = PyTorch DDP (gloo on CPU, NCCL on GPU); horovod = Horovod ring all-reduce; "
         "allreduce = TF MultiWorkerMirroredStrategy; ps = TF ParameterServerStrategy (default: none)",
     )

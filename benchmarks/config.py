@@ -11,6 +11,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .dataset import validate_data_dir
+from .distributed import strategies
 from .errors import UsageError, choices
 
 
@@ -21,7 +23,7 @@ class ModelSpec:
 
 
 # Minimum sizes were found by building each model in both frameworks
-# (tests/test_models_min_size.py keeps them honest).
+# (tests/test_models.py::test_models_train_at_minimum_image_size keeps them honest).
 MODELS: dict[str, ModelSpec] = {
     "alexnet": ModelSpec(224, 63),
     "resnet50": ModelSpec(224, 32),
@@ -37,18 +39,10 @@ FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorfl
 NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}
 
 PRECISIONS = ("fp32", "amp")
-STRATEGIES = ("none", "ddp", "horovod", "allreduce", "ps")
-STRATEGY_FRAMEWORKS = {
-    "none": FRAMEWORKS,
-    "ddp": ("torch",),
-    "horovod": FRAMEWORKS,
-    "allreduce": ("tensorflow",),
-    "ps": ("tensorflow",),
-}
+STRATEGIES = strategies.NAMES  # each one's frameworks, processes and roles: distributed/strategies/
 PS_PLACEMENTS = ("round-robin", "greedy")
 DATA_FORMATS = ("channels_first", "channels_last")
 DEVICES = ("auto", "cpu", "gpu")
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 NUM_CLASSES = 1000
 SYNTHETIC_BATCHES = 4  # distinct device-resident batches, rotated: one fixed batch flatters caches
 
@@ -72,7 +66,7 @@ class BenchConfig:
     xla: bool = False
     synthetic_batches: int = SYNTHETIC_BATCHES
     num_classes: int = NUM_CLASSES
-    strategy: str = "none"
+    strategy: str = strategies.DEFAULT
     num_ps: int = 0
     ps_placement: str = "round-robin"
     worker_port: int = 2220  # TF workers: worker_port + local index (seed 000's ports)
@@ -174,17 +168,19 @@ def build_config(
 
 
 def validate_strategy(framework: str, options: dict) -> None:
-    strategy = options.get("strategy", "none")
-    if strategy not in STRATEGIES:
-        raise UsageError(f"unknown strategy {strategy!r} (choices: {choices(STRATEGIES)})")
-    if framework not in STRATEGY_FRAMEWORKS[strategy]:
-        valid = [s for s in STRATEGIES if framework in STRATEGY_FRAMEWORKS[s]]
-        raise UsageError(f"--strategy {strategy} is not available for {framework} (choices: {choices(valid)})")
+    name = options.get("strategy", strategies.DEFAULT)
+    if name not in STRATEGIES:
+        raise UsageError(f"unknown strategy {name!r} (choices: {choices(STRATEGIES)})")
+    strategy = strategies.get(name)
+    if not strategy.supports(framework):
+        valid = [s.name for s in strategies.STRATEGIES.values() if s.supports(framework)]
+        raise UsageError(f"--strategy {name} is not available for {framework} (choices: {choices(valid)})")
     num_ps = options.get("num_ps", 0)
-    if strategy == "ps" and num_ps < 1:
-        raise UsageError("--strategy ps needs --num-ps 1 or more")
-    if strategy != "ps" and num_ps:
-        raise UsageError(f"--num-ps applies to --strategy ps only (got --strategy {strategy})")
+    if strategy.uses_ps and num_ps < 1:
+        raise UsageError(f"--strategy {name} needs --num-ps 1 or more")
+    if not strategy.uses_ps and num_ps:
+        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
+        raise UsageError(f"--num-ps applies to --strategy {takers} only (got --strategy {name})")
     if options.get("ps_placement", "round-robin") not in PS_PLACEMENTS:
         raise UsageError(f"--ps-placement {options['ps_placement']!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     for flag in ("worker_port", "ps_port", "rendezvous_port"):
@@ -193,46 +189,3 @@ def validate_strategy(framework: str, options: dict) -> None:
             raise UsageError(f"--{flag.replace('_', '-')} {port} is out of range (1-65471)")
     if options.get("rendezvous_timeout", 1) <= 0:
         raise UsageError("--timeout must be positive")
-
-
-def validate_data_dir(path: str | os.PathLike) -> Path:
-    """An ImageFolder tree: one sub-directory per class, at least one image somewhere."""
-    root = Path(path)
-    if not root.exists():
-        raise UsageError(f"--data-dir {str(path)!r} does not exist")
-    if not root.is_dir():
-        raise UsageError(f"--data-dir {str(path)!r} is not a directory")
-    classes = list_classes(root)
-    if not classes:
-        raise UsageError(
-            f"--data-dir {str(path)!r} has no class sub-directories (expected DIR/<class>/<image>.jpg; "
-            "make one with `bench make-dataset DIR`)"
-        )
-    if not any(list_images(root / c) for c in classes):
-        raise UsageError(
-            f"--data-dir {str(path)!r} has no images with extensions {choices(IMAGE_EXTENSIONS)}"
-        )
-    return root.resolve()
-
-
-def list_classes(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def list_images(class_dir: Path) -> list[Path]:
-    return sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
-
-
-def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[str]]:
-    """(paths, labels, class names) in torchvision ImageFolder order, for tf.data."""
-    root = Path(root)
-    classes = list_classes(root)
-    paths, labels = [], []
-    for label, name in enumerate(classes):
-        for image in list_images(root / name):
-            paths.append(str(image))
-            labels.append(label)
-    return paths, labels, classes
-
-
-

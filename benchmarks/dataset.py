@@ -1,5 +1,6 @@
-"""`bench make-dataset`: a small ImageFolder tree of real JPEGs, so the real-data
-path (decode, crop, flip, batching) is exercised without downloading ImageNet.
+"""ImageFolder trees (DIR/<class>/<image>.jpg): the --data-dir checks, the listing tf.data
+reads, and `bench make-dataset`, a small tree of real JPEGs so the real-data path (decode,
+crop, flip, batching) is exercised without downloading ImageNet.
 """
 
 from __future__ import annotations
@@ -10,9 +11,50 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from .errors import UsageError, choices
 
-from .errors import UsageError
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+def validate_data_dir(path: str | os.PathLike) -> Path:
+    """An ImageFolder tree: one sub-directory per class, at least one image somewhere."""
+    root = Path(path)
+    if not root.exists():
+        raise UsageError(f"--data-dir {str(path)!r} does not exist")
+    if not root.is_dir():
+        raise UsageError(f"--data-dir {str(path)!r} is not a directory")
+    classes = list_classes(root)
+    if not classes:
+        raise UsageError(
+            f"--data-dir {str(path)!r} has no class sub-directories (expected DIR/<class>/<image>.jpg; "
+            "make one with `bench make-dataset DIR`)"
+        )
+    if not any(list_images(root / c) for c in classes):
+        raise UsageError(
+            f"--data-dir {str(path)!r} has no images with extensions {choices(IMAGE_EXTENSIONS)}"
+        )
+    return root.resolve()
+
+
+def list_classes(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def list_images(class_dir: Path) -> list[Path]:
+    return sorted(p for p in class_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
+
+
+def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[str]]:
+    """(paths, labels, class names) in torchvision ImageFolder order, for tf.data."""
+    root = Path(root)
+    classes = list_classes(root)
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        for image in list_images(root / name):
+            paths.append(str(image))
+            labels.append(label)
+    return paths, labels, classes
+
 
 
 def make_dataset(
@@ -24,6 +66,7 @@ def make_dataset(
     seed: int = 0,
 ) -> Path:
     """Write `images` JPEGs spread over `classes` directories; all-or-nothing."""
+    import numpy as np
     from PIL import Image
 
     if images <= 0 or classes <= 0:
@@ -111,8 +154,6 @@ class ImageScan:
 
 def scan_images(root: str | os.PathLike, threads: int = 16) -> ImageScan:
     from concurrent.futures import ThreadPoolExecutor
-
-    from .config import list_classes, list_images
 
     root = Path(root)
     classes = list_classes(root)

@@ -8,6 +8,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from .distributed import strategies
+
 
 def _bytes(value: int | None) -> str:
     if value is None:
@@ -70,7 +72,7 @@ def render(record: dict, stream: TextIO) -> None:
             per_rank = ", ".join(f"{r['images_per_sec']:.2f}" for r in record["ranks"])
             replicas = record["replicas"]
             sync = "yes" if replicas["in_sync"] else ("NO" if replicas["expected_in_sync"] else "no (independent)")
-            ps = f" + {world['num_ps']} PS + chief" if world["strategy"] == "ps" else ""
+            ps = f" + {world['num_ps']} PS + chief" if strategies.get(world["strategy"]).uses_ps else ""
             console.print(
                 f"world: {world['workers']} workers{ps} ({world['strategy']}, {world['launcher']}) on "
                 f"{world['nodes']} node(s); images/sec per worker: {per_rank}; replicas in sync: {sync}",

@@ -17,6 +17,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
 SCHEMA_VERSION = "1.2"
@@ -60,7 +61,7 @@ class RunConfig(_Model):
     xla: bool
     synthetic_batches: int
     num_classes: int
-    strategy: Literal["none", "ddp", "horovod", "allreduce", "ps"]
+    strategy: Literal[strategies.NAMES]
     num_ps: int
     ps_placement: Literal["round-robin", "greedy"]
     worker_port: int
@@ -113,7 +114,7 @@ class WorldInfo(_Model):
 class RankResult(_Model):
     rank: int
     host: str
-    role: Literal["worker", "chief", "ps"]
+    role: Literal[strategies.ROLES]
     images: int
     wall_time_s: float = Field(description="this rank's timed loops, summed over repeats")
     images_per_sec: float
@@ -249,7 +250,7 @@ def single_world(config, world=None) -> dict:
     world = world or detect()
     return {
         "rank": world.rank, "processes": world.size,
-        "workers": world.size - (1 + config.num_ps if config.strategy == "ps" else 0),
+        "workers": strategies.get(config.strategy).workers(world.size, config.num_ps),
         "num_ps": config.num_ps, "strategy": config.strategy, "launcher": world.launcher,
         "nodes": world.num_nodes, "processes_per_node": world.local_size, "hosts": [socket.gethostname()],
     }

@@ -25,10 +25,10 @@ from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .memory import PeakSampler
+from .processes import stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
 
-GRACE_S = 10  # between SIGTERM and SIGKILL when stopping the worker
 STDERR_TAIL_LINES = 200
 AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 
@@ -96,20 +96,6 @@ def classify_exit(
         return "oom", {**error, "kind": "oom", "message": message}
     reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
     return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
-    """SIGTERM a process's whole group (its data-loader workers or ranks too), then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def inherited_launcher_fds(env) -> tuple[int, ...]:

@@ -31,6 +31,51 @@ class TimedLoop:
         return self.images / self.wall_time_s
 
 
+def loop_from_stamps(
+    start: float,
+    stamps: list[tuple[float, ...]],
+    images_per_step: int,
+    last_loss: object = None,
+    losses: list | None = None,
+) -> TimedLoop:
+    """The one place clock stamps become a TimedLoop, for every strategy.
+
+    `stamps` are (batch fetched, step ended[, clock resumed]) per step, in order,
+    on one clock; `start` is when the loop's clock started. A step runs from the
+    end of the previous step (the first: from `start`) to its own end, so it
+    includes its wait for input; the input wait runs from the same point to the
+    fetch. `resumed`, when given, is where the next step starts instead of this
+    step's end: time spent between steps on something not measured (a progress
+    line) belongs to no step. The loop's wall time is the sum of its steps."""
+    steps, waits, begin = [], [], start
+    for stamp in stamps:
+        fetched, end = stamp[0], stamp[1]
+        waits.append(fetched - begin)
+        steps.append(end - begin)
+        begin = stamp[2] if len(stamp) > 2 else end
+    return TimedLoop(
+        images=len(stamps) * images_per_step,
+        wall_time_s=sum(steps),
+        step_times_s=steps,
+        input_wait_s=waits,
+        last_loss=last_loss,
+        losses=losses or [],
+    )
+
+
+def merge_loops(loops: dict[int, TimedLoop], last_loss: object = None) -> TimedLoop:
+    """One process's view of loops that ran elsewhere at the same time (TF PS workers):
+    all their images and steps, over the slowest one's wall time; `per_worker` keeps them."""
+    return TimedLoop(
+        images=sum(loop.images for loop in loops.values()),
+        wall_time_s=max(loop.wall_time_s for loop in loops.values()),
+        step_times_s=[t for loop in loops.values() for t in loop.step_times_s],
+        input_wait_s=[t for loop in loops.values() for t in loop.input_wait_s],
+        last_loss=last_loss,
+        per_worker=loops,
+    )
+
+
 def run_steps(
     batches: Iterator,
     train_step: Callable[[object], object],
@@ -41,36 +86,26 @@ def run_steps(
     display_every: int = 0,
     display: Callable[[int, float, object], None] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps; time each and the loop as a whole.
+    """Run `num_steps` training steps, synchronising the device at every boundary; stamp each.
 
     Every `display_every` steps, `display(step, images/sec over those steps, loss)` runs after
     the step's sync and clock reading; its time is taken out of the loop's wall time and out of
     the next step, so showing progress does not change what is measured.
     """
     synchronize()
-    start = previous_end = clock()
-    steps, waits, losses, loss = [], [], [], None
-    paused = 0.0
+    start = clock()
+    stamps, losses, loss = [], [], None
     for index in range(num_steps):
         batch = next(batches)
         fetched = clock()
         loss = train_step(batch)
         synchronize()
         end = clock()
-        waits.append(fetched - previous_end)
-        steps.append(end - previous_end)
-        previous_end = end
+        stamps.append((fetched, end))
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)
         if display_every and (index + 1) % display_every == 0 and display is not None:
-            display(index + 1, display_every * images_per_step / sum(steps[-display_every:]), loss)
-            previous_end = clock()
-            paused += previous_end - end
-    return TimedLoop(
-        images=num_steps * images_per_step,
-        wall_time_s=previous_end - start - paused,
-        step_times_s=steps,
-        input_wait_s=waits,
-        last_loss=loss,
-        losses=losses,
-    )
+            recent = loop_from_stamps(start, stamps, images_per_step).step_times_s[-display_every:]
+            display(index + 1, display_every * images_per_step / sum(recent), loss)
+            stamps[-1] = (fetched, end, clock())
+    return loop_from_stamps(start, stamps, images_per_step, last_loss=loss, losses=losses)

@@ -7,7 +7,6 @@ killer, an abort in native code or a timeout still ends as a written record
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -19,18 +18,7 @@ from pathlib import Path
 from .config import BenchConfig
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, debug_enabled
 from .mllog import MLLogger
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Linux: get SIGKILL when the supervisor dies, so no orphan keeps a GPU busy."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # parent already gone before prctl took effect
-        os._exit(1)
+from .processes import die_with_parent
 
 
 def first_line(error: BaseException) -> str:
@@ -69,11 +57,12 @@ def write_result(path: str, record: dict | None) -> None:
 
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    die_with_parent(spec["parent_pid"])
+    if not die_with_parent(spec["parent_pid"]):  # the supervisor is already gone
+        os._exit(1)
     config = BenchConfig(**spec["config"])
-    # The runner is imported here, not at module top, so a broken framework
+    # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
-    from .runner import Measurement
+    from .measurement import Measurement
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a

@@ -5,44 +5,46 @@ bench writes its record with `--output` into a results directory (mounted
 into the container when there is one) and the record is read back from
 there, so the same path works for every runtime and launcher.
 
-Containers compose with launchers in the hybrid model: the launcher starts one
-container per rank (`srun [--mpi=...] python -m runners.runtimes SPEC -- bench ...`,
-which runs `docker run ... IMAGE` with the rank's variables forwarded and removes
-the container afterwards). `container_command()` shows the bare runtime command.
+The runtime name is resolved once into a Runtime, which says where results and
+data are inside it and how a rank starts bench there. With a launcher, the launch
+spec is built here and the launcher runs in this process (`benchrun launch` is a
+thin CLI over the same calls). Containers compose with launchers in the hybrid
+model: the launcher starts one container per rank (`srun [--mpi=...] python -m
+runners.runtimes SPEC -- bench ...`, which runs `docker run ... IMAGE` with the
+rank's variables forwarded and removes the container afterwards).
+`container_command()` shows the bare runtime command.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.errors import UsageError
+from benchmarks.processes import host_deadline
 
 from . import launchers, runtimes
 from .launchers.base import wait_group
 from .runtimes.container import ContainerSpec, argv_for
 from .runtimes.slurm_plugin import LAUNCHER as PLUGIN_LAUNCHER, SlurmPluginRuntime
 
-RESULTS_TARGET = "/results"
 IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
           "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
-TIMEOUT_GRACE_S = 60  # bench stops itself at --timeout; the host stops what is left after this
 
 
 @dataclass
 class RunRequest:
     bench_args: list[str]
-    runtime: str = "local"
+    runtime: str = runtimes.DEFAULT
     image: str | None = None  # None: the framework's image (IMAGES), for container runtimes
     launcher: str | None = None  # None: one process, no launcher
     num_workers: int = 1
@@ -82,93 +84,77 @@ def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:
     return request.image or runtime.default_image(default_image(request))
 
 
-def container_spec(request: RunRequest, results: Path, image: str | None = None) -> ContainerSpec:
+def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path, image: str | None) -> ContainerSpec:
     """What every rank's container gets: the results dir (read-write), the data dir (read-only)."""
-    runtime = runtimes.get(request.runtime)
-    mounts = [runtimes.Mount(str(results), RESULTS_TARGET, readonly=False)]
+    mounts = [runtimes.Mount(str(results), runtime.results_dir(str(results)), readonly=False)]
     if request.data_dir:
-        mounts.append(runtimes.Mount(os.path.abspath(request.data_dir), runtime.data_target(), readonly=True))
-    return ContainerSpec(runtime=request.runtime, image=image or requested_image(request, runtime),
-                         name=request.container_name, mounts=mounts, workdir=RESULTS_TARGET, gpus=request.gpus,
-                         mpi=request.mpi, annotations=dict(request.edf_annotations))
-
-
-def bench_command(request: RunRequest, results: Path | None = None, image: str | None = None) -> list[str]:
-    """How to start bench for this request's runtime: this Python's package for `local`, else the
-    per-rank container wrapper around the runtime's command (see container_command)."""
-    if request.runtime == "local":
-        return [sys.executable, "-m", "benchmarks"]
-    if results is None:
-        raise ValueError("a container runtime needs the results directory to mount")
-    spec = container_spec(request, results, image)
-    return [sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"]
+        data = os.path.abspath(request.data_dir)
+        mounts.append(runtimes.Mount(data, runtime.data_dir(data), readonly=True))
+    if image is None and runtime.uses_image:
+        image = requested_image(request, runtime)
+    return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
+                         mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi,
+                         annotations=dict(request.edf_annotations))
 
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
     """The bare runtime command one rank runs, e.g. `docker run --rm ... --name dlbench-ID ... IMAGE` + `bench`."""
-    return argv_for(container_spec(request, results, image), ["bench"], environ={})[0]
+    return argv_for(container_spec(request, runtimes.get(request.runtime), results, image), ["bench"], environ={})[0]
 
 
-def _bench_args(request: RunRequest, record_path: str) -> list[str]:
-    args = [*request.bench_args, "--output", record_path]
+def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> list[str]:
+    args = [*request.bench_args, "--output", str(Path(runtime.results_dir(str(results))) / "record.jsonl")]
     if request.data_dir and "--data-dir" not in args:
-        inside = request.data_dir if request.runtime == "local" else runtimes.get(request.runtime).data_target()
-        args += ["--data-dir", inside]
+        args += ["--data-dir", runtime.data_dir(request.data_dir)]
     if request.timeout_s is not None and "--timeout" not in args:
         args += ["--timeout", str(request.timeout_s)]
     return args
 
 
-def plugin_parts(request: RunRequest, runtime: SlurmPluginRuntime, results: Path,
-                 image: str | None) -> tuple[list[str], list[str]]:
-    """A Slurm-plugin runtime's (srun options, program in the container) for the run."""
-    spec = container_spec(request, results, image)
-    return [*runtime.srun_options(spec, results), *request.launcher_args], runtime.program(spec)
+def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
+    """The launcher that runs the request: a Slurm-plugin runtime (pyxis, cscs-ce) always runs through srun."""
+    return PLUGIN_LAUNCHER if isinstance(runtime, SlurmPluginRuntime) else request.launcher
 
 
-def command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
-    inside = results if request.runtime == "local" else Path(RESULTS_TARGET)
-    args = _bench_args(request, str(inside / "record.jsonl"))
-    runtime = runtimes.get(request.runtime)
-    if isinstance(runtime, SlurmPluginRuntime):  # pyxis, cscs-ce: srun starts the containers
-        options, program = plugin_parts(request, runtime, results, image)
-        launcher, bench, launcher_args = PLUGIN_LAUNCHER, program, options
-    else:
-        launcher, bench, launcher_args = request.launcher, bench_command(request, results, image), request.launcher_args
+def launch_spec(request: RunRequest, results: Path, image: str | None = None,
+                runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
+    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables.
+
+    A Slurm-plugin runtime puts its container options on srun's own line and ranks run `bench` directly."""
+    runtime = runtime or runtimes.get(request.runtime)
+    spec = container_spec(request, runtime, results, image)
+    bench, extra = runtime.bench_command(spec), list(request.launcher_args)
+    if isinstance(runtime, SlurmPluginRuntime):
+        bench, extra = runtime.program(spec), [*runtime.srun_options(spec, results), *extra]
+    return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
+                                 request.num_ps, request.timeout_s, extra=extra, env=runtime.host_env())
+
+
+def command(request: RunRequest, results: Path, image: str | None = None,
+            runtime: runtimes.Runtime | None = None) -> list[str]:
+    """The argv that runs the request: bench as the runtime starts it, or the launcher's command."""
+    runtime = runtime or runtimes.get(request.runtime)
+    spec = launch_spec(request, results, image, runtime)
+    launcher = launcher_name(request, runtime)
     if launcher is None:
-        return [*bench, *args]
-    launch = [sys.executable, "-m", "runners", "launch", "--launcher", launcher,
-              "-n", str(request.num_workers), "--bench-command", shlex.join(bench)]
-    if request.num_ps:
-        launch += ["--num-ps", str(request.num_ps)]
-    if request.timeout_s is not None:
-        launch += ["--timeout", str(request.timeout_s)]
-    launch += [f"--launcher-arg={arg}" for arg in launcher_args]
-    return [*launch, "--", *args]
+        return [*spec.bench, *spec.bench_args]
+    return launchers.get(launcher).command(spec)
 
 
 def user_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
     """What a user would type for this run (--dry-run): the runtime's own command under the launcher's,
     without benchrun's per-rank wrapper (`srun ... shifter --image=... bench ...`)."""
-    from .commands.launch import launch_spec
-
     runtime = runtimes.get(request.runtime)
-    inside = results if request.runtime == "local" else Path(RESULTS_TARGET)
-    args = _bench_args(request, str(inside / "record.jsonl"))
-    if isinstance(runtime, SlurmPluginRuntime):
-        launcher_args, bench = plugin_parts(request, runtime, results, image)
-        launcher = PLUGIN_LAUNCHER
-    else:
-        bench = runtime.command(image, ["bench"]) if request.runtime == "local" else container_command(request, results, image)
-        launcher, launcher_args = request.launcher, request.launcher_args
-    if bench and os.path.isabs(bench[0]) and shutil.which(os.path.basename(bench[0])) == bench[0]:
-        bench = [os.path.basename(bench[0]), *bench[1:]]  # `docker`, as typed, when that is the one on PATH
+    spec = launch_spec(request, results, image, runtime)
+    if runtime.uses_image and not isinstance(runtime, SlurmPluginRuntime):
+        bench = container_command(request, results, image)
+        if os.path.isabs(bench[0]) and shutil.which(os.path.basename(bench[0])) == bench[0]:
+            bench[0] = os.path.basename(bench[0])  # `docker`, as typed, when that is the one on PATH
+        spec = dataclasses.replace(spec, bench=bench)
     prefix = [f"{key}={value}" for key, value in runtime.host_env().items()]
+    launcher = launcher_name(request, runtime)
     if launcher is None:
-        return [*prefix, *bench, *args]
-    spec = launch_spec(argparse.Namespace(bench_args=args, num_workers=request.num_workers, num_ps=request.num_ps,
-                                          hosts="", timeout=None, bench_command=shlex.join(bench),
-                                          launcher_arg=launcher_args))
+        return [*prefix, *spec.bench, *spec.bench_args]
     return [*prefix, *launchers.get(launcher).command(spec)]
 
 
@@ -176,18 +162,22 @@ def dry_run_text(request: RunRequest, results: str | None = None) -> str:
     """--dry-run's output: the user's command line, then (as # comments) any file it names that the run
     writes. Nothing is prepared or written: the results directory is shown as `results` (or /tmp/RESULTS)."""
     shown = results or "/tmp/RESULTS"
+    runtime = runtimes.get(request.runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
         text = shlex.join(user_command(request, Path(tmp))) + "\n"
-        runtime = runtimes.get(request.runtime)
         if isinstance(runtime, SlurmPluginRuntime):
-            text += runtime.run_files_text(container_spec(request, Path(tmp)), Path(tmp))
+            text += runtime.run_files_text(container_spec(request, runtime, Path(tmp), None), Path(tmp))
         return text.replace(tmp, shown)
 
 
 def check(request: RunRequest) -> runtimes.Runtime:
-    """Refuse bad input before anything runs (one-line errors)."""
-    if request.launcher is not None and request.launcher not in launchers.LAUNCHERS:
-        raise UsageError(f"unknown launcher {request.launcher!r}")
+    """Refuse bad input before anything runs (one-line errors); the request's runtime, resolved once."""
+    if request.launcher is not None:
+        if request.launcher not in launchers.LAUNCHERS:
+            raise UsageError(f"unknown launcher {request.launcher!r}")
+        launcher = launchers.get(request.launcher)
+        if not launcher.available():
+            raise UsageError(f"launcher {request.launcher!r} needs {launcher.binary!r}, which is not on PATH")
     runtime = runtimes.get(request.runtime)
     runtime.require()
     runtime.check_annotations(request.edf_annotations)
@@ -203,21 +193,25 @@ def check(request: RunRequest) -> runtimes.Runtime:
     return runtime
 
 
-def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool = False) -> Outcome:
+def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
+    """The image as the runtime will run it (imported/converted once, cached); None without an image."""
+    return runtime.prepare(requested_image(request, runtime)) if runtime.uses_image else None
+
+
+def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
-    Containers are removed when the run ends, times out (timeout_s + 60 s on the host) or is interrupted."""
+    The launcher runs in this process; containers are removed when the run ends, times out
+    (benchmarks.processes.host_deadline) or is interrupted."""
     runtime = check(request)
-    image = None if request.runtime == "local" else runtime.prepare(requested_image(request, runtime))
+    image = prepare(request, runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
-        if request.runtime != "local":
-            results.chmod(0o777)  # the image's user (uid 1000) writes the record
+        runtime.open_results(results)
         if isinstance(runtime, SlurmPluginRuntime):
-            runtime.write_run_files(container_spec(request, results, image), results)
-        argv = command(request, results, image)
-        stream = subprocess.DEVNULL if quiet else None
-        env = {**os.environ, **runtime.host_env()}
+            runtime.write_run_files(container_spec(request, runtime, results, image), results)
+        spec = launch_spec(request, results, image, runtime)
+        deadline = host_deadline(request.timeout_s)
         interrupted = []
 
         def on_sigint(signum, frame):
@@ -226,8 +220,14 @@ def run(request: RunRequest, results_dir: str | Path | None = None, quiet: bool 
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
-            proc = subprocess.Popen(argv, stdout=stream, stderr=stream, env=env, start_new_session=True)
-            code = wait_group([proc], None if request.timeout_s is None else request.timeout_s + TIMEOUT_GRACE_S)
+            if launcher_name(request, runtime) is None:
+                argv = [*spec.bench, *spec.bench_args]
+                proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
+                code = wait_group([proc], deadline)
+            else:
+                launcher = launchers.get(launcher_name(request, runtime))
+                argv = launcher.command(spec)
+                code = launcher.run(spec, timeout_s=deadline)
         finally:
             signal.signal(signal.SIGINT, previous)
             runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind

@@ -24,11 +24,11 @@ from benchmarks.config import (
     PRECISIONS,
     PS_PLACEMENTS,
     STRATEGIES,
-    STRATEGY_FRAMEWORKS,
 )
+from benchmarks.distributed import strategies
 from benchmarks.errors import choices
 
-from . import launchers
+from . import launchers, runtimes
 
 AXES = ("framework", "model", "batch_size", "ranks", "num_ps", "strategy", "data", "runtime", "image")
 
@@ -112,9 +112,9 @@ class Matrix(_Model):
     batch_size: Axis(PositiveInt)
     ranks: Axis(PositiveInt) = [1]
     num_ps: Axis(NonNegativeInt) = [0]
-    strategy: Axis(Annotated[Name, AfterValidator(_one_of(STRATEGIES))]) = ["none"]
+    strategy: Axis(Annotated[Name, AfterValidator(_one_of(STRATEGIES))]) = [strategies.DEFAULT]
     data: Axis(Name) = ["synthetic"]
-    runtime: Axis(Name) = ["local"]
+    runtime: Axis(Name) = [runtimes.DEFAULT]
     image: Axis(Optional[Name]) = [None]
 
 
@@ -260,7 +260,7 @@ class Point:
 
     @property
     def processes(self) -> int:
-        return self.values["ranks"] + (self.values["num_ps"] + 1 if self.values["strategy"] == "ps" else 0)
+        return strategies.get(self.values["strategy"]).processes(self.values["ranks"], self.values["num_ps"])
 
     def identity(self) -> dict:
         """What the hash covers: the matrix values, the bench options, and the launcher when one is used."""
@@ -276,13 +276,13 @@ class Point:
     def label(self) -> str:
         v = self.values
         parts = [v["framework"], v["model"], f"bs={v['batch_size']}", f"ranks={v['ranks']}"]
-        if v["strategy"] != "none":
+        if v["strategy"] != strategies.DEFAULT:
             parts.append(f"strategy={v['strategy']}")
         if v["num_ps"]:
             parts.append(f"ps={v['num_ps']}")
         if v["data"] != "synthetic":
             parts.append(f"data={v['data']}")
-        if v["runtime"] != "local":
+        if v["runtime"] != runtimes.DEFAULT:
             parts.append(f"runtime={v['runtime']}")
         if v["image"]:
             parts.append(f"image={v['image']}")
@@ -305,21 +305,23 @@ def config_hash(identity: dict) -> str:
 
 def skip_reason(values: dict) -> str | None:
     """Why a combination is not run (a rule, not an error), or None to run it."""
-    framework, strategy, num_ps = values["framework"], values["strategy"], values["num_ps"]
-    if framework not in STRATEGY_FRAMEWORKS[strategy]:
-        return f"strategy {strategy} is for {choices(STRATEGY_FRAMEWORKS[strategy])} only"
-    if strategy == "ps" and num_ps == 0:
-        return "strategy ps needs num_ps 1 or more"
-    if strategy != "ps" and num_ps > 0:
-        return f"num_ps {num_ps} needs strategy ps"
+    framework, name, num_ps = values["framework"], values["strategy"], values["num_ps"]
+    strategy = strategies.get(name)
+    if not strategy.supports(framework):
+        return f"strategy {name} is for {choices(strategy.frameworks)} only"
+    if strategy.uses_ps and num_ps == 0:
+        return f"strategy {name} needs num_ps 1 or more"
+    if not strategy.uses_ps and num_ps > 0:
+        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
+        return f"num_ps {num_ps} needs strategy {takers}"
     return None
 
 
 def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
     """The Cartesian product in plan order: (points to run, [(point, why skipped)]).
 
-    The image axis applies to container runtimes only: `local` runs on the host,
-    once, with image null.
+    The image axis applies to runtimes that use an image only: `local` runs on the
+    host, once, with image null.
     """
     m = plan.matrix
     bench = plan.bench.given()
@@ -327,11 +329,11 @@ def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
     for framework, model, batch_size, ranks, num_ps, strategy, data, runtime, image in itertools.product(
         m.framework, m.model, m.batch_size, m.ranks, m.num_ps, m.strategy, m.data, m.runtime, m.image
     ):
-        if runtime == "local":
+        if not runtimes.uses_image(runtime):
             image = None
         values = dict(framework=framework, model=model, batch_size=batch_size, ranks=ranks, num_ps=num_ps,
                       strategy=strategy, data=data, runtime=runtime, image=image)
-        multi = ranks > 1 or strategy == "ps"
+        multi = strategies.get(strategy).processes(ranks, num_ps) > 1
         point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [])
         if point.config_hash in seen:
             continue

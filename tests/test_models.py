@@ -73,3 +73,65 @@ def test_inception_aux_head_at_299():
         assert result.returncode == 0, result.stderr[-3000:]
         record = validate_record(last_json_line(result.stdout))
         assert record["config"]["image_size"] == 299 and record["model"]["aux_head"] is True
+
+
+_ACCEPTS = {  # prints {model: [accepts min-1, accepts min]} for one framework, forward pass only
+    "torch": """
+import json, sys, torch, torchvision
+from benchmarks.config import MODELS
+from benchmarks.frameworks.torch_backend import TORCHVISION_MODELS
+out = {}
+for name, spec in MODELS.items():
+    kwargs = {"weights": None, "num_classes": 10}
+    if name == "inception3":
+        kwargs.update(aux_logits=False, init_weights=False)
+    net = getattr(torchvision.models, TORCHVISION_MODELS[name])(**kwargs).eval()
+    out[name] = []
+    for size in (spec.min_image_size - 1, spec.min_image_size):
+        try:
+            with torch.no_grad():
+                net(torch.zeros(1, 3, size, size))
+            out[name].append(True)
+        except (RuntimeError, ValueError):
+            out[name].append(False)
+print(json.dumps(out))
+""",
+    "tensorflow": """
+import json
+from benchmarks.config import MODELS
+from benchmarks.frameworks import keras_models
+out = {}
+for name, spec in MODELS.items():
+    out[name] = []
+    for size in (spec.min_image_size - 1, spec.min_image_size):
+        try:
+            net = keras_models.build(name, (size, size, 3), 10, False)
+            net(__import__("numpy").zeros((1, size, size, 3), "float32"), training=False)
+            out[name].append(True)
+        except (ValueError, Exception):
+            out[name].append(False)
+print(json.dumps(out))
+""",
+}
+
+
+@pytest.mark.slow
+def test_models_train_at_minimum_image_size():
+    """config.MODELS' min_image_size is the smallest input both frameworks accept: both run a model at
+    it, and at one pixel less at least one of them refuses."""
+    import subprocess
+    import sys
+
+    from benchmarks.config import MODELS
+    from conftest import ROOT
+
+    accepts = {}
+    for framework, script in _ACCEPTS.items():
+        result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        accepts[framework] = json.loads(result.stdout.strip().splitlines()[-1])
+    for model in MODELS:
+        below = [accepts[f][model][0] for f in accepts]
+        at = [accepts[f][model][1] for f in accepts]
+        assert all(at), (model, accepts)
+        assert not all(below), (model, accepts)

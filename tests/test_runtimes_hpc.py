@@ -320,7 +320,7 @@ def test_dry_run_enroot_names_login_shell_setting(plugin_srun):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--runtime", "pyxis", "--launcher", "mpirun"], "runtime 'pyxis' runs through srun (a Slurm plugin): use --launcher srun"),
+    (["--runtime", "pyxis", "--launcher", "local"], "runtime 'pyxis' runs through srun (a Slurm plugin): use --launcher srun"),
     (["--runtime", "cscs-ce", "--edf-annotation", "com.hooks.nope=1"], "unknown EDF annotation 'com.hooks.nope'"),
     (["--runtime", "cscs-ce", "--edf-annotation", "novalue"], "--edf-annotation 'novalue': expected KEY=VALUE"),
     (["--runtime", "docker", "--edf-annotation", "com.hooks.cxi.enabled=true"], "takes no EDF annotations"),

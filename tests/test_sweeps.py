@@ -227,7 +227,10 @@ def test_dry_run_lists_commands_and_runs_nothing(tmp_path, capsys):
     runs = [line for line in out.splitlines() if "  run   " in line]
     assert len(runs) == 2
     assert "-m benchmarks --framework torch --model alexnet --batch-size 2 --strategy none --image-size 64" in out
-    assert "-m runners launch --launcher local -n 2" in out and "--timeout 30.0" in out
+    lines = out.splitlines()
+    two = lines[lines.index(next(line for line in runs if "ranks=2" in line)) + 1]  # the local launcher's rank command
+    assert "-m benchmarks --framework torch --model alexnet --batch-size 2 --strategy none" in two
+    assert two.endswith("--timeout 30.0") and "runners launch" not in out
     assert not store_path.exists() and not (tmp_path / "sweep.jsonl.logs").exists()
 
 

@@ -29,3 +29,20 @@ def test_run_steps_separates_input_wait_from_step_and_syncs_each_step(monkeypatc
     assert loop.images == 12
     assert loop.images_per_sec == 12 / 9.0
     assert loop.last_loss == 20
+
+
+def test_loop_from_stamps_is_the_one_step_definition():
+    """Hand-computed: start 10.0; steps fetched/ended at (10.5, 12.0), (12.25, 13.0), (13.75, 15.0)."""
+    loop = timing.loop_from_stamps(10.0, [(10.5, 12.0), (12.25, 13.0), (13.75, 15.0)], images_per_step=2)
+    assert loop.step_times_s == [2.0, 1.0, 2.0]  # each from the previous end (the first from the start)
+    assert loop.input_wait_s == [0.5, 0.25, 0.75]
+    assert loop.wall_time_s == 5.0 and loop.images == 6
+
+
+def test_merge_loops_keeps_workers_and_uses_the_slowest_wall():
+    a = timing.loop_from_stamps(0.0, [(0.0, 1.0), (1.0, 2.0)], images_per_step=2)
+    b = timing.loop_from_stamps(5.0, [(5.5, 8.0)], images_per_step=2)
+    merged = timing.merge_loops({0: a, 1: b}, last_loss=7)
+    assert merged.images == 6 and merged.wall_time_s == 3.0
+    assert merged.step_times_s == [1.0, 1.0, 3.0] and merged.input_wait_s == [0.0, 0.0, 0.5]
+    assert merged.per_worker == {0: a, 1: b} and merged.last_loss == 7

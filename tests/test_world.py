@@ -9,7 +9,7 @@ from benchmarks.distributed import cluster
 from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
 from benchmarks.errors import UsageError
-from benchmarks.runner import aggregate
+from benchmarks.measurement import aggregate
 
 
 def test_single_process_without_launcher():
@@ -142,3 +142,18 @@ def test_multi_node_world_without_coordinator_is_a_usage_error():
     with pytest.raises(UsageError, match="set MASTER_ADDR or DLBENCH_COORDINATOR"):
         coordinator_host(world)
     assert coordinator_host(World(rank=1, size=2, local_size=2)) == "127.0.0.1"
+
+
+def test_strategy_objects_count_processes_and_invert():
+    from benchmarks.distributed import strategies
+
+    assert strategies.NAMES == ("none", "ddp", "horovod", "allreduce", "ps")
+    ps = strategies.get("ps")
+    assert ps.processes(2, 1) == 4 and ps.workers(4, 1) == 2  # 1 chief + 2 workers + 1 PS
+    assert ps.uses_ps and ps.gathers_at_chief and ps.frameworks == ("tensorflow",)
+    for strategy in strategies.STRATEGIES.values():
+        for workers, num_ps in ((1, 1), (3, 2)):
+            assert strategy.workers(strategy.processes(workers, num_ps), num_ps) == workers
+    assert [s.name for s in strategies.STRATEGIES.values() if s.supports("torch")] == ["none", "ddp", "horovod"]
+    assert not strategies.get("none").syncs_replicas and strategies.get("ddp").syncs_replicas
+    assert [ps.serves_only(ps.role(r, 4, 1)) for r in range(4)] == [False, True, True, True]

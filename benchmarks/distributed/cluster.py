@@ -1,44 +1,22 @@
 """Roles and TensorFlow cluster specs, derived from the world and the gathered peers.
 
-Process 0 is always the reporter: worker 0, or the chief (coordinator) under
---strategy ps. Under ps, processes 1..N are workers and the last --num-ps are
-parameter servers, so a cyclic launch (`srun -m cyclic`) co-locates PS with
-workers as in seed 000.
+Process 0 is always the reporter: worker 0, or the chief under a strategy that
+has one (strategies/ps.py says which process has which role).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
 
-from ..errors import UsageError
+from . import strategies
+from .strategies import CHIEF, PS, WORKER, Role
 from .world import World
 
 
-@dataclass(frozen=True)
-class Role:
-    kind: str  # "worker", "chief" or "ps"
-    index: int  # index among processes of that kind
-
-    def as_dict(self) -> dict:
-        return {"kind": self.kind, "index": self.index}
-
-
 def role_of(world: World, strategy: str, num_ps: int) -> Role:
-    if strategy != "ps":
-        return Role("worker", world.rank)
-    num_workers = world.size - 1 - num_ps
-    if num_workers < 1:
-        raise UsageError(
-            f"--strategy ps --num-ps {num_ps} needs at least {num_ps + 2} processes "
-            f"(1 chief + {num_ps} PS + 1 worker), got {world.size}"
-        )
-    if world.rank == 0:
-        return Role("chief", 0)
-    if world.rank <= num_workers:
-        return Role("worker", world.rank - 1)
-    return Role("ps", world.rank - 1 - num_workers)
+    """This process's role under `strategy` (the strategy object decides)."""
+    return strategies.get(strategy).role(world.rank, world.size, num_ps)
 
 
 def my_address(world: World) -> str:
@@ -56,7 +34,7 @@ def assign_ports(peers: list[dict], worker_port: int, ps_port: int) -> list[str]
         key = (peer["address"], peer["role"]["kind"])
         local = seen.get(key, 0)
         seen[key] = local + 1
-        base = {"worker": worker_port, "ps": ps_port, "chief": ps_port + 10}[peer["role"]["kind"]]
+        base = {WORKER: worker_port, PS: ps_port, CHIEF: ps_port + 10}[peer["role"]["kind"]]
         addresses.append(f"{peer['address']}:{base + local}")
     return addresses
 

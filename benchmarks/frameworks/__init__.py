@@ -15,8 +15,10 @@ BACKENDS = {
 }
 
 
-def load(name: str) -> type[Framework]:
-    module, _, cls = BACKENDS[name].partition(":")
+def load(name: str, strategy=None) -> type[Framework]:
+    """The backend class for framework `name`; a strategy may name its own (TF PS: tf_ps.py)."""
+    spec = (strategy.backends.get(name) if strategy is not None else None) or BACKENDS[name]
+    module, _, cls = spec.partition(":")
     return getattr(importlib.import_module(module), cls)
 
 

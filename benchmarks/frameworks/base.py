@@ -15,7 +15,8 @@ from typing import Iterator
 
 from .. import timing
 from ..config import BenchConfig
-from ..distributed.cluster import Role
+from ..distributed import strategies
+from ..distributed.strategies import Role
 from ..distributed.world import World
 
 
@@ -50,7 +51,7 @@ class AllocatorPeaks:
 
 class Framework(ABC):
     name: str
-    keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the runner
+    keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the measurement
     skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
     strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
 
@@ -62,7 +63,7 @@ class Framework(ABC):
     @property
     def serves_only(self) -> bool:
         """True for processes that only host state for others (TF PS and PS-mode workers)."""
-        return False
+        return strategies.get(self.config.strategy).serves_only(self.dist.role)
 
     def batches(self) -> Iterator:
         if self.config.data_dir:

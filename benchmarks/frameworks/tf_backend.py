@@ -3,9 +3,9 @@
 `model.fit` is avoided on purpose: it warms up slowly, hides the step boundary
 and fails under ParameterServerStrategy; a tf.function step is what
 tf_cnn_benchmarks-style measurement needs. Strategies: none, allreduce
-(MultiWorkerMirroredStrategy), horovod, ps (ParameterServerStrategy, where the
-chief drives every worker's steps through a ClusterCoordinator).
-TF_CONFIG is exported by the runner before this module is imported.
+(MultiWorkerMirroredStrategy), horovod; ps (ParameterServerStrategy) is the
+subclass in tf_ps.py.
+TF_CONFIG is exported by the measurement before this module is imported.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .. import timing  # noqa: E402
-from ..config import image_folder  # noqa: E402
-from ..distributed.cluster import GreedyPlacer  # noqa: E402
+from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom  # noqa: E402
@@ -39,19 +37,9 @@ class TensorFlowFramework(Framework):
     def version(self) -> str:
         return tf.__version__
 
-    @property
-    def serves_only(self) -> bool:
-        return self.config.strategy == "ps" and self.dist.role.kind != "chief"
-
     def setup(self) -> None:
         cfg = self.config
-        if cfg.num_threads:
-            tf.config.threading.set_intra_op_parallelism_threads(cfg.num_threads)
-            tf.config.threading.set_inter_op_parallelism_threads(cfg.num_threads)
-        self._pick_device(cfg.device)
-        if self.serves_only:
-            self._start_server()
-            return
+        self._configure()
         keras.utils.set_random_seed(cfg.seed)
         if cfg.data_format == "channels_first" and not self.gpus:
             raise UsageError(
@@ -74,13 +62,20 @@ class TensorFlowFramework(Framework):
         )
         if cfg.strategy == "horovod":
             self._init_horovod()
-        if cfg.strategy == "ps":
-            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
-            self._step = tf.function(self._ps_worker_step)
-        elif cfg.strategy == "allreduce":
-            self._step = tf.function(self._allreduce_step, jit_compile=False)
-        else:
-            self._step = tf.function(self._train_step, jit_compile=cfg.xla, reduce_retracing=True)
+        self._step = self._make_step()
+
+    def _configure(self) -> None:
+        """Threads and device: what every process needs, serving ones included."""
+        cfg = self.config
+        if cfg.num_threads:
+            tf.config.threading.set_intra_op_parallelism_threads(cfg.num_threads)
+            tf.config.threading.set_inter_op_parallelism_threads(cfg.num_threads)
+        self._pick_device(cfg.device)
+
+    def _make_step(self):
+        if self.config.strategy == "allreduce":
+            return tf.function(self._allreduce_step, jit_compile=False)
+        return tf.function(self._train_step, jit_compile=self.config.xla, reduce_retracing=True)
 
     # -- devices and strategies ------------------------------------------------------------------
 
@@ -109,21 +104,7 @@ class TensorFlowFramework(Framework):
             return tf.distribute.MultiWorkerMirroredStrategy(
                 communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
             )
-        if self.config.strategy == "ps":
-            resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-            return tf.distribute.ParameterServerStrategy(resolver)
         return None
-
-    def _start_server(self) -> None:
-        """PS tasks and PS-mode workers host a gRPC server; the chief drives them."""
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        self.server = tf.distribute.Server(
-            resolver.cluster_spec(),
-            job_name=resolver.task_type,
-            task_index=resolver.task_id,
-            protocol=resolver.rpc_layer or "grpc",
-            start=True,
-        )
 
     @contextlib.contextmanager
     def _variable_scope(self):
@@ -132,27 +113,7 @@ class TensorFlowFramework(Framework):
                 yield
             return
         with self.strategy.scope():
-            if self.config.strategy == "ps" and self.config.ps_placement == "greedy":
-                with tf.variable_creator_scope(self._greedy_creator):
-                    yield
-            else:
-                yield
-
-    def _greedy_creator(self, next_creator, **kwargs):
-        """Steer ParameterServerStrategy's round-robin counter to the least-loaded PS.
-
-        The strategy places variable k on PS (k mod num_ps); setting k before each
-        creation gives greedy placement by bytes. Where each variable really went
-        is read back from its device in placement(), so the record shows the truth.
-        """
-        if not hasattr(self, "_placer"):
-            self._placer = GreedyPlacer(self.config.num_ps)
-        initial = kwargs.get("initial_value")
-        if callable(initial):  # Keras defers initialisers; the size is needed now
-            initial = kwargs["initial_value"] = initial()
-        size = int(np.prod(initial.shape)) * tf.as_dtype(initial.dtype).size
-        self.strategy.extended._variable_count = self._placer.place(size)
-        return next_creator(**kwargs)
+            yield
 
     def _init_horovod(self) -> None:
         import horovod.tensorflow as hvd
@@ -199,17 +160,6 @@ class TensorFlowFramework(Framework):
             digest.update(np.asarray(variable.value.read_value(), dtype=np.float32).tobytes())
         return digest.hexdigest()[:16]
 
-    def placement(self) -> list | None:
-        if self.config.strategy != "ps":
-            return None
-        loads = [{"ps": i, "variables": 0, "bytes": 0} for i in range(self.config.num_ps)]
-        for variable in [*self.model.variables, *self.optimizer.variables]:
-            device = tf.DeviceSpec.from_string(variable.value.device)
-            if device.job == "ps":
-                loads[device.task]["variables"] += 1
-                loads[device.task]["bytes"] += int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
-        return loads
-
     # -- training --------------------------------------------------------------------------------
 
     def _loss(self, outputs, labels):
@@ -240,23 +190,6 @@ class TensorFlowFramework(Framework):
     def _allreduce_step(self, images, labels):
         per_replica = self.strategy.run(self._train_step, args=(images, labels))
         return self.strategy.experimental_local_results(per_replica)[0]
-
-    def _ps_worker_step(self, iterator):
-        """Runs on a worker; reports which worker it was and when it fetched, started and ended."""
-
-        def replica_fn(images, labels):
-            loss = self._train_step(images, labels)
-            with tf.control_dependencies([loss, *[v.value for v in self.model.trainable_variables]]):
-                end = tf.timestamp()
-            return end, loss
-
-        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        fetch_start = tf.timestamp()
-        images, labels = next(iterator)
-        with tf.control_dependencies([images, labels]):
-            fetch_end = tf.timestamp()
-        end, loss = self.strategy.run(replica_fn, args=(images, labels))
-        return worker, fetch_start, fetch_end, end, loss
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -322,79 +255,8 @@ class TensorFlowFramework(Framework):
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return iter(dataset)
 
-    def _ps_batches(self):
-        """Per-worker datasets, built on each worker (real data: each its own shard of the files)."""
-        cfg = self.config
-        shape = self._image_shape()
-        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
-
-        def dataset_fn(context: tf.distribute.InputContext):
-            if cfg.data_dir:
-                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-                dataset = self._real_dataset(worker, num_workers)
-            else:
-                dataset = (
-                    tf.data.Dataset.range(cfg.synthetic_batches)
-                    .map(
-                        lambda i: (
-                            tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
-                            tf.random.stateless_uniform(
-                                (cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes, dtype=tf.int64
-                            ),
-                        )
-                    )
-                    .cache()
-                    .repeat()
-                )
-            return dataset.prefetch(tf.data.AUTOTUNE)
-
-        def per_worker_dataset_fn():
-            return self.strategy.distribute_datasets_from_function(dataset_fn)
-
-        return iter(self.coordinator.create_per_worker_dataset(per_worker_dataset_fn))
-
-    def batches(self):
-        if self.config.strategy == "ps":
-            return self._ps_batches()
-        return super().batches()
-
     def train_step(self, batch):
         return self._step(*batch)
-
-    def timed_loop(self, batches, num_steps: int, **display) -> timing.TimedLoop:
-        if self.config.strategy != "ps":
-            return super().timed_loop(batches, num_steps, **display)
-        return self._ps_timed_loop(batches, num_steps)
-
-    def _ps_timed_loop(self, iterator, num_steps: int) -> timing.TimedLoop:
-        """The chief schedules num_steps steps per worker and waits for all of them.
-
-        Steps are dispatched asynchronously to whichever worker is free, so each
-        step's fetch/start/end is stamped on the worker itself (tf.timestamp), and
-        each worker's throughput is its completed steps over the chief's wall time.
-        """
-        cfg = self.config
-        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
-        start = timing.clock()
-        results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
-        self.coordinator.join()
-        wall = timing.clock() - start
-        per_worker: dict[int, timing.TimedLoop] = {}
-        loss = None
-        for remote in results:
-            worker, fetch_start, fetch_end, end, loss = (np.asarray(v) for v in remote.fetch())
-            loop = per_worker.setdefault(int(worker), timing.TimedLoop(images=0, wall_time_s=wall))
-            loop.images += cfg.batch_size
-            loop.input_wait_s.append(float(fetch_end - fetch_start))
-            loop.step_times_s.append(float(end - fetch_start))
-        return timing.TimedLoop(
-            images=cfg.batch_size * len(results),
-            wall_time_s=wall,
-            step_times_s=[t for loop in per_worker.values() for t in loop.step_times_s],
-            input_wait_s=[t for loop in per_worker.values() for t in loop.input_wait_s],
-            last_loss=tf.constant(loss),
-            per_worker=per_worker,
-        )
 
     def close(self) -> None:
         if getattr(self, "hvd", None) is not None:

@@ -11,7 +11,7 @@ from typing import Iterator
 import torch
 import torchvision
 
-from ..config import IMAGE_EXTENSIONS
+from ..dataset import IMAGE_EXTENSIONS
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
 TORCHVISION_MODELS = {

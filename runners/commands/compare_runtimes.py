@@ -108,8 +108,7 @@ def run(args) -> int:
         runtimes.get(name).require()  # unknown or missing: one line, before anything runs
     requests = {name: request(args, name) for name in names}
     for req in requests.values():  # convert/load images once, up front
-        if req.runtime != "local":
-            runtimes.get(req.runtime).prepare(dispatch.default_image(req))  # cached: later runs reuse it
+        dispatch.prepare(req, runtimes.get(req.runtime))  # cached: later runs reuse it
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}

@@ -3,7 +3,9 @@
     benchrun launch --launcher local -n 2 [--num-ps 1] -- --framework tf --strategy ps --model resnet50
 
 `-n` counts training ranks; under `--strategy ps` the chief and the `--num-ps`
-parameter servers are extra processes on the same nodes.
+parameter servers are extra processes on the same nodes. A thin CLI over
+runners.launchers.launch_spec and Launcher.run, which `benchrun run` and sweeps
+call in process.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shlex
 import sys
 
 from benchmarks.errors import UsageError, choices
+from benchmarks.processes import host_deadline
 
 from .. import launchers
 
@@ -38,29 +41,8 @@ def add_parser(sub) -> None:
 
 def launch_spec(args) -> launchers.LaunchSpec:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    if args.num_workers < 1:
-        raise UsageError(f"-n must be 1 or more, got {args.num_workers}")
-    if args.num_ps < 0:
-        raise UsageError(f"--num-ps must be 0 or more, got {args.num_ps}")
-    if launchers.bench_option(bench_args, "--num-ps") is not None:
-        raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
-    strategy = launchers.bench_option(bench_args, "--strategy") or "none"
-    if args.num_ps and strategy != "ps":
-        raise UsageError(f"--num-ps needs --strategy ps in the bench arguments (got --strategy {strategy})")
-    if strategy == "ps" and not args.num_ps:
-        raise UsageError("--strategy ps needs --num-ps 1 or more")
-    if args.num_ps:
-        bench_args = [*bench_args, "--num-ps", str(args.num_ps)]
-    if args.timeout is not None and launchers.bench_option(bench_args, "--timeout") is None:
-        bench_args = [*bench_args, "--timeout", str(args.timeout)]
-    processes = args.num_workers + (args.num_ps + 1 if strategy == "ps" else 0)
-    return launchers.LaunchSpec(
-        processes=processes,
-        bench=shlex.split(args.bench_command),
-        bench_args=bench_args,
-        hosts=[h for h in args.hosts.split(",") if h],
-        extra=args.launcher_arg,
-    )
+    return launchers.launch_spec(shlex.split(args.bench_command), bench_args, args.num_workers, args.num_ps,
+                                 args.timeout, [h for h in args.hosts.split(",") if h], args.launcher_arg)
 
 
 def run(args) -> int:
@@ -73,5 +55,4 @@ def run(args) -> int:
     if args.dry_run:
         print(shlex.join(launcher.command(spec)))
         return 0
-    grace = 60 if args.timeout else None
-    return launcher.run(spec, timeout_s=args.timeout + grace if args.timeout else None)
+    return launcher.run(spec, timeout_s=host_deadline(args.timeout))

@@ -16,6 +16,8 @@ import html
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.distributed import strategies
+
 from .. import plots, reports
 
 MiB = 1024 * 1024
@@ -197,7 +199,7 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
     for family, rows in reports.best_per_workers(records):
         doc.para(_short(family, family))
         doc.table(["#PS", "#workers", "strategy", "placement", "batch", "real data", "images/sec mean ± CI", "n", "runs"],
-                  [[k["num_ps"], workers, k["strategy"], k["ps_placement"] if k["strategy"] == "ps" else "-",
+                  [[k["num_ps"], workers, k["strategy"], k["ps_placement"] if strategies.get(k["strategy"]).uses_ps else "-",
                     k["batch_size"], "TRUE" if data == "real" else "FALSE", s.text(), s.n, s.ids]
                    for workers, data, k, s in rows])
 

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run one benchmark under a container runtime", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_runtime_options(p)
-    p.add_argument("--runtime", default="local", help=f"{choices(runtimes.RUNTIMES)} (default: local)")
+    p.add_argument("--runtime", default=runtimes.DEFAULT, help=f"{choices(runtimes.RUNTIMES)} (default: {runtimes.DEFAULT})")
     p.add_argument("--results", help="directory that keeps records.jsonl (default: print only)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the runtime's own command (as a user would type it) and exit; no image preparation")

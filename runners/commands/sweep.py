@@ -36,14 +36,14 @@ from pathlib import Path
 
 from benchmarks import durable
 from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
+from benchmarks.processes import sweep_deadline
 
-from .. import dispatch, launchers, store
+from .. import dispatch, launchers, runtimes, store
 from ..sweep import Plan, PlanError, Point, expand, load_plan
 
 DEFAULT_STORE = "results/sweep.jsonl"
 DONE = ("ok", "oom")  # results: never re-run
 RETRY = ("failed", "timeout")  # re-run with --retries (a point with no record counts as failed)
-LAUNCH_GRACE_S = 90  # beyond --timeout: bench's own stop, the launcher's grace, start-up
 
 
 def add_parser(sub) -> None:
@@ -86,7 +86,7 @@ def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str |
     except UsageError as error:
         message = str(error)
         # a container image brings its own framework; only the host's own runs need it here
-        if not (v["runtime"] != "local" and message.startswith("framework ") and "not installed" in message):
+        if not (runtimes.uses_image(v["runtime"]) and message.startswith("framework ") and "not installed" in message):
             return f"{label}: point [{point.label()}]: {message}"
     try:
         dispatch.command(request, Path("record.jsonl"))
@@ -308,7 +308,7 @@ def run(args) -> int:
     log_dir = store_path.with_name(store_path.name + ".logs")
     log_dir.mkdir(exist_ok=True)
     plan_path = str(Path(args.plan).resolve())
-    deadline = None if timeout_s is None else timeout_s + LAUNCH_GRACE_S
+    deadline = sweep_deadline(timeout_s)
     final: dict[str, str] = {}
     unwritable = None
     with Stop() as stop:

@@ -15,9 +15,9 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from benchmarks.supervisor import stop_process_group
-
-GRACE_S = 10
+from benchmarks.distributed import strategies
+from benchmarks.errors import UsageError
+from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
 
 
 def bench_option(args: list[str], name: str) -> str | None:
@@ -53,6 +53,33 @@ class LaunchSpec:
         }
 
 
+def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, num_ps: int = 0,
+                timeout_s: float | None = None, hosts: list[str] = (), extra: list[str] = (),
+                env: dict[str, str] | None = None) -> LaunchSpec:
+    """N training ranks of bench (plus the PS and chief under --strategy ps): checked, counted,
+    with --num-ps and --timeout passed on to bench. `benchrun launch` and dispatch both use it."""
+    if num_workers < 1:
+        raise UsageError(f"-n must be 1 or more, got {num_workers}")
+    if num_ps < 0:
+        raise UsageError(f"--num-ps must be 0 or more, got {num_ps}")
+    if bench_option(bench_args, "--num-ps") is not None:
+        raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
+    name = bench_option(bench_args, "--strategy") or strategies.DEFAULT
+    strategy = strategies.STRATEGIES.get(name) or strategies.get(None)  # unknown: bench itself refuses it
+    if num_ps and not strategy.uses_ps:
+        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
+        raise UsageError(f"--num-ps needs --strategy {takers} in the bench arguments (got --strategy {name})")
+    if strategy.uses_ps and not num_ps:
+        raise UsageError(f"--strategy {name} needs --num-ps 1 or more")
+    if num_ps:
+        bench_args = [*bench_args, "--num-ps", str(num_ps)]
+    if timeout_s is not None and bench_option(bench_args, "--timeout") is None:
+        bench_args = [*bench_args, "--timeout", str(timeout_s)]
+    processes = strategy.processes(num_workers, num_ps)
+    return LaunchSpec(processes=processes, bench=list(bench), bench_args=list(bench_args), hosts=list(hosts),
+                      env=dict(env or {}), extra=list(extra))
+
+
 class Launcher(ABC):
     name: str
     binary: str | None = None
@@ -73,7 +100,8 @@ class Launcher(ABC):
         """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.bench_args."""
 
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
-        """Run the launcher in its own process group; stop the whole group on timeout or Ctrl-C."""
+        """Run the launcher in its own process group; stop the whole group after timeout_s
+        (the host's deadline: see benchmarks.processes) or on Ctrl-C."""
         proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)}, start_new_session=True)
         return wait_group([proc], timeout_s)
 
@@ -82,7 +110,7 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
     """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code.
 
     A rank other than 0 that fails makes process 0 record the failure and exit
-    (bench's rendezvous); if process 0 does not within GRACE_S, it is stopped too.
+    (bench's rendezvous); if process 0 does not within 3 x STOP_GRACE_S, it is stopped too.
     """
     import time
 
@@ -95,7 +123,7 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
                 break
             if failed_at is None and any(p.poll() not in (None, 0) for p in procs[1:]):
                 failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > 3 * GRACE_S:
+            if failed_at is not None and time.monotonic() - failed_at > 3 * STOP_GRACE_S:
                 print("benchrun: a rank failed and process 0 did not finish: stopping all ranks", file=sys.stderr)
                 break
             time.sleep(0.2)
@@ -105,10 +133,9 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
         if procs[0].poll() is None:
             procs[0].send_signal(signal.SIGTERM)  # lets bench write an 'interrupted'/'timeout' record
             try:
-                procs[0].wait(timeout=2 * GRACE_S)
+                procs[0].wait(timeout=2 * STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 pass
         for proc in procs:
-            stop_process_group(proc, GRACE_S)
-    code = procs[0].returncode
-    return 128 - code if code is not None and code < 0 else (code if code is not None else 1)
+            stop_process_group(proc)
+    return exit_code(procs[0].returncode)

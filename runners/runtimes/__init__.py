@@ -6,7 +6,9 @@ import importlib
 
 from benchmarks.errors import UsageError, choices
 
-from .base import Mount, Runtime, forwarded_names
+from .base import DockerCliRuntime, Mount, Runtime, forwarded_names
+
+DEFAULT = "local"  # benchrun's default: no container, this Python
 
 RUNTIMES = {
     "local": "runners.runtimes.local:LocalRuntime",
@@ -31,8 +33,13 @@ def get(name: str) -> Runtime:
     return getattr(importlib.import_module(module), cls)()
 
 
+def uses_image(name: str) -> bool:
+    """False for a runtime that runs on the host (local); an unknown name is left for get() to refuse."""
+    return name not in RUNTIMES or get(name).uses_image
+
+
 def available() -> list[str]:
     return [name for name in RUNTIMES if get(name).available()]
 
 
-__all__ = ["RUNTIMES", "Mount", "Runtime", "available", "forwarded_names", "get"]
+__all__ = ["DEFAULT", "RUNTIMES", "DockerCliRuntime", "Mount", "Runtime", "available", "forwarded_names", "get", "uses_image"]

@@ -2,8 +2,11 @@
 
 Modelled on ReFrame's container platforms: the base class assembles the command
 line (validation, order of options, environment, mounts, working directory,
-GPUs, MPI) and each runtime states only its spelling of those pieces. Commands
-are argv lists, never shell strings.
+GPUs, MPI) and each runtime states only its spelling of those pieces; the base's
+spelling is neutral ("no such option"), Docker's lives in DockerCliRuntime.
+Each runtime also answers where the results and data directories are inside it
+and how a rank starts bench there (`local` is a Runtime too: the host itself).
+Commands are argv lists, never shell strings.
 
     runtime.command(image, ["bench", "--model", "resnet50"], env={"RANK": None},
                     mounts=[Mount("/host/results", "/results", readonly=False)],
@@ -20,8 +23,10 @@ import os
 import re
 import shutil
 import subprocess
-from abc import ABC
+import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
@@ -84,13 +89,20 @@ def check_mount(mount: Mount) -> Mount:
     return mount
 
 
+RESULTS_TARGET = "/results"  # where a container sees the run's results directory
+DATA_TARGET = "/data"  # where a container sees --data-dir (read-only)
+
+
 class Runtime(ABC):
+    """Neutral: every spelling hook below defaults to "this runtime has no such option"."""
+
     name: str
     binary: str | None = None  # None: nothing to find (local)
     subcommand: tuple[str, ...] = ()  # e.g. ("run", "--rm") after the binary
     passes_host_env = False  # True: the host environment is visible inside by default
-    removes_container = False  # docker/podman: a named container that must be removed
-    runs_as_image_user = False  # docker/podman: the image's user (uid 1000), not the caller, reads the mounts
+    removes_container = False  # a named container that must be removed after the run
+    runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts
+    uses_image = True  # False: runs on the host (local); no image to name or prepare
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
 
     # ---- availability and images -------------------------------------------------
@@ -125,6 +137,25 @@ class Runtime(ABC):
         if annotations:
             raise UsageError(f"runtime {self.name!r} takes no EDF annotations (only cscs-ce does)")
         return {}
+
+    # ---- where things live inside, how bench starts there ---------------------------
+    def results_dir(self, host_dir: str) -> str:
+        """The path bench writes its record under, for a host results directory."""
+        return RESULTS_TARGET
+
+    def data_dir(self, host_dir: str) -> str:
+        """The path bench reads --data-dir from (must exist in the image for some runtimes)."""
+        return DATA_TARGET
+
+    def open_results(self, host_dir: Path) -> None:
+        """Let whoever runs bench inside write the record into the host's results directory."""
+        if self.runs_as_image_user:
+            host_dir.chmod(0o777)  # the image's user (uid 1000) writes the record
+
+    def bench_command(self, spec) -> list[str]:
+        """How a rank starts bench, given the run's ContainerSpec: the per-rank container wrapper
+        around `command()` (python -m runners.runtimes SPEC -- bench), which names, forwards and removes."""
+        return [sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"]
 
     # ---- the command line ---------------------------------------------------------
     def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
@@ -162,21 +193,62 @@ class Runtime(ABC):
         argv = ["env", *inside_env, *argv] if inside_env else list(argv)
         return [*out, *self.image_and_command(image, argv)]
 
-    # What each runtime spells its own way. Defaults are Docker's CLI (shared by Podman).
+    # What each runtime spells its own way; the defaults say "no such option".
     def name_options(self, name: str) -> list[str]:
-        return ["--name", name]
+        """Options that name the container (runtimes with removes_container)."""
+        return []
 
     def base_options(self, image: str) -> list[str]:
         return []
 
     def gpu_options(self) -> list[str]:
-        return ["--gpus", "all"]
+        raise UsageError(f"runtime {self.name!r} has no GPU option")
 
     def mpi_options(self) -> list[str]:
         raise UsageError(f"runtime {self.name!r} has no MPI hook: run MPI inside the container instead")
 
     def env_option(self, key: str, value: str | None) -> list[str] | None:
         """Options that set `key` (None value: the caller's). None: set it with `env` inside instead."""
+        return None
+
+    @abstractmethod
+    def mount_option(self, mount: Mount) -> list[str]:
+        """Options that bind `mount` into the container."""
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return []  # no such option: bench is given absolute paths
+
+    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
+        return [image, *argv]
+
+    def host_env(self) -> dict[str, str]:
+        """Variables the runtime's own binary needs in its environment (not the container's)."""
+        return {}
+
+    # ---- clean-up -------------------------------------------------------------------
+    def remove(self, name: str, prefix: bool = False) -> None:
+        """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
+
+
+class DockerCliRuntime(Runtime):
+    """The Docker CLI's spelling (docker, podman and their relatives): named containers removed
+    after the run, `-e`, `-v SRC:DST[:ro]`, `-w`, the image's ENTRYPOINT replaced by bench."""
+
+    subcommand = ("run", "--rm")
+    removes_container = True
+    runs_as_image_user = True
+    missing_image_hint = "build it: make images"
+
+    def name_options(self, name: str) -> list[str]:
+        return ["--name", name]
+
+    def base_options(self, image: str) -> list[str]:
+        return ["--network=host", "--ipc=host"]  # ranks talk over loopback; DataLoader shared memory
+
+    def gpu_options(self) -> list[str]:
+        return ["--gpus", "all"]
+
+    def env_option(self, key: str, value: str | None) -> list[str]:
         return ["-e", key if value is None else f"{key}={value}"]
 
     def mount_option(self, mount: Mount) -> list[str]:
@@ -186,19 +258,21 @@ class Runtime(ABC):
         return ["-w", workdir]
 
     def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return [image, *argv]
+        return ["--entrypoint", argv[0], image, *argv[1:]]  # the images' ENTRYPOINT is bench: state it
 
-    def host_env(self) -> dict[str, str]:
-        """Variables the runtime's own binary needs in its environment (not the container's)."""
-        return {}
+    def has_image(self, image: str) -> bool:
+        return run_quiet([self.executable(), "image", "inspect", image]).returncode == 0
 
-    def data_target(self) -> str:
-        """Where a data directory is mounted inside (must exist in the image for some runtimes)."""
-        return "/data"
+    def import_image(self, image: str) -> str:
+        if not self.has_image(image):
+            raise UsageError(f"image {image!r} not found by {self.name} ({self.missing_image_hint})")
+        return image
 
-    # ---- clean-up -------------------------------------------------------------------
     def remove(self, name: str, prefix: bool = False) -> None:
-        """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
+        pattern = f"^/?{name}" + ("" if prefix else "$")
+        found = run_quiet([self.executable(), "ps", "-aq", "--filter", f"name={pattern}"]).stdout.split()
+        if found:
+            run_quiet([self.executable(), "rm", "-f", *found])
 
 
 def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

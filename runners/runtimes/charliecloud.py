@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, check_image, run_quiet
+from .base import Mount, Runtime, run_quiet
 
 STORE_ENV = "DLBENCH_CH_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-charliecloud"
@@ -32,10 +32,8 @@ class CharliecloudRuntime(Runtime):
     def image_dir(self, image: str) -> Path:
         return self.store() / image.replace("/", "%").replace(":", "+")
 
-    def prepare(self, image: str) -> str:
+    def import_image(self, image: str) -> str:
         """Convert the local Docker image to a directory; reused while the Docker image id is the same."""
-        check_image(image)
-        self.require()
         if shutil.which("ch-convert") is None:
             raise UsageError("runtime 'charliecloud' needs 'ch-convert', which is not on PATH")
         if os.path.isdir(image) and os.path.isfile(os.path.join(image, "ch", "environment")):
@@ -62,11 +60,8 @@ class CharliecloudRuntime(Runtime):
     def host_env(self) -> dict[str, str]:
         return {} if os.environ.get("USER") else {"USER": getpass.getuser()}
 
-    def data_target(self) -> str:
-        return "/mnt/0"
-
-    def name_options(self, name: str) -> list[str]:
-        return []
+    def data_dir(self, host_dir: str) -> str:
+        return "/mnt/0"  # bind targets must exist in the image; ch-run images have /mnt/0-9
 
     def base_options(self, image: str) -> list[str]:
         # In order: drop the host's Python settings, then the image's ENV (which sets its own venv).

@@ -17,10 +17,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from benchmarks.processes import CLIENT_GRACE_S, exit_code
+
 from . import get
 from .base import Mount, forwarded_names
 
-GRACE_S = 20  # after forwarding SIGTERM, before the container is removed by force
 RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK")
 
 
@@ -77,12 +78,12 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
     proc = None
     try:
         proc = subprocess.Popen(command, env={**os.environ, **runtime.host_env()})
-        return _code(proc.wait())
+        return exit_code(proc.wait())
     except (KeyboardInterrupt, _Stop):
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # the docker/podman client forwards it: bench records 'interrupted'
             try:
-                proc.wait(timeout=GRACE_S)
+                proc.wait(timeout=CLIENT_GRACE_S)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
                 proc.kill()
         return 130
@@ -90,10 +91,6 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
         if name is not None:
             runtime.remove(name)
-
-
-def _code(code: int) -> int:
-    return 128 - code if code < 0 else code
 
 
 def main(args: list[str]) -> int:

@@ -130,9 +130,6 @@ class EnrootRuntime(Runtime):
         return super().command(image, argv, env={**gpu_environment(gpus), **env}, mounts=mounts, workdir=workdir,
                                gpus=gpus, name=name, mpi=mpi)
 
-    def name_options(self, name: str) -> list[str]:
-        return []  # the container is the image's (created once); nothing per run to name or remove
-
     def host_env(self) -> dict[str, str]:
         return {"ENROOT_LOGIN_SHELL": "no"}
 

@@ -9,14 +9,12 @@ import subprocess
 
 from benchmarks.errors import UsageError
 
-from .base import run_quiet
-from .docker import DockerRuntime
+from .base import DockerCliRuntime, run_quiet
 
 
-class PodmanRuntime(DockerRuntime):
+class PodmanRuntime(DockerCliRuntime):
     name = "podman"
     binary = "podman"
-    subcommand = ("run", "--rm")
 
     def base_options(self, image: str) -> list[str]:
         return [*super().base_options(image), "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
@@ -24,10 +22,12 @@ class PodmanRuntime(DockerRuntime):
     def gpu_options(self) -> list[str]:
         return ["--device", "nvidia.com/gpu=all"]  # CDI, as the NVIDIA Container Toolkit documents for Podman
 
-    def prepare(self, image: str) -> str:
-        super(DockerRuntime, self).prepare(image)
-        self.require()
-        if run_quiet([self.executable(), "image", "exists", image]).returncode == 0:
+    def has_image(self, image: str) -> bool:
+        return run_quiet([self.executable(), "image", "exists", image]).returncode == 0
+
+    def import_image(self, image: str) -> str:
+        """Podman's own image if it has one, else `docker save IMAGE | podman load`."""
+        if self.has_image(image):
             return image
         docker = shutil.which("docker")
         if docker is None or run_quiet([docker, "image", "inspect", image]).returncode != 0:

@@ -84,9 +84,6 @@ class ShifterRuntime(Runtime):
     def base_options(self, image: str) -> list[str]:
         return self.image_options(image)
 
-    def name_options(self, name: str) -> list[str]:
-        return []
-
     def env_option(self, key: str, value: str | None) -> None:
         return None  # the host environment passes in; fixed values: `env K=V` inside
 
@@ -109,12 +106,6 @@ class ShifterNgRuntime(Runtime):
     passes_host_env = True
     legacy = "retired at CSCS (Sarus, then the Container Engine replaced it)"
     library = "load/library/"
-
-    def name_options(self, name: str) -> list[str]:
-        return []
-
-    def workdir_option(self, workdir: str) -> list[str]:
-        return []  # bench is given absolute paths
 
     def gpu_options(self) -> list[str]:
         return []  # the GPU hook activates from CUDA_VISIBLE_DEVICES, set by Slurm's --gres

@@ -13,7 +13,7 @@ import os
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, check_image
+from .base import Mount, Runtime
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 CDI_GPU = "nvidia.com/gpu"
@@ -43,15 +43,10 @@ class SingularityRuntime(Runtime):
     subcommand = ("exec",)
     passes_host_env = True
 
-    def prepare(self, image: str) -> str:
-        check_image(image)
-        self.require()
+    def import_image(self, image: str) -> str:
         if image.endswith(".sif") and not os.path.isfile(image):
             raise UsageError(f"image file {image} does not exist")
         return image
-
-    def name_options(self, name: str) -> list[str]:
-        return []
 
     def gpu_options(self) -> list[str]:
         return ["--device", f"{CDI_GPU}=all"] if cdi_gpus_available() else ["--nv"]

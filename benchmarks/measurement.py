@@ -19,7 +19,7 @@ import time
 
 from . import frameworks, memory, record, stats, timing
 from .config import BenchConfig
-from .distributed import cluster
+from .distributed import cluster, strategies
 from .distributed import world as worlds
 from .distributed.rendezvous import Rendezvous
 from .errors import UsageError
@@ -132,6 +132,7 @@ class Measurement:
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
                  tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0):
         self.config = config
+        self.strategy = strategies.get(config.strategy)
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
         self.backend: Framework | None = None
@@ -150,7 +151,7 @@ class Measurement:
     def _meet(self) -> Distributed:
         cfg = self.config
         self.world = world = worlds.detect()
-        role = cluster.role_of(world, cfg.strategy, cfg.num_ps)
+        role = self.strategy.role(world.rank, world.size, cfg.num_ps)
         coordinator = worlds.coordinator_host(world)
         me = {
             "address": cluster.my_address(world),
@@ -169,7 +170,7 @@ class Measurement:
             self.peers = [me]
         if len({peer["config"] for peer in self.peers}) > 1:
             raise UsageError("ranks were started with different bench arguments")
-        if cfg.framework == "tensorflow" and cfg.strategy in ("allreduce", "ps"):
+        if cfg.framework == "tensorflow" and self.strategy.tf_cluster:
             # Must precede TensorFlow's import (frameworks.load below).
             os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config(self.peers, world.rank, cfg.worker_port, cfg.ps_port))
         return Distributed(world, role, coordinator, self.peers)
@@ -193,7 +194,7 @@ class Measurement:
         cfg = self.config
         self.mllog.start("init_start")
         dist = self._meet()
-        self.backend = frameworks.load(cfg.framework)(cfg, dist)
+        self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
         self.backend.keep_losses = self.tensorboard is not None
         if self.data_scan is not None:
             self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
@@ -214,7 +215,7 @@ class Measurement:
         # Only after success: on a failure the rendezvous must stay open so a failed peer's
         # report still reaches process 0 (failure() waits for it); the process then exits.
         if self.rendezvous is not None:
-            if cfg.strategy == "ps":  # release the PS and workers, which wait for this
+            if self.strategy.gathers_at_chief:  # release the processes that only serve, which wait for this
                 self.rendezvous.allgather("done", None)
             self.rendezvous.close()
         return result
@@ -260,11 +261,11 @@ class Measurement:
                 tensorboard.write_loops(logdir, loops, cfg.batch_size, backend.loss_value)
             except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
                 progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
-        if cfg.strategy == "ps":  # the chief measured every worker itself
+        if self.strategy.gathers_at_chief:  # the chief measured every worker itself
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
             ranks = [1 + w for w in workers]
-            checksums = [local["checksum"]]  # one copy of the variables, on the PS
+            checksums = [local["checksum"]]  # one copy of the variables, served to every worker
             memories = [local["memory"]]
         else:
             everyone = self.rendezvous.allgather("result", local) if self.rendezvous else [local]
@@ -282,7 +283,7 @@ class Measurement:
             "replicas": {
                 "checksums": checksums,
                 "in_sync": len(set(checksums)) == 1,
-                "expected_in_sync": cfg.strategy != "none" or len(checksums) == 1,
+                "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1,
             },
             "placement": backend.placement(),
         }
@@ -302,9 +303,7 @@ class Measurement:
         return {"display_every": self.display_every, "display": show}
 
     def _num_workers(self) -> int:
-        if self.config.strategy == "ps":
-            return self.world.size - 1 - self.config.num_ps
-        return self.world.size
+        return self.strategy.workers(self.world.size, self.config.num_ps)
 
     # -- records ---------------------------------------------------------------------------------
 

@@ -1,0 +1,25 @@
+"""One object per --strategy; adding one = a Strategy subclass in its own file + one line here."""
+
+from __future__ import annotations
+
+from .allreduce import AllreduceStrategy
+from .base import WORKER, Role, Strategy
+from .ddp import DdpStrategy
+from .horovod import HorovodStrategy
+from .none import NoStrategy
+from .ps import CHIEF, PS, PsStrategy
+
+_ALL = (NoStrategy(), DdpStrategy(), HorovodStrategy(), AllreduceStrategy(), PsStrategy())
+STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in _ALL}
+NAMES = tuple(STRATEGIES)  # bench's --strategy choices, in this order
+DEFAULT = NoStrategy.name
+ROLES = (WORKER, CHIEF, PS)  # every role kind a process can have
+
+
+def get(name: str | None) -> Strategy:
+    """The strategy called `name` (None: the default). Unknown names raise KeyError:
+    callers validate first (config.validate_strategy says which names exist)."""
+    return STRATEGIES[name or DEFAULT]
+
+
+__all__ = ["DEFAULT", "NAMES", "ROLES", "STRATEGIES", "Role", "Strategy", "get"]

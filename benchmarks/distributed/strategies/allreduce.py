@@ -1,0 +1,11 @@
+"""`allreduce`: TensorFlow MultiWorkerMirroredStrategy (ring on CPU, NCCL on GPU)."""
+
+from __future__ import annotations
+
+from .base import Strategy
+
+
+class AllreduceStrategy(Strategy):
+    name = "allreduce"
+    frameworks = ("tensorflow",)
+    tf_cluster = True

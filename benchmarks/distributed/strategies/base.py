@@ -1,0 +1,59 @@
+"""The Strategy interface: what a --strategy means for processes, roles and results.
+
+Everything outside a strategy's own file asks its object instead of comparing
+its name: which frameworks have it, how many processes (workers, num_ps) take,
+the role of a process, whether the chief measures and gathers every worker's
+results itself, and whether replicas should end with identical parameters.
+No framework is imported here: bench's CLI, the launchers and sweeps use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import UsageError
+
+WORKER = "worker"  # the role of a training process
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: str  # a role kind: "worker", or one of a strategy's own ("chief", "ps")
+    index: int  # index among processes of that kind
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "index": self.index}
+
+
+class Strategy:
+    name: str
+    frameworks: tuple[str, ...]
+    uses_ps = False  # takes --num-ps parameter servers (and --ps-placement)
+    gathers_at_chief = False  # the chief drives and times every worker; others only serve
+    syncs_replicas = True  # replicas' parameters must end identical
+    tf_cluster = False  # TensorFlow needs TF_CONFIG (a cluster spec) before it is imported
+    # A backend class per framework when this strategy needs more than the framework's own.
+    backends: dict[str, str] = {}
+
+    def processes(self, workers: int, num_ps: int) -> int:
+        """Processes to start for `workers` training ranks."""
+        return workers
+
+    def workers(self, processes: int, num_ps: int) -> int:
+        """Training ranks among `processes`."""
+        return processes
+
+    def role(self, rank: int, size: int, num_ps: int) -> Role:
+        return Role(WORKER, rank)
+
+    def serves_only(self, role: Role) -> bool:
+        """True for processes that only host state for others and record nothing."""
+        return False
+
+    def supports(self, framework: str) -> bool:
+        return framework in self.frameworks
+
+    def check_processes(self, size: int, num_ps: int) -> None:
+        """Refuse a world too small for this strategy (one line)."""
+        if self.workers(size, num_ps) < 1:
+            raise UsageError(f"--strategy {self.name} needs at least {self.processes(1, num_ps)} processes, got {size}")

@@ -1,0 +1,10 @@
+"""`ddp`: PyTorch DistributedDataParallel (NCCL on GPU, gloo on CPU), one replica per rank."""
+
+from __future__ import annotations
+
+from .base import Strategy
+
+
+class DdpStrategy(Strategy):
+    name = "ddp"
+    frameworks = ("torch",)

@@ -1,0 +1,11 @@
+"""`none`: independent processes, each training its own replica (no gradient exchange)."""
+
+from __future__ import annotations
+
+from .base import Strategy
+
+
+class NoStrategy(Strategy):
+    name = "none"
+    frameworks = ("torch", "tensorflow")
+    syncs_replicas = False  # several ranks train independent replicas

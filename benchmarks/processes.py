@@ -1,0 +1,158 @@
+"""Process control, stated once: stopping a process group, dying with a parent, reading
+/proc, turning a wait status into an exit code, and the grace ladder.
+
+The grace ladder for a run with a time limit T (each layer gives the one below it
+time to stop by itself and write its record before stopping it):
+
+    bench          stops itself at T: SIGTERM to the worker's group, SIGKILL STOP_GRACE_S later;
+    the host       (runners.dispatch) stops the launcher or container at T + HOST_GRACE_S;
+    a sweep        stops the point's process at T + SWEEP_GRACE_S.
+
+Standard library only: bench, the launchers and the sweep all import it, and the
+launchers must not pull in pydantic for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+
+STOP_GRACE_S = 10  # SIGTERM -> SIGKILL when stopping a process group (worker, ranks)
+CLIENT_GRACE_S = 20  # a container client forwarding SIGTERM, a sweep point's children: before SIGKILL
+HOST_GRACE_S = 60  # beyond T: bench's own stop and the launcher's grace
+SWEEP_GRACE_S = 90  # beyond T: the host's grace plus start-up
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def host_deadline(timeout_s: float | None) -> float | None:
+    """Seconds after which the host stops a run bench was told to end at timeout_s."""
+    return None if timeout_s is None else timeout_s + HOST_GRACE_S
+
+
+def sweep_deadline(timeout_s: float | None) -> float | None:
+    """Seconds after which a sweep stops a point whose runs end at timeout_s."""
+    return None if timeout_s is None else timeout_s + SWEEP_GRACE_S
+
+
+def exit_code(returncode: int | None) -> int:
+    """A child's exit code as a shell reports it: 128 + N for signal N; 1 when it never ended."""
+    if returncode is None:
+        return 1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM a process's whole group (its data-loader workers or ranks too), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
+    """Linux: get `sig` when the parent dies, so no orphan keeps a GPU or a port busy.
+    False when the parent is already gone (before the request took effect)."""
+    _prctl(PR_SET_PDEATHSIG, sig)
+    return os.getppid() == parent_pid
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned descendants (ranks a dead launcher left behind) instead of init."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/PID/stat after the command name: [state, ppid, ...]; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields if len(fields) >= 2 else None
+
+
+def alive(pid: int) -> bool:
+    fields = _stat(pid)
+    return fields is not None and fields[0] != b"Z"  # a zombie is dead, only waiting to be reaped
+
+
+def parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """Every live descendant of pid (default: this process), from /proc."""
+    pid = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat(int(entry))
+        if fields is None or fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def reap() -> None:
+    """Collect every child that has ended (a subreaper's adopted orphans included)."""
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                return
+        except ChildProcessError:
+            return
+
+
+def kill_descendants() -> None:
+    """SIGKILL every descendant, again until none is left (orphans keep arriving to a subreaper)."""
+    for _ in range(50):
+        left = descendants()
+        if not left:
+            return
+        signal_all(left, signal.SIGKILL)
+        time.sleep(0.1)
+        reap()
+
+
+def stop_descendants(grace_s: float = CLIENT_GRACE_S) -> None:
+    """SIGTERM the direct children (bench records 'interrupted'), wait up to grace_s, then kill everything."""
+    direct = [pid for pid in descendants() if parent(pid) == os.getpid()]
+    signal_all(direct, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(pid) for pid in direct):
+        time.sleep(0.1)
+    kill_descendants()
