@@ -53,8 +53,15 @@ LABEL org.opencontainers.image.title="dlbench-tensorflow" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
       io.dlbench.framework="tensorflow" \
       io.dlbench.tensorflow.version="${TENSORFLOW_VERSION}"
+# NVIDIA_*: Enroot, Pyxis and the CSCS Container Engine inject the GPU driver only when the
+# image asks for it (nvidia-container-toolkit semantics; hosts without NVIDIA hooks ignore them).
 ENV BENCH_FRAMEWORK=tensorflow \
-    BENCH_IMAGE=${IMAGE_NAME}
+    BENCH_IMAGE=${IMAGE_NAME} \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+# Enroot/Pyxis start the command through a login shell by default, and Debian's /etc/profile
+# resets PATH: put the venv (bench) back in front for such shells.
+RUN echo 'export PATH=/opt/venv/bin:$PATH' > /etc/profile.d/dlbench-venv.sh
 USER bench
 WORKDIR /results
 ENTRYPOINT ["bench"]

@@ -72,7 +72,9 @@ def bench_parser() -> argparse.ArgumentParser:
     what.add_argument("--model", default="resnet50", help=f"{choices(MODELS)} (default: resnet50)")
     what.add_argument("--batch-size", type=integer, default=64, help="images per step per worker (default: 64)")
     what.add_argument("--image-size", type=integer, help="input height = width in px (default: 224; 299 for inception3)")
-    what.add_argument("--precision", default="fp32", help=f"{choices(PRECISIONS)}; amp = fp16 autocast on GPU, bf16 on CPU (default: fp32)")
+    what.add_argument("--precision", default="fp32", help=f"{choices(PRECISIONS)}: fp32 = TF32 off; tf32 = TF32 tensor cores for float32 matmul/conv (GPU); "
+                      "amp-fp16 = float16 autocast + loss scaling (GPU); amp-bf16 = bfloat16 autocast; "
+                      "amp = amp-fp16 on GPU, amp-bf16 on CPU. On a CPU only fp32, amp-bf16 and amp (default: fp32)")
     what.add_argument("--data-format", help=f"{choices(DATA_FORMATS)} (default: the framework's native layout)")
     what.add_argument("--xla", action="store_true", help="compile the TensorFlow train step with XLA (tensorflow only)")
     how = p.add_argument_group("how long")

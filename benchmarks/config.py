@@ -14,6 +14,7 @@ from pathlib import Path
 from .dataset import validate_data_dir
 from .distributed import strategies
 from .errors import UsageError, choices
+from .precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,6 @@ FRAMEWORK_ALIASES = {"tf": "tensorflow", "pytorch": "torch"}
 FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorflow",)}
 NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}
 
-PRECISIONS = ("fp32", "amp")
 STRATEGIES = strategies.NAMES  # each one's frameworks, processes and roles: distributed/strategies/
 PS_PLACEMENTS = ("round-robin", "greedy")
 DATA_FORMATS = ("channels_first", "channels_last")
@@ -150,6 +150,10 @@ def build_config(
             raise UsageError(f"{flag} {value!r} is invalid (choices: {choices(v for v in valid if v)})")
     if options.get("xla") and framework != "tensorflow":
         raise UsageError("--xla applies to --framework tensorflow only")
+    if options.get("device") == "cpu":  # --device auto on a CPU-only host: the backend refuses the same way
+        from .precision import plan
+
+        plan(options.get("precision", "fp32"), "cpu")
     validate_strategy(framework, options)
     if framework == "tensorflow" and data_format == "channels_first" and options.get("device") == "cpu":
         raise UsageError("--data-format channels_first: TensorFlow's CPU convolutions support only channels_last")

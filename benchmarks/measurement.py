@@ -335,10 +335,11 @@ class Measurement:
         if self.backend is not None and hasattr(self.backend, "model"):
             framework, model = framework_info(self.backend), self.backend.model_info()
         failures = self.backend.decode_failures if self.backend is not None else []
+        sections = self.backend.record_sections() if self.backend is not None else {}
         return record.build(
             self.config, self.base, status, error, time.monotonic() - self.started,
             framework=framework, model=model, world=self.world_section(),
-            data=skipped_section(self.data_scan, failures), **result,
+            data=skipped_section(self.data_scan, failures), **sections, **result,
         )
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -50,7 +50,7 @@ class RunConfig(_Model):
     num_warmup_batches: int
     num_batches: int
     repeats: int
-    precision: Literal["fp32", "amp"]
+    precision: Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "amp"] = Field(description="as asked; `amp` is an alias resolved per device (precision.effective)")
     data_format: Literal["channels_first", "channels_last"]
     device: Literal["auto", "cpu", "gpu"]
     num_threads: Optional[int]
@@ -143,6 +143,18 @@ class DataInfo(_Model):
     skipped_examples: list[SkippedImage] = Field(description="the first 10 skipped files and why")
 
 
+class PrecisionInfo(_Model):
+    requested: str = Field(description="--precision as given")
+    effective: Literal["fp32", "tf32", "amp-fp16", "amp-bf16"] = Field(description="what `amp` resolved to on this device (1.3)")
+    autocast_dtype: Optional[Literal["float16", "bfloat16"]]
+    tf32: bool = Field(description="TF32 was asked on (tf32) or explicitly off (every other precision)")
+    loss_scaling: bool = Field(description="dynamic loss scaling (amp-fp16)")
+    tf32_flag: bool = Field(description="the framework's TF32 switch read back after setting it (always false on a CPU)")
+    tf32_in_effect: bool = Field(description="tf32_flag and a GPU with TF32 units (compute capability >= 8.0)")
+    compute_capability: Optional[str] = Field(description="GPU compute capability, e.g. '8.0'; null on a CPU")
+    framework_settings: dict[str, object] = Field(description="the framework's own settings, read back")
+
+
 class ModelInfo(_Model):
     parameters: int
     aux_head: bool
@@ -184,7 +196,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.3"] = SCHEMA_VERSION
+    schema_version: Literal["1.4"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -202,6 +214,7 @@ class ResultRecord(_Model):
     replicas: Optional[Replicas]
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
+    precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

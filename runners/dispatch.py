@@ -17,8 +17,11 @@ rank's variables forwarded and removes the container afterwards).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -33,6 +36,7 @@ from benchmarks.provenance import REQUESTED_RUNTIME_ENV
 from . import launchers, runtimes
 from .launchers.base import wait_group
 from .runtimes.container import ContainerSpec, argv_for
+from .runtimes.slurm_plugin import LAUNCHER as PLUGIN_LAUNCHER, SlurmPluginRuntime
 
 IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
           "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
@@ -51,6 +55,7 @@ class RunRequest:
     data_dir: str | None = None  # host directory, mounted read-only; bench gets --data-dir
     gpus: bool = False
     mpi: bool = False  # the runtime's MPI hook (sarus/shifter --mpi); not needed for the hybrid model
+    edf_annotations: dict[str, str] = field(default_factory=dict)  # cscs-ce's EDF [annotations]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
@@ -75,6 +80,11 @@ def default_image(request: RunRequest) -> str:
     return IMAGES[framework]
 
 
+def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:
+    """The image to prepare: the one given, else the runtime's default (Shifter: the job's) for the framework's."""
+    return request.image or runtime.default_image(default_image(request))
+
+
 def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path, image: str | None) -> ContainerSpec:
     """What every rank's container gets: the results dir (read-write), the data dir (read-only)."""
     mounts = [runtimes.Mount(str(results), runtime.results_dir(str(results)), readonly=False)]
@@ -82,9 +92,10 @@ def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path
         data = os.path.abspath(request.data_dir)
         mounts.append(runtimes.Mount(data, runtime.data_dir(data), readonly=True))
     if image is None and runtime.uses_image:
-        image = default_image(request)
+        image = requested_image(request, runtime)
     return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
-                         mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi)
+                         mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi,
+                         annotations=dict(request.edf_annotations))
 
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
@@ -101,24 +112,65 @@ def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -
     return args
 
 
+def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
+    """The launcher that runs the request: a Slurm-plugin runtime (pyxis, cscs-ce) always runs through srun."""
+    return PLUGIN_LAUNCHER if isinstance(runtime, SlurmPluginRuntime) else request.launcher
+
+
 def launch_spec(request: RunRequest, results: Path, image: str | None = None,
                 runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
     """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables,
-    and the runtime's name, which every rank's record keeps (provenance.requested_runtime)."""
+    and the runtime's name, which every rank's record keeps (provenance.requested_runtime).
+
+    A Slurm-plugin runtime puts its container options on srun's own line and ranks run `bench` directly."""
     runtime = runtime or runtimes.get(request.runtime)
-    bench = runtime.bench_command(container_spec(request, runtime, results, image))
+    spec = container_spec(request, runtime, results, image)
+    bench, extra = runtime.bench_command(spec), list(request.launcher_args)
+    if isinstance(runtime, SlurmPluginRuntime):
+        bench, extra = runtime.program(spec), [*runtime.srun_options(spec, results), *extra]
     return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
-                                 request.num_ps, request.timeout_s, extra=request.launcher_args,
+                                 request.num_ps, request.timeout_s, extra=extra,
                                  env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name})
 
 
 def command(request: RunRequest, results: Path, image: str | None = None,
             runtime: runtimes.Runtime | None = None) -> list[str]:
     """The argv that runs the request: bench as the runtime starts it, or the launcher's command."""
+    runtime = runtime or runtimes.get(request.runtime)
     spec = launch_spec(request, results, image, runtime)
-    if request.launcher is None:
+    launcher = launcher_name(request, runtime)
+    if launcher is None:
         return [*spec.bench, *spec.bench_args]
-    return launchers.get(request.launcher).command(spec)
+    return launchers.get(launcher).command(spec)
+
+
+def user_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
+    """What a user would type for this run (--dry-run): the runtime's own command under the launcher's,
+    without benchrun's per-rank wrapper (`srun ... shifter --image=... bench ...`)."""
+    runtime = runtimes.get(request.runtime)
+    spec = launch_spec(request, results, image, runtime)
+    if runtime.uses_image and not isinstance(runtime, SlurmPluginRuntime):
+        bench = container_command(request, results, image)
+        if os.path.isabs(bench[0]) and shutil.which(os.path.basename(bench[0])) == bench[0]:
+            bench[0] = os.path.basename(bench[0])  # `docker`, as typed, when that is the one on PATH
+        spec = dataclasses.replace(spec, bench=bench)
+    prefix = [f"{key}={value}" for key, value in runtime.host_env().items()]
+    launcher = launcher_name(request, runtime)
+    if launcher is None:
+        return [*prefix, *spec.bench, *spec.bench_args]
+    return [*prefix, *launchers.get(launcher).command(spec)]
+
+
+def dry_run_text(request: RunRequest, results: str | None = None) -> str:
+    """--dry-run's output: the user's command line, then (as # comments) any file it names that the run
+    writes. Nothing is prepared or written: the results directory is shown as `results` (or /tmp/RESULTS)."""
+    shown = results or "/tmp/RESULTS"
+    runtime = runtimes.get(request.runtime)
+    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
+        text = shlex.join(user_command(request, Path(tmp))) + "\n"
+        if isinstance(runtime, SlurmPluginRuntime):
+            text += runtime.run_files_text(container_spec(request, runtime, Path(tmp), None), Path(tmp))
+        return text.replace(tmp, shown)
 
 
 def check(request: RunRequest) -> runtimes.Runtime:
@@ -131,6 +183,10 @@ def check(request: RunRequest) -> runtimes.Runtime:
             raise UsageError(f"launcher {request.launcher!r} needs {launcher.binary!r}, which is not on PATH")
     runtime = runtimes.get(request.runtime)
     runtime.require()
+    runtime.check_annotations(request.edf_annotations)
+    if isinstance(runtime, SlurmPluginRuntime) and request.launcher not in (None, PLUGIN_LAUNCHER):
+        raise UsageError(f"runtime {request.runtime!r} runs through srun (a Slurm plugin): "
+                         f"use --launcher srun or none, not {request.launcher!r}")
     if request.data_dir is not None:
         if not os.path.isdir(request.data_dir):
             raise UsageError(f"--data-dir {request.data_dir} is not a directory")
@@ -142,7 +198,7 @@ def check(request: RunRequest) -> runtimes.Runtime:
 
 def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
     """The image as the runtime will run it (imported/converted once, cached); None without an image."""
-    return runtime.prepare(default_image(request)) if runtime.uses_image else None
+    return runtime.prepare(requested_image(request, runtime)) if runtime.uses_image else None
 
 
 def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
@@ -155,6 +211,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
         runtime.open_results(results)
+        if isinstance(runtime, SlurmPluginRuntime):
+            runtime.write_run_files(container_spec(request, runtime, results, image), results)
         spec = launch_spec(request, results, image, runtime)
         deadline = host_deadline(request.timeout_s)
         interrupted = []
@@ -165,12 +223,12 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
 
         previous = signal.signal(signal.SIGINT, on_sigint)
         try:
-            if request.launcher is None:
+            if launcher_name(request, runtime) is None:
                 argv = [*spec.bench, *spec.bench_args]
                 proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
                 code = wait_group([proc], deadline)
             else:
-                launcher = launchers.get(request.launcher)
+                launcher = launchers.get(launcher_name(request, runtime))
                 argv = launcher.command(spec)
                 code = launcher.run(spec, timeout_s=deadline)
         finally:

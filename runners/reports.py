@@ -66,7 +66,7 @@ BASELINE_RUNTIME = runtimes.BARE  # runtime overhead is measured against running
 
 def runtime_of(record: dict) -> str:
     """The runtime a record ran under, in benchrun's names: the one asked for
-    (provenance.requested_runtime, schema 1.3); for records of bench alone, or older
+    (provenance.requested_runtime, schema 1.4); for records of bench alone, or older
     ones, the one detected inside, with `none` read as the bare host."""
     provenance = record["provenance"]
     detected = provenance["container_runtime"]

@@ -27,7 +27,7 @@ FAST = ["--framework", "torch", "--model", "resnet50"]
         (FAST + ["--repeats", "0"], {}, "--repeats must be a positive integer"),
         (["--framework", "torch", "--model", "inception3", "--image-size", "64"], {}, "too small for inception3 (minimum 75)"),
         (["--framework", "tf", "--model", "alexnet", "--image-size", "32"], {}, "too small for alexnet (minimum 63)"),
-        (FAST + ["--precision", "fp8"], {}, "--precision 'fp8' is invalid (choices: fp32, amp)"),
+        (FAST + ["--precision", "fp8"], {}, "--precision 'fp8' is invalid (choices: fp32, tf32, amp-fp16, amp-bf16, amp)"),
         (FAST + ["--device", "tpu"], {}, "--device 'tpu' is invalid (choices: auto, cpu, gpu)"),
         (FAST + ["--data-format", "nhwc"], {}, "(choices: channels_first, channels_last)"),
         (FAST + ["--xla"], {}, "--xla applies to --framework tensorflow only"),

@@ -95,6 +95,10 @@ def test_dockerfiles_promise_entrypoint_user_and_env():
         assert final.user == "bench"
         assert final.env["BENCH_FRAMEWORK"] == fw
         assert final.env["BENCH_IMAGE"] == final.args["IMAGE_NAME"]
+        # Enroot/Pyxis/CE GPU hooks act only on these; Enroot's dockerd:// import needs an ENTRYPOINT/CMD.
+        assert final.env["NVIDIA_VISIBLE_DEVICES"] == "all"
+        assert final.env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+        assert "/etc/profile.d/dlbench-venv.sh" in path.read_text()
 
 
 def test_pydeps_lists_pyproject_groups_and_rejects_unknown():
@@ -187,8 +191,12 @@ def test_help_version_user_and_env(images, fw):
     p = run(["docker", "run", "--rm", image, "--version"])
     assert p.returncode == 0 and VERSION in p.stdout, p.stdout + p.stderr
     p = run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c",
-             'id -u; echo "$BENCH_FRAMEWORK $BENCH_IMAGE"; test ! -e /run/secrets/ca && echo nosecret'])
-    assert p.stdout.split() == ["1000", fw, image, "nosecret"], p.stdout + p.stderr
+             'id -u; echo "$BENCH_FRAMEWORK $BENCH_IMAGE"; test ! -e /run/secrets/ca && echo nosecret;'
+             ' echo "$NVIDIA_VISIBLE_DEVICES $NVIDIA_DRIVER_CAPABILITIES"'])
+    assert p.stdout.split() == ["1000", fw, image, "nosecret", "all", "compute,utility"], p.stdout + p.stderr
+    # A login shell (Enroot/Pyxis default) runs Debian's /etc/profile, which resets PATH: bench must stay first.
+    p = run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-lc", "command -v bench"])
+    assert p.stdout.strip() == "/opt/venv/bin/bench", p.stdout + p.stderr
 
 
 @pytest.mark.slow

@@ -80,7 +80,7 @@ def _check_record(result, framework: str) -> dict:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     record = validate_record(last_json_line(result.stdout))
-    assert record["status"] == "ok" and record["schema_version"] == "1.3"
+    assert record["status"] == "ok" and record["schema_version"] == "1.4"
     data = record["data"]
     assert data["images"] == 12
     names = [Path(item["path"]).name for item in data["skipped_examples"]]

@@ -66,13 +66,6 @@ def test_singularity_apptainer_argv(name, dirs):
     assert argv(name, dirs, image="/images/tf.sif")[-4] == "/images/tf.sif"
 
 
-def test_shifter_argv(dirs):
-    r, d = dirs
-    assert argv("shifter", dirs, gpus=True, mpi=True) == [
-        "shifter", "--module=gpu", "--module=mpich", f"--volume={r}:/results", f"--volume={d}:/data",
-        "--image=docker:dlbench-tensorflow:latest", "env", "DLBENCH_X=1", "bench", "--model", "resnet50"]
-
-
 def test_shifter_ng_and_sarus_argv(dirs):
     r, d = dirs
     mounts = [f"--mount=type=bind,source={r},destination=/results", f"--mount=type=bind,source={d},destination=/data,readonly"]

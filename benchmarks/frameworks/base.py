@@ -55,6 +55,7 @@ class Framework(ABC):
     keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the measurement
     skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
     strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
+    precision_state: dict | None = None  # the record's `precision` section, set in setup (precision.in_effect)
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
@@ -64,6 +65,10 @@ class Framework(ABC):
     def gpu_ordinal(self, visible: int) -> int:
         """The CUDA ordinal this process trains on, among `visible` GPUs: ranks on a node take turns."""
         return self.dist.world.local_rank % visible
+
+    def record_sections(self) -> dict:
+        """Record sections known once the backend is set up (precision, compile, flops): null before."""
+        return {"precision": self.precision_state}
 
     @property
     def serves_only(self) -> bool:

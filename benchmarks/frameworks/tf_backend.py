@@ -20,6 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from .. import precision  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
@@ -46,9 +47,9 @@ class TensorFlowFramework(Framework):
                 "--data-format channels_first: TensorFlow's CPU convolutions support only channels_last"
             )
         keras.config.set_image_data_format(cfg.data_format)
-        self.fp16 = cfg.precision == "amp" and bool(self.gpus)
-        if cfg.precision == "amp":
-            keras.mixed_precision.set_global_policy("mixed_float16" if self.fp16 else "mixed_bfloat16")
+        plan = precision.plan(cfg.precision, "gpu" if self.gpus else "cpu")
+        self.precision_state = precision.apply_tensorflow(plan, self._gpu_details())
+        self.fp16 = plan.loss_scaling
         self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
         self.strategy = self._make_strategy()
         self.hvd = None
@@ -137,10 +138,13 @@ class TensorFlowFramework(Framework):
             "aux_head": self.aux_head,
         }
 
+    def _gpu_details(self) -> dict | None:
+        return tf.config.experimental.get_device_details(self.gpus[0]) if self.gpus else None
+
     def device_info(self) -> DeviceInfo:
         build = tf.sysconfig.get_build_info()
         if self.gpus:
-            details = tf.config.experimental.get_device_details(self.gpus[0])
+            details = self._gpu_details()
             name = details.get("device_name", self.gpus[0].name)
         else:
             from ..provenance import cpu_model

@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 import torchvision
 
+from .. import precision
 from ..dataset import IMAGE_EXTENSIONS
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
@@ -83,10 +84,10 @@ class TorchFramework(Framework):
         elif cfg.strategy == "horovod":
             self._init_horovod()
         self.criterion = torch.nn.CrossEntropyLoss()
-        self.amp_dtype = None
-        if cfg.precision == "amp":
-            self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        plan = precision.plan(cfg.precision, "gpu" if self.device.type == "cuda" else "cpu")
+        self.precision_state = precision.apply_torch(plan, self.device)
+        self.amp_dtype = precision.torch_dtype(plan)
+        self.scaler = torch.amp.GradScaler("cuda", enabled=plan.loss_scaling)
 
     def _pick_device(self, wanted: str) -> torch.device:
         from ..errors import UsageError

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import EXIT_FAILED, UsageError, choices
@@ -27,7 +28,8 @@ def add_parser(sub) -> None:
     add_runtime_options(p)
     p.add_argument("--runtime", default=runtimes.DEFAULT, help=f"{choices(runtimes.RUNTIMES)} (default: {runtimes.DEFAULT})")
     p.add_argument("--results", help="directory that keeps records.jsonl (default: print only)")
-    p.add_argument("--dry-run", action="store_true", help="print the command and exit (no image preparation)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the runtime's own command (as a user would type it) and exit; no image preparation")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
     p.set_defaults(run=run)
 
@@ -43,6 +45,8 @@ def add_runtime_options(p) -> None:
     p.add_argument("--timeout", type=float, help="seconds; bench stops itself, the host removes what is left")
     p.add_argument("--gpus", action="store_true", help="give the container the GPUs (--gpus all, --nv, ...)")
     p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich)")
+    p.add_argument("--edf-annotation", action="append", default=[], metavar="KEY=VALUE",
+                   help="cscs-ce: an [annotations] entry of the run's EDF, e.g. com.hooks.cxi.enabled=true (repeatable)")
 
 
 def bench_args(args) -> list[str]:
@@ -62,22 +66,29 @@ def request(args, runtime: str) -> dispatch.RunRequest:
         raise UsageError(f"--data-dir {args.data_dir} is not a directory")
     if args.image is not None:
         runtimes.base.check_image(args.image)
+    annotations = {}
+    for item in args.edf_annotation:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--edf-annotation {item!r}: expected KEY=VALUE")
+        annotations[key] = value
     return dispatch.RunRequest(bench_args(args), runtime=runtime, image=args.image, launcher=args.launcher,
                                num_workers=args.num_workers, num_ps=args.num_ps, timeout_s=args.timeout,
-                               launcher_args=args.launcher_arg, data_dir=args.data_dir, gpus=args.gpus, mpi=args.mpi)
+                               launcher_args=args.launcher_arg, data_dir=args.data_dir, gpus=args.gpus, mpi=args.mpi,
+                               edf_annotations=annotations)
 
 
 def run(args) -> int:
     req = request(args, args.runtime)
     if args.dry_run:
-        import shlex
-        from pathlib import Path
-
-        runtime = dispatch.check(req)
-        print(shlex.join(dispatch.command(req, Path(args.results or "/tmp/RESULTS"), runtime=runtime)))
+        dispatch.check(req)
+        print(dispatch.dry_run_text(req, args.results), end="")
         return 0
     if args.results:
         check_dir(args.results, "--results")
+    legacy = dispatch.check(req).legacy  # noted once the input is known good (errors stay one line)
+    if legacy:
+        print(f"benchrun: note: runtime {req.runtime!r} is legacy: {legacy}", file=sys.stderr, flush=True)
     outcome = dispatch.run(req)
     if outcome.record is None:
         print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", flush=True)

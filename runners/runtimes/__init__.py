@@ -21,6 +21,9 @@ RUNTIMES = {
     "shifter-ng": "runners.runtimes.shifter:ShifterNgRuntime",
     "charliecloud": "runners.runtimes.charliecloud:CharliecloudRuntime",
     "sarus": "runners.runtimes.sarus:SarusRuntime",
+    "enroot": "runners.runtimes.enroot:EnrootRuntime",
+    "pyxis": "runners.runtimes.pyxis:PyxisRuntime",
+    "cscs-ce": "runners.runtimes.cscs_ce:CscsCeRuntime",
 }
 
 

@@ -103,6 +103,7 @@ class Runtime(ABC):
     removes_container = False  # a named container that must be removed after the run
     runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts
     uses_image = True  # False: runs on the host (local); no image to name or prepare
+    legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:
@@ -126,6 +127,16 @@ class Runtime(ABC):
     def import_image(self, image: str) -> str:
         """The runtime's own step (convert, load, pull); the default uses the image as it is."""
         return image
+
+    def default_image(self, framework_image: str) -> str:
+        """The image when the user names none (Shifter: the one its Slurm plugin set for the job)."""
+        return framework_image
+
+    def check_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
+        """Runtime annotations (--edf-annotation): only the CSCS Container Engine has any."""
+        if annotations:
+            raise UsageError(f"runtime {self.name!r} takes no EDF annotations (only cscs-ce does)")
+        return {}
 
     # ---- where things live inside, how bench starts there ---------------------------
     def results_dir(self, host_dir: str) -> str:

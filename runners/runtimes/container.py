@@ -35,6 +35,7 @@ class ContainerSpec:
     env: dict[str, str] = field(default_factory=dict)  # fixed values; launcher variables are forwarded
     gpus: bool = False
     mpi: bool = False
+    annotations: dict[str, str] = field(default_factory=dict)  # EDF annotations (cscs-ce)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

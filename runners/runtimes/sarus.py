@@ -1,18 +1,20 @@
-"""`sarus` (CSCS): `sarus run [--mpi] --mount=type=bind,source=S,destination=D,readonly --workdir=DIR IMAGE CMD`.
+"""`sarus` (legacy: CSCS retired Sarus; its Alps systems run the Container Engine, see cscs_ce.py):
+`sarus run [--mpi] --mount=type=bind,source=S,destination=D,readonly --workdir=DIR IMAGE CMD`.
 
 The host environment passes in; fixed values are set with `env K=V` inside. GPUs: the NVIDIA hook
 activates from CUDA_VISIBLE_DEVICES (no flag). Images: `sarus pull`, or `sarus load TAR NAME` from
-`docker save`, run as `load/library/NAME`."""
+`docker save`, run as `load/library/NAME`. The generated argv ran as-is against a Sarus 1.7 built
+from source elsewhere (docs/runtimes.md)."""
 
 from __future__ import annotations
 
-from .base import Mount
 from .shifter import ShifterNgRuntime
 
 
 class SarusRuntime(ShifterNgRuntime):
     name = "sarus"
     binary = "sarus"
+    legacy = "retired at CSCS, replaced by the Container Engine (--runtime cscs-ce)"
 
     def workdir_option(self, workdir: str) -> list[str]:
         return [f"--workdir={workdir}"]

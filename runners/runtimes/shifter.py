@@ -1,23 +1,55 @@
 """Shifter, in its two forms.
 
-`shifter` (NERSC): `shifter --image=docker:IMAGE --volume=SRC:DST [--module=gpu] [--module=mpich] CMD`;
-images come from the image gateway (`shifterimg pull`). The host environment passes in;
-fixed values are set with `env K=V` inside. The documented --volume syntax has no read-only flag.
+`shifter` (NERSC; Shifter 22.02, checked against a build of it, see docs/runtimes.md):
 
-`shifter-ng` (CSCS, Sarus's predecessor): `shifter load TAR NAME` once, then
-`shifter run [--mpi] --mount=type=bind,source=S,destination=D[,readonly] load/library/NAME CMD`.
+    shifter --image=docker:IMAGE [--module=gpu,mpich] --volume=SRC:/results --volume=SRC:/data:ro \\
+        --workdir=/results [env K=V] bench ...
+
+Images: `docker:REPO:TAG` (pulled by the site's image gateway: `shifterimg pull`), `id:ID`, or
+`local:/dir` where the site allows it; a bare name means `docker:`. The Slurm plugin form
+(`salloc|sbatch --image=docker:IMAGE ...`, then `srun shifter bench`): inside such a job, with no
+--image given to benchrun, the job's image is used and no --image is written. Volume targets must
+exist in the image (ours has /results and /data). The host environment passes in; fixed values
+are set with `env K=V` inside. Shifter refuses to run as root.
+
+`shifter-ng` (legacy: CSCS's Shifter-NG, Sarus's predecessor, retired): `shifter load TAR NAME`
+once, then `shifter run [--mpi] --mount=type=bind,source=S,destination=D[,readonly]
+load/library/NAME CMD` -- the form of the mission's `shifter run horovod_container bench`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
 
 from .base import Mount, Runtime, run_quiet
+
+IMAGE_TYPES = ("docker", "id", "local")
+
+
+def typed_image(image: str) -> str:
+    """`TYPE:TAG` as Shifter's --image takes it; a bare name is a Docker image."""
+    kind, sep, rest = image.partition(":")
+    if sep and kind in IMAGE_TYPES:
+        if not rest:
+            raise UsageError(f"image {image!r}: nothing after {kind}:")
+        return image
+    return f"docker:{image}"
+
+
+def job_image(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The image the Slurm plugin set for this job (`--image=TYPE:TAG` on salloc/sbatch), if any."""
+    for prefix in ("", "SLURM_SPANK_"):
+        kind, tag = environ.get(f"{prefix}SHIFTER_IMAGETYPE"), environ.get(f"{prefix}SHIFTER_IMAGE")
+        if kind and tag:
+            return f"{kind}:{tag}"
+    return None
 
 
 class ShifterRuntime(Runtime):
@@ -25,24 +57,54 @@ class ShifterRuntime(Runtime):
     binary = "shifter"
     passes_host_env = True
 
-    def gpu_options(self) -> list[str]:
-        return ["--module=gpu"]
+    def require(self) -> None:
+        super().require()
+        if os.geteuid() == 0:
+            raise UsageError("runtime 'shifter' cannot run as root (Shifter refuses: 'attempted to run as root'): "
+                             "run benchrun as a regular user")
 
-    def mpi_options(self) -> list[str]:
-        return ["--module=mpich"]
+    def default_image(self, framework_image: str) -> str:
+        """Inside a job whose image the Slurm plugin set, that image; else the framework's."""
+        return job_image() or framework_image
+
+    def import_image(self, image: str) -> str:
+        return typed_image(image)  # the site's image gateway holds the images (shifterimg pull)
+
+    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
+                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
+                name: str | None = None, mpi: bool = False) -> list[str]:
+        out = super().command(image, argv, env=env, mounts=mounts, workdir=workdir, name=name)
+        modules = [m for m, wanted in (("gpu", gpus), ("mpich", mpi)) if wanted]
+        return [out[0], f"--module={','.join(modules)}", *out[1:]] if modules else out
+
+    def image_options(self, image: str) -> list[str]:
+        typed = typed_image(image)
+        return [] if typed == job_image() else [f"--image={typed}"]  # plugin form: `srun shifter bench`
+
+    def base_options(self, image: str) -> list[str]:
+        return self.image_options(image)
+
+    def env_option(self, key: str, value: str | None) -> None:
+        return None  # the host environment passes in; fixed values: `env K=V` inside
 
     def mount_option(self, mount: Mount) -> list[str]:
-        return [f"--volume={mount.source}:{mount.target}"]
+        return [f"--volume={mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return [f"--workdir={workdir}"]
 
     def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return [f"--image=docker:{image}", *argv]
+        return argv
 
 
 class ShifterNgRuntime(Runtime):
+    """Legacy: CSCS retired Shifter-NG (then Sarus); kept for the mission's `shifter run ... bench`."""
+
     name = "shifter-ng"
     binary = "shifter"
     subcommand = ("run",)
     passes_host_env = True
+    legacy = "retired at CSCS (Sarus, then the Container Engine replaced it)"
     library = "load/library/"
 
     def gpu_options(self) -> list[str]:
@@ -50,6 +112,9 @@ class ShifterNgRuntime(Runtime):
 
     def mpi_options(self) -> list[str]:
         return ["--mpi"]
+
+    def env_option(self, key: str, value: str | None) -> None:
+        return None
 
     def mount_option(self, mount: Mount) -> list[str]:
         ro = ",readonly" if mount.readonly else ""

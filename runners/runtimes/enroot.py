@@ -1,0 +1,152 @@
+"""`enroot` (NVIDIA): unprivileged containers from squashfs images, the engine under Pyxis and CSCS's CE.
+
+A local Docker image becomes a squashfs once per image id (`enroot import -o FILE dockerd://IMAGE`,
+kept in DLBENCH_ENROOT_DIR, default /var/tmp/dlbench-enroot), then a root filesystem once per
+squashfs (`enroot create --name NAME FILE`); each rank then runs
+
+    ENROOT_LOGIN_SHELL=no enroot start --rc RC -e NVIDIA_VISIBLE_DEVICES=void -e RANK \\
+        -m /host/results:/results -m /host/data:/data:x-create=auto,rbind,ro NAME bench ...
+
+`--rc` replaces the image's /etc/rc (which would run its ENTRYPOINT, bench, in front of our
+`bench`): the command is stated, as with `docker run --entrypoint`. ENROOT_LOGIN_SHELL=no keeps
+Debian's /etc/profile from resetting PATH (bench lives in /opt/venv/bin). Enroot does not pass
+the host environment in: rank variables are forwarded by name (`-e NAME`). The NVIDIA hook acts on
+NVIDIA_VISIBLE_DEVICES, which the images set to `all`: without --gpus it is set to `void`, so a
+host with the hook but without libnvidia-container still starts CPU runs. Mount targets are
+created (x-create=auto); `:ro` is spelled as Enroot's fstab options, `x-create=auto,rbind,ro`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from benchmarks.errors import UsageError
+
+from .base import Mount, Runtime, run_quiet
+
+STORE_ENV = "DLBENCH_ENROOT_DIR"
+DEFAULT_STORE = "/var/tmp/dlbench-enroot"
+RC_FILE = Path(__file__).with_name("enroot-exec.rc")  # runs "$@" from $DLBENCH_WORKDIR
+IMPORT_TIMEOUT_S = 3600
+
+
+def gpu_environment(gpus: bool) -> dict[str, str]:
+    """What the NVIDIA hook reads: every GPU with --gpus, none (hook off) otherwise."""
+    if gpus:
+        return {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+    return {"NVIDIA_VISIBLE_DEVICES": "void"}
+
+
+def store() -> Path:
+    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+
+def safe_name(image: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", image).strip("-.")
+
+
+def docker_image_id(image: str) -> str:
+    docker = shutil.which("docker")
+    found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
+    if found is None or found.returncode != 0:
+        raise UsageError(f"image {image!r} not found in the local Docker engine "
+                         f"(enroot import dockerd:// needs it: make images, or give a .sqsh file)")
+    return found.stdout.strip()
+
+
+def last_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no message)"
+
+
+def squashfs_for(image: str, enroot: str) -> Path:
+    """The image as a squashfs file: a given .sqsh as it is, a Docker image imported once per image id.
+
+    The import writes to a temporary name and is renamed into place only when it succeeded,
+    so a failed or interrupted import leaves no half-written squashfs behind."""
+    if image.endswith(".sqsh"):
+        path = Path(image).resolve()
+        if not path.is_file():
+            raise UsageError(f"squashfs image {image} does not exist")
+        return path
+    image_id = docker_image_id(image)
+    target = store() / f"{safe_name(image)}.sqsh"
+    stamp = target.with_suffix(".id")
+    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        result = subprocess.run([enroot, "import", "-o", str(partial), f"dockerd://{image}"], capture_output=True,
+                                text=True, stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT_S)
+        if result.returncode != 0 or not partial.is_file():
+            raise UsageError(f"enroot import dockerd://{image} failed: {last_line(result.stderr + result.stdout)}")
+        stamp.unlink(missing_ok=True)
+        os.replace(partial, target)
+        stamp.write_text(image_id + "\n")
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+class EnrootRuntime(Runtime):
+    name = "enroot"
+    binary = "enroot"
+    subcommand = ("start",)
+
+    def container_name(self, squashfs: Path) -> str:
+        """One root filesystem per squashfs content: a new import gets a new name."""
+        stat = squashfs.stat()
+        return f"dlbench-{safe_name(squashfs.stem)[:90]}-{stat.st_size:x}-{int(stat.st_mtime):x}"
+
+    def import_image(self, image: str) -> str:
+        """The name of an Enroot container holding `image` (squashfs imported and unpacked once)."""
+        enroot = self.executable()
+        squashfs = squashfs_for(image, enroot)
+        name = self.container_name(squashfs)
+        existing = run_quiet([enroot, "list"]).stdout.split()
+        if name in existing:
+            return name
+        earlier = re.compile(re.escape(name.rsplit("-", 2)[0]) + r"-[0-9a-f]+-[0-9a-f]+")
+        for stale in existing:  # earlier imports of the same image
+            if earlier.fullmatch(stale):
+                run_quiet([enroot, "remove", "--force", stale])
+        result = subprocess.run([enroot, "create", "--name", name, str(squashfs)], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT_S)
+        if result.returncode != 0:
+            run_quiet([enroot, "remove", "--force", name])  # nothing half-unpacked left behind
+            raise UsageError(f"enroot create --name {name} {squashfs} failed: {last_line(result.stderr)}")
+        return name
+
+    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
+                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
+                name: str | None = None, mpi: bool = False) -> list[str]:
+        return super().command(image, argv, env={**gpu_environment(gpus), **env}, mounts=mounts, workdir=workdir,
+                               gpus=gpus, name=name, mpi=mpi)
+
+    def host_env(self) -> dict[str, str]:
+        return {"ENROOT_LOGIN_SHELL": "no"}
+
+    def base_options(self, image: str) -> list[str]:
+        return ["--rc", str(RC_FILE)]
+
+    def gpu_options(self) -> list[str]:
+        return []  # the NVIDIA hook, driven by gpu_environment()
+
+    def mpi_options(self) -> list[str]:
+        return []  # hybrid model: srun/mpirun start enroot per rank; PMI variables are forwarded
+
+    def env_option(self, key: str, value: str | None) -> list[str]:
+        return ["-e", key if value is None else f"{key}={value}"]
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return ["-m", f"{mount.source}:{mount.target}" + (":x-create=auto,rbind,ro" if mount.readonly else "")]
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return ["-e", f"DLBENCH_WORKDIR={workdir}"]  # read by RC_FILE; Enroot has no --workdir

@@ -1,0 +1,61 @@
+"""`pyxis` (NVIDIA's SPANK plugin for Enroot): srun starts each task in the container.
+
+    srun --ntasks N ... --container-image=/var/tmp/dlbench-enroot/dlbench-torch-latest.sqsh \\
+        --container-name=dlbench-ID --no-container-entrypoint \\
+        --container-mounts=/host/results:/results --container-mounts=/host/data:/data:ro \\
+        --container-workdir=/results [env K=V] bench ...
+
+The image is a squashfs imported once per Docker image id (`enroot import dockerd://`, see
+enroot.py; a .sqsh path is used as it is), so no node pulls from a registry. The image's
+ENTRYPOINT (bench) is not run: `bench` is named. The task's environment (SLURM_*, PMI_*) passes
+into the container; fixed values are set with `env K=V`. GPUs: Slurm allocates them
+(`--launcher-arg=--gpus-per-node=N`); Enroot's NVIDIA hook injects the driver because the images
+set NVIDIA_VISIBLE_DEVICES. MPI: srun's own `--mpi=pmix|pmi2` (`--launcher-arg`).
+The container is named for the run (all local tasks share it); Pyxis removes it when the job ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from benchmarks.errors import UsageError
+
+from .base import Mount, check_mount, check_name
+from .enroot import squashfs_for
+from .slurm_plugin import SlurmPluginRuntime
+
+
+class PyxisRuntime(SlurmPluginRuntime):
+    name = "pyxis"
+    plugin_option = "--container-image"
+    plugin_name = "the Pyxis SPANK plugin"
+
+    def import_image(self, image: str) -> str:
+        if image.endswith(".sqsh"):
+            return str(squashfs_for(image, ""))
+        enroot = shutil.which("enroot")
+        if enroot is None:
+            raise UsageError(f"runtime 'pyxis' imports {image!r} with 'enroot import dockerd://', but 'enroot' is "
+                             f"not on PATH here (give a .sqsh file as --image)")
+        return str(squashfs_for(image, enroot))
+
+    def container_options(self, image: str, mounts: list[Mount], workdir: str | None, name: str | None) -> list[str]:
+        options = [f"--container-image={image}"]
+        if name is not None:
+            options.append(f"--container-name={check_name(name)}")
+        options.append("--no-container-entrypoint")
+        options += [self.mount_option(check_mount(m))[0] for m in mounts]
+        if workdir is not None:
+            options.append(f"--container-workdir={workdir}")
+        return options
+
+    def srun_options(self, spec, host_dir: Path) -> list[str]:
+        return self.container_options(spec.image, spec.mounts, spec.workdir, spec.name)
+
+    def program(self, spec) -> list[str]:
+        fixed = [f"{key}={value}" for key, value in spec.env.items() if value is not None]
+        return ["env", *fixed, "bench"] if fixed else ["bench"]
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return [f"--container-mounts={mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]
