@@ -54,15 +54,9 @@ def compose_cmd() -> list[str] | None:
 
 
 @pytest.fixture(scope="session")
-def images(docker):
-    # Like ci.sh: offline from the wheelhouse (PyPI from inside a build needs a
-    # CA secret here and 3 GB of downloads). DLBENCH_TEST_WHEELHOUSE=0 skips it.
-    if os.environ.get("DLBENCH_TEST_WHEELHOUSE", "1") != "0" and not list((ROOT / "wheelhouse").glob("*.whl")):
-        p = run(["make", "-f", C / "images.mk", "wheelhouse", f"PYTHON={sys.executable}"], timeout=1800)
-        assert p.returncode == 0, f"make wheelhouse failed:\n{p.stderr[-3000:]}"
-    p = run(["make", "-f", C / "images.mk", "images", f"BASE_IMAGE={BASE_IMAGE}"], timeout=2400)
-    assert p.returncode == 0, f"make images failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
-    return IMAGES
+def images(dlbench_images):
+    """Built once per run by tests/infra/images.py (offline from the wheelhouse, like ci.sh)."""
+    return dlbench_images
 
 
 # ---- no Docker needed ----------------------------------------------------------
@@ -131,9 +125,10 @@ def test_daemon_not_running_is_one_line(tmp_path):
     assert len(p.stderr.strip().splitlines()) <= 2, p.stderr
 
 
-def test_unknown_compose_service_is_one_line():
+def test_unknown_compose_service_is_one_line(docker):
+    # The docker fixture installs docker-compose on a fresh machine: check only after it ran.
     if not compose_cmd():
-        pytest.skip("no docker compose / docker-compose installed")
+        pytest.fail("docker-compose missing although dockerd.sh ran")
     one_line_error(run([C / "compose-run.sh", "jax-bench", "--help"]),
                    "unknown compose service 'jax-bench'", "tf-bench, torch-bench")
     one_line_error(run([C / "compose-run.sh"]), "missing service name", "tf-bench, torch-bench")

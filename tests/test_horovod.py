@@ -1,7 +1,8 @@
 """The Horovod images, for real: dlbench-horovod-openmpi and dlbench-horovod-mpich.
 
-The session fixture builds both through `make images-horovod` (BuildKit layer
-cache: seconds when nothing changed, ~10 min cold). Every run is two ranks of
+The session fixture (tests/infra/images.py) builds both once per run through
+`make images-horovod`, and not at all when their inputs are unchanged (BuildKit
+layer cache otherwise: seconds when little changed, ~10 min cold). Every run is two ranks of
 a tiny ResNet-50 inside one container (`--network=host --ipc=host`), started
 by the project's launcher inside the image (`benchrun launch`), and its record
 must be a complete, schema-valid Horovod record. Tests skip only when Docker
@@ -14,18 +15,14 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import ROOT, validate_record
+from infra.images import VERSION
 
-C = ROOT / "containers"
-BASE_IMAGE = os.environ.get("DLBENCH_TEST_BASE_IMAGE", "dlbench-base:bookworm")
-VERSION = re.search(r'__version__ = "(.+)"', (ROOT / "benchmarks/__init__.py").read_text()).group(1)
 HOROVOD_VERSION = "0.28.1"
-IMAGES = {mpi: f"dlbench-horovod-{mpi}:{VERSION}" for mpi in ("openmpi", "mpich")}
 TINY = ["--strategy", "horovod", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
         "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
 RUN_TIMEOUT = 300
@@ -41,16 +38,6 @@ def run(argv, timeout=120, **kw) -> subprocess.CompletedProcess:
 def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return run(["docker", "run", "--rm", "--network=host", "--ipc=host", "--entrypoint", entrypoint, image, *args],
                timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def horovod_images(docker):
-    if not list((ROOT / "wheelhouse").glob("horovod-*.tar.gz")):
-        p = run(["make", "-f", C / "images.mk", "wheelhouse", f"PYTHON={sys.executable}"], timeout=1800)
-        assert p.returncode == 0, f"make wheelhouse failed:\n{p.stderr[-3000:]}"
-    p = run(["make", "-f", C / "images.mk", "images-horovod", f"BASE_IMAGE={BASE_IMAGE}"], timeout=3600)
-    assert p.returncode == 0, f"make images-horovod failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
-    return IMAGES
 
 
 def records(stdout: str) -> list[dict]:

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, SCHEMA, validate_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)
 
 TF_IMAGE, TORCH_IMAGE = "dlbench-tensorflow:latest", "dlbench-torch:latest"
 TINY_TF = ["--framework", "tensorflow", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
