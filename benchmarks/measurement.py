@@ -206,7 +206,7 @@ class Measurement:
             self.rendezvous.allgather("done", None, wait_forever=True)
             return None
         device = self.backend.device_info()
-        monitor = memory.DeviceMemoryMonitor(device.count if device.kind == "gpu" else 0, os.environ)
+        monitor = memory.DeviceMemoryMonitor(device.ordinals if device.kind == "gpu" else (), os.environ)
         try:
             result = self._measure(monitor)
         finally:

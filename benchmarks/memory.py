@@ -15,7 +15,7 @@ from __future__ import annotations
 import resource
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -110,13 +110,14 @@ class PeakSampler:
         return self.peak()
 
 
-def nvml_handles(device_indices: Sequence[int]):
-    """NVML handles for the given CUDA device indices, or None when NVML is unusable."""
+def nvml_handles(devices: Sequence[int | str]):
+    """NVML handles for NVML indices or GPU/MIG UUIDs, or None when NVML is unusable."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return [pynvml.nvmlDeviceGetHandleByIndex(i) for i in device_indices]
+        return [pynvml.nvmlDeviceGetHandleByUUID(d) if isinstance(d, str) else pynvml.nvmlDeviceGetHandleByIndex(d)
+                for d in devices]
     except Exception:  # no driver, no library, no permission: the field stays null
         return None
 
@@ -133,25 +134,26 @@ def nvml_total_bytes(handles) -> int:
     return sum(pynvml.nvmlDeviceGetMemoryInfo(h).total for h in handles)
 
 
-def cuda_visible_indices(count: int, env: dict) -> list[int]:
-    """NVML indexes physical GPUs; CUDA indexes the visible ones. Map CUDA 0..count-1 to NVML.
+def nvml_devices(cuda_ordinals: Sequence[int], env: Mapping[str, str]) -> list[int | str]:
+    """The NVML device of each CUDA ordinal this process trains on (DeviceInfo.ordinals).
 
-    CUDA_VISIBLE_DEVICES may list indices or UUIDs; with UUIDs (or unset) the
-    order is taken as is and NVML is looked up by position.
+    CUDA numbers only the GPUs CUDA_VISIBLE_DEVICES lists, in its order; NVML
+    numbers every physical GPU. Ordinal k is the k-th entry: an NVML index, or a
+    GPU-/MIG- UUID that NVML looks up as such. Unset: the numbering is the same.
     """
     visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        entries = [e.strip() for e in visible.split(",") if e.strip()]
-        if entries and all(e.isdigit() for e in entries):
-            return [int(e) for e in entries[:count]]
-    return list(range(count))
+    if visible is None:
+        return list(cuda_ordinals)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    return [int(entries[k]) if entries[k].isdigit() else entries[k] for k in cuda_ordinals if k < len(entries)]
 
 
 class DeviceMemoryMonitor:
-    """NVML peak for the GPUs this process uses; inert (all None) without a GPU."""
+    """NVML peak for the GPUs this process uses (CUDA ordinals); inert (all None) without one."""
 
-    def __init__(self, cuda_device_count: int, env: dict):
-        self._handles = nvml_handles(cuda_visible_indices(cuda_device_count, env)) if cuda_device_count else None
+    def __init__(self, cuda_ordinals: Sequence[int], env: Mapping[str, str]):
+        devices = nvml_devices(cuda_ordinals, env)
+        self._handles = nvml_handles(devices) if devices else None
         self._sampler = (
             PeakSampler(lambda: nvml_used_bytes(self._handles)).start() if self._handles else None
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none")
+REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
 
 
 def detect_container_runtime(
@@ -72,5 +73,6 @@ def host_provenance() -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_usable": usable_cores(),
         "container_runtime": detect_container_runtime(),
+        "requested_runtime": os.environ.get(REQUESTED_RUNTIME_ENV) or None,
         "image": os.environ.get("BENCH_IMAGE") or None,
     }

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.5"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -59,7 +59,7 @@ class RunConfig(_Model):
     data: Literal["synthetic", "real"]
     seed: int
     xla: bool
-    compile: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = Field(default=None, description="torch.compile mode; null = eager (1.3)")
+    compile: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = Field(default=None, description="torch.compile mode; null = eager (1.5)")
     synthetic_batches: int
     num_classes: int
     strategy: Literal[strategies.NAMES]
@@ -193,6 +193,8 @@ class Provenance(_Model):
     cpu_count: Optional[int]
     cpu_usable: int
     container_runtime: Literal["docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none"]
+    requested_runtime: Optional[str] = Field(
+        None, description="the runtime benchrun was asked for (its --runtime name); null when bench ran alone")
     image: Optional[str]
     command: list[str]
     framework: Optional[FrameworkInfo] = Field(description="null when the run died before the framework loaded")
@@ -206,7 +208,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.3"] = SCHEMA_VERSION
+    schema_version: Literal["1.5"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -225,7 +227,7 @@ class ResultRecord(_Model):
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
-    compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.3)")
+    compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.processes import host_deadline
+from benchmarks.provenance import REQUESTED_RUNTIME_ENV
 
 from . import launchers, runtimes
 from .launchers.base import wait_group
@@ -118,7 +119,8 @@ def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
 
 def launch_spec(request: RunRequest, results: Path, image: str | None = None,
                 runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
-    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables.
+    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables,
+    and the runtime's name, which every rank's record keeps (provenance.requested_runtime).
 
     A Slurm-plugin runtime puts its container options on srun's own line and ranks run `bench` directly."""
     runtime = runtime or runtimes.get(request.runtime)
@@ -127,7 +129,8 @@ def launch_spec(request: RunRequest, results: Path, image: str | None = None,
     if isinstance(runtime, SlurmPluginRuntime):
         bench, extra = runtime.program(spec), [*runtime.srun_options(spec, results), *extra]
     return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
-                                 request.num_ps, request.timeout_s, extra=extra, env=runtime.host_env())
+                                 request.num_ps, request.timeout_s, extra=extra,
+                                 env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name})
 
 
 def command(request: RunRequest, results: Path, image: str | None = None,

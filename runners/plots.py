@@ -159,3 +159,21 @@ def scaling(lines: list[reports.ScalingLine], title: str, path: Path) -> Path:
     right.set_title("efficiency", fontsize=10)
     fig.suptitle(title, fontsize=10)
     return _finish(fig, [left, right], path)
+
+
+def runtime_overhead(rows: list[reports.RuntimeRow], title: str, path: Path) -> Path:
+    """Mean images/sec per runtime with its 95% interval (report and compare-runtimes)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    names = [row.runtime for row in rows]
+    means = [row.summary.mean for row in rows]
+    errors = [row.summary.ci or 0.0 for row in rows]
+    ax.bar(names, means, yerr=errors, capsize=6, color="#4C72B0", edgecolor="black")
+    for i, row in enumerate(rows):
+        overhead = "" if row.runtime == reports.BASELINE_RUNTIME or row.overhead is None else f"\n{100 * row.overhead:+.1f}%"
+        ax.annotate(f"{row.summary.mean:.2f}\n(n={row.summary.n}){overhead}", (i, means[i] + errors[i]), ha="center",
+                    va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    ax.set_ylabel("images/sec (mean, 95% CI)")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(0, max([m + e for m, e in zip(means, errors)] + [1.0]) * 1.3)
+    return _finish(fig, [ax], path)

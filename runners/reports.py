@@ -18,9 +18,9 @@ from typing import Callable, Iterable, Iterator
 
 from benchmarks.comm.record import is_comm
 from benchmarks.errors import UsageError
-from benchmarks.stats import t_halfwidth
+from benchmarks.stats import Stats, t_halfwidth
 
-from . import store
+from . import runtimes, store
 
 ID_PREFIX = 8  # run_id characters shown in tables
 
@@ -60,7 +60,17 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
 # What makes two records "the same configuration" (compare, runtime and I/O pairs).
 # Run-specific fields (seed, ports, data_dir path, num_batches, hostname...) are left out.
 KEY_FIELDS = ("framework", "model", "batch_size", "image_size", "precision", "data", "strategy",
-              "num_ps", "ps_placement", "workers", "device_kind", "container_runtime")
+              "num_ps", "ps_placement", "workers", "device_kind", "runtime")
+BASELINE_RUNTIME = runtimes.BARE  # runtime overhead is measured against running on the host
+
+
+def runtime_of(record: dict) -> str:
+    """The runtime a record ran under, in benchrun's names: the one asked for
+    (provenance.requested_runtime, schema 1.4); for records of bench alone, or older
+    ones, the one detected inside, with `none` read as the bare host."""
+    provenance = record["provenance"]
+    detected = provenance["container_runtime"]
+    return provenance.get("requested_runtime") or (BASELINE_RUNTIME if detected == "none" else detected)
 
 
 def device_kind(record: dict) -> str:
@@ -75,7 +85,7 @@ def key_of(record: dict) -> dict:
                                            "data", "strategy", "num_ps", "ps_placement")},
         "workers": record["world"]["workers"],
         "device_kind": device_kind(record),
-        "container_runtime": record["provenance"]["container_runtime"],
+        "runtime": runtime_of(record),
     }
 
 
@@ -98,7 +108,8 @@ def ids(records: Iterable[dict]) -> str:
 
 @dataclass
 class Summary:
-    """One metric over the records of one configuration."""
+    """One metric over the records of one configuration: the host side's one statistics type
+    (report, compare, compare-runtimes); its numbers come from benchmarks.stats."""
 
     values: list[float]
     records: list[dict]
@@ -106,12 +117,17 @@ class Summary:
     method: str  # how `ci` was obtained
 
     @property
+    def stats(self) -> Stats:
+        """The values' statistics: the same Stats type bench uses for steps."""
+        return Stats.of(self.values)
+
+    @property
     def n(self) -> int:
         return len(self.values)
 
     @property
     def mean(self) -> float:
-        return sum(self.values) / len(self.values)
+        return self.stats.mean
 
     @property
     def ids(self) -> str:
@@ -194,7 +210,8 @@ def environment(records: list[dict]) -> list[tuple[str, str]]:
         ("frameworks", values(lambda r: fw(r, "name", "version"))),
         ("CUDA / cuDNN", values(lambda r: [f"CUDA {f['cuda_version']} cuDNN {f['cudnn_version']}" for f in
                                            [r["provenance"].get("framework")] if f and device_kind(r) == "gpu"])),
-        ("container runtimes", values(lambda r: [r["provenance"]["container_runtime"]])),
+        ("runtimes (asked for)", values(lambda r: [runtime_of(r)])),
+        ("container runtimes (detected inside)", values(lambda r: [r["provenance"]["container_runtime"]])),
         ("images", values(lambda r: [r["provenance"]["image"] or "(no image)"])),
         ("dlbench versions", values(lambda r: [r["provenance"]["dlbench_version"]])),
         ("Python", values(lambda r: [r["provenance"]["python"]])),
@@ -322,35 +339,35 @@ def welch_p(a: Summary, b: Summary) -> float | None:
 class RuntimeRow:
     runtime: str
     summary: Summary
-    overhead: float | None  # (X_none - X_runtime) / X_none; None without a `none` twin
-    p_value: float | None  # Welch's t-test against `none`; None when a side has < 2 records
+    overhead: float | None  # (X_local - X_runtime) / X_local; None without a `local` twin
+    p_value: float | None  # Welch's t-test against `local`; None when a side has < 2 records
 
 
 def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRow]]], list[tuple[dict, str, list[dict]]]]:
-    """Same configuration under different container runtimes (compare-runtimes' records).
+    """Same configuration under different runtimes (runtime_of; compare-runtimes' records).
 
     Returns (compared, unmatched): unmatched are configurations seen under one runtime only
-    (listed only when the store has more than one runtime) or without a `none` baseline."""
-    fields = without("container_runtime")
-    several = len({r["provenance"]["container_runtime"] for r in records}) > 1
+    (listed only when the store has more than one runtime) or without a `local` baseline."""
+    fields = without("runtime")
+    several = len({runtime_of(r) for r in records}) > 1
     compared, unmatched = [], []
     for key, members in group(ok(records), fields).items():
         k = dict(zip(fields, key))
         by_runtime: dict[str, list[dict]] = defaultdict(list)
         for record in members:
-            by_runtime[record["provenance"]["container_runtime"]].append(record)
+            by_runtime[runtime_of(record)].append(record)
         if len(by_runtime) < 2:
             if several:
                 unmatched.append((k, f"only under {next(iter(by_runtime))}", members))
             continue
-        base = throughput(by_runtime["none"]) if "none" in by_runtime else None
+        base = throughput(by_runtime[BASELINE_RUNTIME]) if BASELINE_RUNTIME in by_runtime else None
         if base is None:
-            unmatched.append((k, "no bare-metal (`none`) records: overhead not computed", members))
+            unmatched.append((k, f"no `{BASELINE_RUNTIME}` (bare host) records: overhead not computed", members))
         rows = []
-        for runtime in sorted(by_runtime, key=lambda name: (name != "none", name)):
+        for runtime in sorted(by_runtime, key=lambda name: (name != BASELINE_RUNTIME, name)):
             summary = throughput(by_runtime[runtime])
             overhead = (base.mean - summary.mean) / base.mean if base is not None else None
-            p_value = welch_p(base, summary) if base is not None and runtime != "none" else None
+            p_value = welch_p(base, summary) if base is not None and runtime != BASELINE_RUNTIME else None
             rows.append(RuntimeRow(runtime, summary, overhead, p_value))
         compared.append((k, rows))
     return compared, unmatched

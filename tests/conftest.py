@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-pytest_plugins = ["infra.slurm", "infra.docker"]
+pytest_plugins = ["infra.slurm", "infra.docker", "infra.records"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())

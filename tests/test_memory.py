@@ -1,5 +1,7 @@
 import threading
 
+import pytest
+
 from benchmarks import memory
 
 
@@ -45,14 +47,44 @@ def test_peak_sampler_thread_samples_in_background():
 
 
 def test_cuda_visible_devices_maps_to_nvml_indices():
-    assert memory.cuda_visible_indices(1, {"CUDA_VISIBLE_DEVICES": "3,1"}) == [3]
-    assert memory.cuda_visible_indices(2, {"CUDA_VISIBLE_DEVICES": "3,1"}) == [3, 1]
-    assert memory.cuda_visible_indices(2, {}) == [0, 1]
-    assert memory.cuda_visible_indices(1, {"CUDA_VISIBLE_DEVICES": "GPU-abc"}) == [0]
+    assert memory.nvml_devices([0], {"CUDA_VISIBLE_DEVICES": "3,1"}) == [3]
+    assert memory.nvml_devices([1], {"CUDA_VISIBLE_DEVICES": "3,1"}) == [1]
+    assert memory.nvml_devices([0, 1], {"CUDA_VISIBLE_DEVICES": "3,1"}) == [3, 1]
+    assert memory.nvml_devices([0, 1], {}) == [0, 1]
+    assert memory.nvml_devices([1], {}) == [1]
+    assert memory.nvml_devices([1], {"CUDA_VISIBLE_DEVICES": "GPU-abc, GPU-def"}) == ["GPU-def"]  # by UUID
+    assert memory.nvml_devices([0], {"CUDA_VISIBLE_DEVICES": "MIG-0a1b"}) == ["MIG-0a1b"]
+    assert memory.nvml_devices([], {"CUDA_VISIBLE_DEVICES": "0"}) == []
+
+
+@pytest.mark.parametrize("visible, expected", [
+    ("0,1,2,3", [0, 1, 2, 3]),
+    ("2,0,3,1", [2, 0, 3, 1]),
+    ("3,1", [3, 1, 3, 1]),  # 4 ranks on 2 visible GPUs: ranks take turns
+    ("1", [1, 1, 1, 1]),
+    (None, [0, 1, 2, 3]),
+])
+def test_each_local_rank_samples_the_gpu_it_trains_on(visible, expected, monkeypatch):
+    """Backend (local_rank % visible) -> DeviceInfo.ordinals -> NVML device, for 4 ranks on one node."""
+    from types import SimpleNamespace
+
+    from benchmarks.frameworks.base import Framework
+
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    count = len(visible.split(",")) if visible else 4
+    asked = []
+    monkeypatch.setattr(memory, "nvml_handles", lambda devices: asked.append(list(devices)) or [f"h{d}" for d in devices])
+    monkeypatch.setattr(memory, "nvml_used_bytes", lambda handles: 0)
+    for local_rank in range(4):
+        backend = SimpleNamespace(dist=SimpleNamespace(world=SimpleNamespace(local_rank=local_rank)))
+        ordinal = Framework.gpu_ordinal(backend, count)
+        monitor = memory.DeviceMemoryMonitor((ordinal,), env)
+        monitor.close()
+    assert asked == [[device] for device in expected]
 
 
 def test_device_monitor_is_inert_without_gpu():
-    monitor = memory.DeviceMemoryMonitor(0, {})
+    monitor = memory.DeviceMemoryMonitor((), {})
     monitor.reset()
     assert monitor.peak_bytes() is None and monitor.total_bytes() is None
     monitor.close()

@@ -8,60 +8,18 @@ Expected numbers are computed by hand in the comments.
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from scipy.stats import ttest_ind
 
-from conftest import ROOT, bench, last_json_line, validate_record
+from infra.helpers import ROOT, bench, benchrun as _benchrun, last_json_line, validate_record
+from infra.records import RecordFactory
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def real_record() -> dict:
-    result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
-                   "--num-warmup-batches", "1", "--num-batches", "2", "--json")
-    assert result.returncode == 0, result.stderr
-    return validate_record(last_json_line(result.stdout))
-
-
-class Factory:
-    def __init__(self, base: dict):
-        self.base = base
-        self.count = 0
-
-    def __call__(self, ips: float | None = 10.0, *, status: str = "ok", framework: str = "torch", model: str = "alexnet",
-                 batch: int = 2, data: str = "synthetic", workers: int = 1, strategy: str = "none", num_ps: int = 0,
-                 runtime: str = "docker", ci: float = 0.5, host_rss: int = 1000 * MiB, allocator: int | None = None,
-                 error: str | None = None) -> dict:
-        self.count += 1
-        r = copy.deepcopy(self.base)
-        r["run_id"] = f"{self.count:08x}" + "0" * 24
-        r["status"] = status
-        c = r["config"]
-        c.update(framework=framework, model=model, batch_size=batch, data=data, strategy=strategy, num_ps=num_ps,
-                 data_dir="/data/imgs" if data == "real" else None)
-        r["provenance"]["container_runtime"] = runtime
-        r["provenance"]["framework"]["name"] = framework
-        r["world"].update(workers=workers, processes=workers + (1 + num_ps if strategy == "ps" else 0),
-                          num_ps=num_ps, strategy=strategy)
-        r["memory"]["host_rss_peak_bytes"] = host_rss
-        r["memory"]["allocator_peak_bytes"] = allocator
-        if status == "ok":
-            r["throughput"]["images_per_sec"] = ips
-            r["throughput"]["ci95_halfwidth"] = ci
-        else:
-            kind = {"oom": "oom", "failed": "crash", "timeout": "timeout"}[status]
-            r.update(throughput=None, step_time_s=None, input_wait_s=None, repeats=[], ranks=[], replicas=None,
-                     final_loss=None, error={"kind": kind, "message": error or f"{kind} happened"})
-        return validate_record(r)
 
 
 def write(path: Path, records: list[dict], envelopes: bool = False) -> Path:
@@ -73,7 +31,7 @@ def write(path: Path, records: list[dict], envelopes: bool = False) -> Path:
 
 @pytest.fixture(scope="module")
 def store(real_record, tmp_path_factory) -> tuple[Path, Factory]:
-    R = Factory(real_record)
+    R = RecordFactory(real_record)
     records = [
         # batch series, torch alexnet, docker: bs2 = 9, 11 (mean 10), bs4 = 18 (single), bs8 out of memory
         R(9.0, host_rss=1000 * MiB), R(11.0, host_rss=1100 * MiB), R(18.0, batch=4, host_rss=1500 * MiB),
@@ -106,8 +64,7 @@ def store(real_record, tmp_path_factory) -> tuple[Path, Factory]:
 
 
 def benchrun(*args, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runners", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return _benchrun(*map(str, args), cwd=cwd)
 
 
 def table_row(markdown: str, *cells: str) -> str:
@@ -129,7 +86,7 @@ def test_report_files(report):
     out, md, result = report
     assert "is incomplete (torn write): skipped" in result.stderr
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "scaling-1.png", "scaling-2.png",
+    assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "runtimes-1.png", "scaling-1.png", "scaling-2.png",
                     "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png"]
     for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -150,10 +107,10 @@ def test_environment(report):
 def test_throughput_and_memory_vs_batch(report):
     md = report[1]
     # bs2, docker, synthetic, strategy none: 9 and 11 -> mean 10, t-interval 12.706 * sd(1.414) / sqrt(2) = 12.71
-    row = table_row(md, "| 2 | data=synthetic, strategy=none, workers=1, container_runtime=docker |")
+    row = table_row(md, "| 2 | data=synthetic, strategy=none, workers=1, runtime=docker |")
     assert "| 2 | 10.00 ± 12.71 | t-interval over records |" in row and "00000001 00000002" in row
     assert "| 1050 ± 635 |" in row  # host RSS: 1000, 1100 MiB -> 1050 ± 12.706 * 70.7 / sqrt(2)
-    row = table_row(md, "| 4 | data=synthetic, strategy=none, workers=1, container_runtime=docker |")
+    row = table_row(md, "| 4 | data=synthetic, strategy=none, workers=1, runtime=docker |")
     assert "| 1 | 18.00 ± 0.50 | one record: delta method on step times |" in row
     assert "Out of memory at: batch 8 (00000004: CUDA out of memory. Tried to allocate 2.00 GiB)" in md
     assert "panels: host RSS peak (memory kinds" in md  # torch on CPU: allocator/reserved/device are null
@@ -177,7 +134,7 @@ def test_scaling_and_table1(report):
 
 def test_io_overhead(report):
     md = report[1]
-    row = table_row(md, "container_runtime=docker", "| 20.0% |")
+    row = table_row(md, "runtime=docker", "| 20.0% |")
     assert r"| 2 | 10.00 ± 12.71 | 1 | 8.00 ± 0.50 | 20.0% | 00000001 00000002 \| 00000005 |" in row
     assert "batch_size=4" in md.split("### Without a twin")[1].split("##")[0]
     assert "synthetic only (no real-data twin) — runs 00000003" in md
@@ -185,9 +142,10 @@ def test_io_overhead(report):
 
 def test_runtime_overhead(report):
     md = report[1]
-    p = ttest_ind([11.0, 13.0], [9.0, 11.0], equal_var=False).pvalue
-    assert f"| docker | 2 | 10.00 ± 12.71 | 16.7% | {p:.3g} | 00000001 00000002 |" in md
-    assert "| none | 2 | 12.00 ± 12.71 | 0.0% | - | 00000006 00000007 |" in md
+    # Welch by hand: variances 2 and 2, se^2 = 2/2 + 2/2 = 2, t = (12 - 10) / sqrt(2) = sqrt(2),
+    # df = 2^2 / (1^2/1 + 1^2/1) = 2; for df = 2 the two-sided p = 1 - t / sqrt(2 + t^2) = 1 - 1/sqrt(2) = 0.293
+    assert "| docker | 2 | 10.00 ± 12.71 | 16.7% | 0.293 | 00000001 00000002 |" in md
+    assert "| local | 2 | 12.00 ± 12.71 | 0.0% | - | 00000006 00000007 |" in md  # detected `none` reads as local
     # singularity: 1 record -> overhead (12 - 9.5) / 12 = 20.8%, no p-value
     assert "| singularity | 1 | 9.50 ± 0.50 | 20.8% | n/a (a side has < 2 records) | 00000008 |" in md
     assert "only under docker — runs 00000009" in md  # ddp only ran under docker

@@ -5,16 +5,15 @@ these argv tests are all that checks them (docs/runtimes.md says so)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from infra.helpers import benchrun as _benchrun
+from infra.records import RecordFactory
 
 from runners import dispatch, runtimes
 from runners.commands import compare_runtimes
@@ -138,9 +137,7 @@ def test_request_default_images_and_container_command(tmp_path):
 
 
 def benchrun(*args, **kw):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **kw.pop("env", {})}
-    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120, **kw)
+    return _benchrun(*args, timeout=120, **kw)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -178,16 +175,27 @@ def test_missing_binary_in_compare_refused_before_running(tmp_path):
     assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not list(tmp_path.iterdir())
 
 
-def test_compare_statistics_table_and_chart(tmp_path):
-    samples = {"local": [10.0, 10.2, 9.8], "docker": [9.0, 9.1, 8.9], "podman": [10.1]}
-    rows = {r["runtime"]: r for r in compare_runtimes.summarize(samples)}
-    from scipy.stats import t, ttest_ind
-    assert rows["local"]["mean"] == pytest.approx(10.0) and rows["local"]["overhead_pct"] is None
-    assert rows["local"]["ci95"] == pytest.approx(t.ppf(0.975, 2) * 0.2 / 3 ** 0.5)
-    assert rows["docker"]["overhead_pct"] == pytest.approx(10.0)
-    assert rows["docker"]["p_value"] == pytest.approx(ttest_ind([9.0, 9.1, 8.9], samples["local"], equal_var=False).pvalue)
-    assert rows["podman"]["ci95"] is None and rows["podman"]["p_value"] is None
-    table = compare_runtimes.markdown(list(rows.values()))
-    assert "| docker | 3 | 9.00 ± 0.25 | +10.0% |" in table
-    compare_runtimes.chart(list(rows.values()), tmp_path / "c.png", "test")
-    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_compare_runtimes_and_report_print_the_same_numbers(real_record, tmp_path):
+    """The machine is itself a container (every record detects docker): the runtime asked for decides."""
+    R = RecordFactory(real_record)
+    records = [R(11.0, requested="local"), R(13.0, requested="local"), R(9.0, requested="docker"),
+               R(11.0, requested="docker"), R(9.5, runtime="podman", requested="podman"),
+               R(None, status="failed", runtime="podman", requested="podman", error="boom")]
+    md = compare_runtimes.summary(records, tmp_path)
+    # by hand: local 11, 13 -> mean 12, t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; docker mean 10 ->
+    # (12 - 10) / 12 = 16.7%; Welch: t = 2 / sqrt(2/2 + 2/2) = sqrt(2), df = 2, p = 1 - 1/sqrt(2) = 0.293.
+    # podman: one record, its own interval 0.50, (12 - 9.5) / 12 = 20.8%, no p-value.
+    rows = ["| local | 2 | 12.00 ± 12.71 | 0.0% | - | 00000001 00000002 |",
+            "| docker | 2 | 10.00 ± 12.71 | 16.7% | 0.293 | 00000003 00000004 |",
+            "| podman | 1 | 9.50 ± 0.50 | 20.8% | n/a (a side has < 2 records) | 00000005 |"]
+    for row in rows:
+        assert row in md
+    assert "podman: run 00000006 failed: boom" in md
+    assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    store = tmp_path / "records.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = benchrun("report", str(store), "--out", str(tmp_path / "report"))
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "report" / "report.md").read_text()
+    for row in rows:
+        assert row in report

@@ -65,6 +65,8 @@ def check_ok(result, record, runtime):
     validate_in_image(record)
     assert record["status"] == "ok", record.get("error")
     assert record["provenance"]["container_runtime"] == runtime
+    if record.get("schema_version") == SCHEMA["properties"]["schema_version"]["const"]:
+        assert record["provenance"]["requested_runtime"] == runtime  # DLBENCH_RUNTIME reached the container
     assert record["provenance"]["image"] == "dlbench-tensorflow:0.1.0" or record["provenance"]["image"].startswith("dlbench-")
     return record
 

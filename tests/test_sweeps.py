@@ -347,6 +347,8 @@ def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
         (1, 1), (1, 2), (2, 1), (2, 2)]
     assert len({e["sweep"]["config_hash"] for e in after}) == 4
     assert all(e["record"]["status"] == "ok" and e["sweep"]["attempt"] == 1 for e in after)
+    # the runtime asked for reaches every rank's record, even on a host that is itself a container
+    assert all(e["record"]["provenance"]["requested_runtime"] == "local" for e in after)
     assert all(e["record"]["world"]["workers"] == e["sweep"]["point"]["ranks"] for e in after)
     assert not marked(marker)
 

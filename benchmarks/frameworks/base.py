@@ -41,6 +41,7 @@ class DeviceInfo:
     cuda_version: str | None = None
     cudnn_version: str | None = None
     visible_gpus: int = 0
+    ordinals: tuple[int, ...] = ()  # CUDA ordinals of the GPUs it trains on: what NVML must sample
 
 
 @dataclass
@@ -61,6 +62,10 @@ class Framework(ABC):
         self.config = config
         self.dist = dist
         self.decode_failures: list[tuple[str, str]] = []  # (path, why) of images skipped while decoding
+
+    def gpu_ordinal(self, visible: int) -> int:
+        """The CUDA ordinal this process trains on, among `visible` GPUs: ranks on a node take turns."""
+        return self.dist.world.local_rank % visible
 
     def record_sections(self) -> dict:
         """Record sections known once the backend is set up (precision, compile, flops): null before."""

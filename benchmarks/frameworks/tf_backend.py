@@ -96,7 +96,8 @@ class TensorFlowFramework(Framework):
             tf.config.set_visible_devices([], "GPU")
             gpus = []
         if gpus:
-            gpus = [gpus[self.dist.world.local_rank % len(gpus)]]
+            self.gpu_index = self.gpu_ordinal(len(gpus))
+            gpus = [gpus[self.gpu_index]]
             tf.config.set_visible_devices(gpus, "GPU")
             # Grow on demand so device-level (NVML) peaks reflect use, not TF's upfront grab.
             tf.config.experimental.set_memory_growth(gpus[0], True)
@@ -164,6 +165,7 @@ class TensorFlowFramework(Framework):
             cuda_version=build.get("cuda_version"),
             cudnn_version=build.get("cudnn_version"),
             visible_gpus=len(tf.config.list_physical_devices("GPU")),
+            ordinals=(self.gpu_index,) if self.gpus else (),
         )
 
     def parameter_checksum(self) -> str:

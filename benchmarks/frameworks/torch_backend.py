@@ -101,7 +101,7 @@ class TorchFramework(Framework):
             raise UsageError("--device gpu but torch sees no CUDA device (choices here: auto, cpu)")
         if wanted == "cpu" or not has_gpu:
             return torch.device("cpu")
-        torch.cuda.set_device(self.dist.world.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(self.gpu_ordinal(torch.cuda.device_count()))
         return torch.device("cuda", torch.cuda.current_device())
 
     def _init_ddp(self) -> None:
@@ -167,6 +167,7 @@ class TorchFramework(Framework):
             cuda_version=torch.version.cuda,
             cudnn_version=str(cudnn) if cudnn else None,
             visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            ordinals=(self.device.index,) if self.device.type == "cuda" else (),
         )
 
     def _to_device(self, images: torch.Tensor, labels: torch.Tensor):

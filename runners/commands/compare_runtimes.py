@@ -4,26 +4,26 @@
         --framework tensorflow --model resnet50 --image-size 64 --batch-size 4 --num-batches 5
 
 Rounds run every runtime once, in order (A B C A B C ...), so slow drifts of the
-machine hit all runtimes alike. Per runtime: mean images/sec with a 95% t-interval
-over the repeats, overhead versus `local` and a Welch t-test p-value against it.
-Written to --out: compare.md (the table), compare.csv (one row per run, with the
-record's run_id), compare.png (bars with 95% error bars) and records.jsonl (the
-records, unchanged).
+machine hit all runtimes alike. Each record keeps the runtime asked for
+(provenance.requested_runtime); the summary is `benchrun report`'s runtime section
+over these records, so both print the same numbers: per runtime, mean images/sec
+with a 95% t-interval over the runs, overhead versus `local` and a Welch t-test
+p-value against it. Written to --out: records.jsonl (the records, unchanged),
+compare.md (the table), compare.png (bars with 95% error bars) and compare.csv
+(one row per run, with the record's run_id).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import math
-import os
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
-from benchmarks.stats import t_halfwidth
 
-from .. import dispatch, runtimes
+from .. import dispatch, reports, runtimes
+from .report import Document, section_runtimes
 from .run import add_runtime_options, request
 
 
@@ -44,59 +44,17 @@ def throughput(record: dict | None) -> float | None:
     return record["throughput"].get("images_per_sec")
 
 
-def summarize(samples: dict[str, list[float]]) -> list[dict]:
-    """Per runtime: n, mean, 95% half-width, overhead % vs local, Welch p-value vs local."""
-    from scipy.stats import ttest_ind
-
-    base = samples.get("local") or []
-    base_mean = sum(base) / len(base) if base else None
-    rows = []
-    for name, values in samples.items():
-        mean = sum(values) / len(values) if values else math.nan
-        row = {"runtime": name, "n": len(values), "mean": mean, "ci95": t_halfwidth(values) if values else None,
-               "overhead_pct": None, "p_value": None}
-        if base_mean and values and name != "local":
-            row["overhead_pct"] = 100.0 * (base_mean - mean) / base_mean
-            if len(values) >= 2 and len(base) >= 2:
-                row["p_value"] = float(ttest_ind(values, base, equal_var=False).pvalue)
-        rows.append(row)
-    return rows
-
-
-def _fmt(value, spec: str, empty: str = "–") -> str:
-    return empty if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def markdown(rows: list[dict]) -> str:
-    lines = ["| runtime | runs | img/s (mean ± 95% CI) | overhead vs local | Welch p vs local |",
-             "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['runtime']} | {r['n']} | {_fmt(r['mean'], '.2f')} ± {_fmt(r['ci95'], '.2f')} "
-                     f"| {_fmt(r['overhead_pct'], '+.1f')}{'%' if r['overhead_pct'] is not None else ''} "
-                     f"| {_fmt(r['p_value'], '.3f')} |")
-    return "\n".join(lines) + "\n"
-
-
-def chart(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    names = [r["runtime"] for r in rows]
-    means = [0.0 if math.isnan(r["mean"]) else r["mean"] for r in rows]
-    errors = [r["ci95"] or 0.0 for r in rows]
-    ax.bar(names, means, yerr=errors, capsize=6, color="#4C72B0", edgecolor="black")
-    for i, r in enumerate(rows):
-        ax.annotate(f"{_fmt(r['mean'], '.2f')}\n(n={r['n']})", (i, means[i] + errors[i]), ha="center",
-                    va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-    ax.set_ylabel("images/sec (mean, 95% CI)")
-    ax.set_title(title, fontsize=9)
-    ax.set_ylim(0, max([m + e for m, e in zip(means, errors)] + [1.0]) * 1.25)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+def summary(records: list[dict], out: Path, no_record: list[str] = ()) -> str:
+    """compare.md and compare.png: `benchrun report`'s runtime section over these records, and
+    the runs that did not finish; returns the Markdown."""
+    doc = Document()
+    section_runtimes(doc, records, out, chart_name=lambda index: "compare.png" if index == 0 else f"compare-{index + 1}.png")
+    failed = [f"{reports.runtime_of(r)}: run {r['run_id'][:reports.ID_PREFIX]} {r['status']}: "
+              f"{(r['error'] or {}).get('message', '')}" for r in records if r["status"] != "ok"]
+    if failed or no_record:
+        doc.heading("Runs that did not finish", 3)
+        doc.bullets([*failed, *no_record])
+    return doc.markdown()
 
 
 def run(args) -> int:
@@ -112,6 +70,8 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    records: list[dict] = []
+    no_record: list[str] = []
     rows_csv = []
     for round_ in range(1, args.repeats + 1):
         for name in names:
@@ -121,6 +81,9 @@ def run(args) -> int:
             record = outcome.record
             if record is not None:
                 append_or_fallback(out / "records.jsonl", record, f"dlbench-record-{record['run_id']}.jsonl")
+                records.append(record)
+            else:
+                no_record.append(f"{name}: round {round_}: bench wrote no record (exit {outcome.exit_code})")
             value = throughput(record)
             if value is not None:
                 samples[name].append(value)
@@ -140,9 +103,7 @@ def run(args) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows_csv[0]))
         writer.writeheader()
         writer.writerows(rows_csv)
-    summary = summarize(samples)
-    table = markdown(summary)
+    table = summary(records, out, no_record)
     (out / "compare.md").write_text(table)
-    chart(summary, out / "compare.png", " ".join(requests[names[0]].bench_args))
     print(table, end="")
     return 130 if outcome.interrupted else (0 if all(samples.values()) else 1)

@@ -73,6 +73,7 @@ COLUMNS: dict[str, object] = {
     "provenance.cpu_model": "provenance.cpu_model",
     "provenance.cpu_count": "provenance.cpu_count",
     "provenance.container_runtime": "provenance.container_runtime",
+    "provenance.requested_runtime": "provenance.requested_runtime",
     "provenance.image": "provenance.image",
     "provenance.dlbench_version": "provenance.dlbench_version",
     "provenance.python": "provenance.python",

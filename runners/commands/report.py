@@ -171,7 +171,7 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
     for index, (family_items, members) in enumerate(families.items()):
         family = dict(family_items)
         title = _short(family, ("framework", "model", "batch_size", "image_size", "data", "device_kind",
-                                "container_runtime"))
+                                "runtime"))
         doc.heading(title, 3)
         path = plots.scaling(members, title, out / f"scaling-{index + 1}.png")
         doc.image(path, f"scaling: {title}")
@@ -220,17 +220,24 @@ def section_io(doc: Document, records: list[dict]) -> None:
         doc.bullets(_missing(unmatched))
 
 
-def section_runtimes(doc: Document, records: list[dict]) -> None:
+def section_runtimes(doc: Document, records: list[dict], out: Path,
+                     chart_name=lambda index: f"runtimes-{index + 1}.png") -> None:
+    """The runtime-overhead tables and charts; `benchrun compare-runtimes` writes the same."""
+    base = reports.BASELINE_RUNTIME
     doc.heading("Container runtime overhead")
-    doc.para("Same configuration under different provenance.container_runtime. Overhead = (X_none − X_runtime) / "
-             "X_none (positive = slower than bare metal); p = Welch's t-test (scipy ttest_ind, equal_var=False) "
-             "against `none`, only with ≥ 2 records on both sides.")
+    doc.para(f"Same configuration under different runtimes: the one benchrun was asked for "
+             f"(provenance.requested_runtime; records without it: the runtime detected inside, `none` read as "
+             f"`{base}`). Overhead = (X_{base} − X_runtime) / X_{base} (positive = slower than the bare host); "
+             f"p = Welch's t-test (scipy ttest_ind, equal_var=False) against `{base}`, only with ≥ 2 records "
+             f"on both sides.")
     compared, unmatched = reports.runtime_groups(records)
-    for key, rows in compared:
-        doc.para(_short(key, reports.without("container_runtime")))
-        doc.table(["runtime", "n", "images/sec mean ± CI", "overhead vs none", "Welch p", "runs"],
+    for index, (key, rows) in enumerate(compared):
+        title = _short(key, reports.without("runtime"))
+        doc.para(title)
+        doc.table(["runtime", "n", "images/sec mean ± CI", f"overhead vs {base}", "Welch p", "runs"],
                   [[row.runtime, row.summary.n, row.summary.text(), fmt_pct(row.overhead), fmt_p(row.p_value)
-                    if row.runtime != "none" else "-", row.summary.ids] for row in rows])
+                    if row.runtime != base else "-", row.summary.ids] for row in rows])
+        doc.image(plots.runtime_overhead(rows, title, out / chart_name(index)), f"runtimes: {title}")
     if not compared:
         doc.para("No configuration was measured under more than one runtime.")
     if unmatched:
@@ -267,7 +274,7 @@ def build(records: list[dict], stores: list[str], out: Path) -> Document:
     section_batch(doc, records, out)
     section_scaling(doc, records, out)
     section_io(doc, records)
-    section_runtimes(doc, records)
+    section_runtimes(doc, records, out)
     section_quality(doc, records)
     return doc
 

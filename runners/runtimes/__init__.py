@@ -8,7 +8,8 @@ from benchmarks.errors import UsageError, choices
 
 from .base import DockerCliRuntime, Mount, Runtime, forwarded_names
 
-DEFAULT = "local"  # benchrun's default: no container, this Python
+BARE = "local"  # no container: the host itself, and the baseline of runtime overhead
+DEFAULT = BARE  # benchrun's default
 
 RUNTIMES = {
     "local": "runners.runtimes.local:LocalRuntime",
@@ -42,4 +43,4 @@ def available() -> list[str]:
     return [name for name in RUNTIMES if get(name).available()]
 
 
-__all__ = ["DEFAULT", "RUNTIMES", "DockerCliRuntime", "Mount", "Runtime", "available", "forwarded_names", "get", "uses_image"]
+__all__ = ["BARE", "DEFAULT", "RUNTIMES", "DockerCliRuntime", "Mount", "Runtime", "available", "forwarded_names", "get", "uses_image"]

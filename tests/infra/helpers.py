@@ -1,0 +1,50 @@
+"""What every test module shares: the repository root, the record schema, and one way each
+to run `bench`, `benchrun` and any other command (always a real subprocess, as users run them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())
+SMALL = ["--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "2"]
+
+
+def run(argv: list, env: dict | None = None, timeout: float = 120, cwd=ROOT, **kwargs) -> subprocess.CompletedProcess:
+    """Any command, its output captured as text; `env` (when given) replaces the environment."""
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def python_env(extra: dict | None = None) -> dict:
+    """This environment with this checkout's packages first, bench's framework choice cleared."""
+    env = {k: v for k, v in os.environ.items() if k != "BENCH_FRAMEWORK"}
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+               PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def bench(*args, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "benchmarks", *args], env=python_env(env), timeout=timeout, **kwargs)
+
+
+def benchrun(*args, env: dict | None = None, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "runners", *args], env=python_env(env), timeout=timeout, **kwargs)
+
+
+def validate_record(record: dict) -> dict:
+    jsonschema.validate(record, SCHEMA)
+    return record
+
+
+def last_json_line(stdout: str) -> dict:
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no JSON record on stdout:\n{stdout}"
+    return json.loads(lines[-1])
