@@ -77,6 +77,10 @@ def bench_parser() -> argparse.ArgumentParser:
                       "amp = amp-fp16 on GPU, amp-bf16 on CPU. On a CPU only fp32, amp-bf16 and amp (default: fp32)")
     what.add_argument("--data-format", help=f"{choices(DATA_FORMATS)} (default: the framework's native layout)")
     what.add_argument("--xla", action="store_true", help="compile the TensorFlow train step with XLA (tensorflow only)")
+    what.add_argument("--compile", nargs="?", const="default", metavar="MODE",
+                      help="torch.compile the model (torch only; inductor): default, reduce-overhead or max-autotune "
+                      "(--compile alone = default). The first, compiling step is timed on its own before warmup "
+                      "(record: compile.compile_time_s); if compilation fails the run trains eager and says so")
     how = p.add_argument_group("how long")
     how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
     how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
@@ -165,6 +169,7 @@ def run_benchmark(argv: list[str]) -> int:
         data_dir=args.data_dir,
         seed=args.seed,
         xla=args.xla,
+        compile=args.compile,
         synthetic_batches=args.synthetic_batches,
         strategy=args.strategy,
         num_ps=args.num_ps,

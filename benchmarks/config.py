@@ -64,6 +64,7 @@ class BenchConfig:
     data_dir: str | None = None
     seed: int = 0
     xla: bool = False
+    compile: str | None = None  # torch.compile mode (compilation.COMPILE_MODES); None = eager
     synthetic_batches: int = SYNTHETIC_BATCHES
     num_classes: int = NUM_CLASSES
     strategy: str = strategies.DEFAULT
@@ -150,6 +151,13 @@ def build_config(
             raise UsageError(f"{flag} {value!r} is invalid (choices: {choices(v for v in valid if v)})")
     if options.get("xla") and framework != "tensorflow":
         raise UsageError("--xla applies to --framework tensorflow only")
+    if options.get("compile") is not None:
+        from .compilation import COMPILE_MODES
+
+        if framework != "torch":
+            raise UsageError("--compile applies to --framework torch only (TensorFlow compiles its step with --xla)")
+        if options["compile"] not in COMPILE_MODES:
+            raise UsageError(f"--compile {options['compile']!r} is invalid (choices: {choices(COMPILE_MODES)})")
     if options.get("device") == "cpu":  # --device auto on a CPU-only host: the backend refuses the same way
         from .precision import plan
 

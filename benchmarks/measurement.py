@@ -226,6 +226,9 @@ class Measurement:
         self.mllog.end("init_stop")
         self.mllog.event("global_batch_size", cfg.batch_size * max(1, self._num_workers()))
         self.mllog.start("run_start")
+        if backend.compiles:  # never inside warmup or a timed loop
+            progress("compiling: the first step, timed on its own")
+            backend.compile_step(batches)
         if cfg.num_warmup_batches:
             progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))

@@ -25,9 +25,12 @@ def headline(record: dict) -> str:
     cfg, fw = record["config"], record["provenance"].get("framework") or {}
     device = fw.get("device_name") or cfg["device"]
     threads = f", {cfg['num_threads']} threads" if cfg["num_threads"] else ""
+    effective = (record.get("precision") or {}).get("effective", cfg["precision"])
+    precision = effective if effective == cfg["precision"] else f"{cfg['precision']} = {effective}"
+    compiled = f" | compile {cfg['compile']}" if cfg.get("compile") else ""
     return (
         f"{cfg['framework']} {fw.get('version', '')} | {cfg['model']} | batch {cfg['batch_size']} | "
-        f"{cfg['image_size']} px | {cfg['precision']} | {cfg['data']} data | "
+        f"{cfg['image_size']} px | {precision}{compiled} | {cfg['data']} data | "
         f"{fw.get('device_kind', '?')}: {device}{threads} | runtime: {record['provenance']['container_runtime']}"
     )
 
@@ -81,6 +84,12 @@ def render(record: dict, stream: TextIO) -> None:
             if record["placement"]:
                 loads = ", ".join(f"PS{p['ps']} {p['variables']} vars {_bytes(p['bytes'])}" for p in record["placement"])
                 console.print(f"placement: {loads}", markup=False)
+        compiled = record.get("compile")
+        if compiled is not None:
+            eager = f", FELL BACK TO EAGER: {compiled['fallback_reason']}" if compiled["fell_back_to_eager"] else ""
+            breaks = f", {compiled['graph_breaks']} graph breaks" if compiled["graph_breaks"] is not None else ""
+            console.print(f"compile: {compiled['mode']} ({compiled['backend']}) first step {compiled['compile_time_s']:.1f} s, "
+                          f"not in warmup or timing{breaks}{eager}", markup=False)
         throughput = record["throughput"]
         data = record.get("data")
         if data is not None:

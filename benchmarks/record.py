@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -59,6 +59,7 @@ class RunConfig(_Model):
     data: Literal["synthetic", "real"]
     seed: int
     xla: bool
+    compile: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = Field(default=None, description="torch.compile mode; null = eager (1.5)")
     synthetic_batches: int
     num_classes: int
     strategy: Literal[strategies.NAMES]
@@ -155,6 +156,17 @@ class PrecisionInfo(_Model):
     framework_settings: dict[str, object] = Field(description="the framework's own settings, read back")
 
 
+class CompileInfo(_Model):
+    mode: Literal["default", "reduce-overhead", "max-autotune", "xla", "graph"] = Field(description="torch.compile mode, or TensorFlow's xla / graph (tf.function)")
+    backend: Literal["inductor", "xla", "tf.function"]
+    compile_time_s: float = Field(description="the first step, synchronised and timed on its own before warmup: tracing + compilation + one step")
+    fell_back_to_eager: bool = Field(description="compilation failed and the run trained eager (torch)")
+    fallback_reason: Optional[str]
+    graph_breaks: Optional[int] = Field(description="torch dynamo graph breaks in the first step; null where not counted")
+    graphs: Optional[int] = Field(description="graphs compiled by the first step (torch dynamo); null where not counted")
+    graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
+
+
 class ModelInfo(_Model):
     parameters: int
     aux_head: bool
@@ -196,7 +208,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.4"] = SCHEMA_VERSION
+    schema_version: Literal["1.5"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -215,6 +227,7 @@ class ResultRecord(_Model):
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
+    compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

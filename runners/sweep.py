@@ -25,6 +25,7 @@ from benchmarks.config import (
     PS_PLACEMENTS,
     STRATEGIES,
 )
+from benchmarks.compilation import COMPILE_MODES
 from benchmarks.distributed import strategies
 from benchmarks.errors import choices
 
@@ -130,6 +131,7 @@ class BenchOptions(_Model):
     data_format: Optional[Annotated[Name, AfterValidator(_one_of(DATA_FORMATS))]] = None
     device: Optional[Annotated[Name, AfterValidator(_one_of(DEVICES))]] = None
     xla: Optional[StrictBool] = None
+    compile: Optional[Annotated[Name, AfterValidator(_one_of(COMPILE_MODES))]] = None
     num_data_workers: Optional[PositiveInt] = None
     synthetic_batches: Optional[PositiveInt] = None
     seed: Optional[NonNegativeInt] = None

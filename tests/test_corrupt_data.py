@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.dataset import image_problem, scan_images
+from benchmarks.record import SCHEMA_VERSION
 from conftest import SMALL, bench, last_json_line, validate_record
 
 RUN = ["--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1",
@@ -80,7 +81,7 @@ def _check_record(result, framework: str) -> dict:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     record = validate_record(last_json_line(result.stdout))
-    assert record["status"] == "ok" and record["schema_version"] == "1.4"
+    assert record["status"] == "ok" and record["schema_version"] == SCHEMA_VERSION
     data = record["data"]
     assert data["images"] == 12
     names = [Path(item["path"]).name for item in data["skipped_examples"]]

@@ -56,6 +56,7 @@ class Framework(ABC):
     skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
     strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
     precision_state: dict | None = None  # the record's `precision` section, set in setup (precision.in_effect)
+    compile_state: dict | None = None  # the record's `compile` section, set by compile_step (compilation.section)
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
@@ -68,7 +69,19 @@ class Framework(ABC):
 
     def record_sections(self) -> dict:
         """Record sections known once the backend is set up (precision, compile, flops): null before."""
-        return {"precision": self.precision_state}
+        return {"precision": self.precision_state, "compile": self.compile_state}
+
+    @property
+    def compiles(self) -> bool:
+        """The first step traces or compiles a graph: the measurement runs it apart (compile_step)."""
+        return False
+
+    def compile_step(self, batches: Iterator) -> None:
+        """Run the first, compiling step, synchronised and timed on its own; fill compile_state."""
+        self.compile_state = self.compile_section(self.timed_loop(batches, 1).wall_time_s)
+
+    def compile_section(self, seconds: float) -> dict:
+        raise NotImplementedError
 
     @property
     def serves_only(self) -> bool:

@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .. import precision  # noqa: E402
+from .. import compilation, precision  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
@@ -72,6 +72,14 @@ class TensorFlowFramework(Framework):
             tf.config.threading.set_intra_op_parallelism_threads(cfg.num_threads)
             tf.config.threading.set_inter_op_parallelism_threads(cfg.num_threads)
         self._pick_device(cfg.device)
+
+    @property
+    def compiles(self) -> bool:
+        return True  # every step is a tf.function: the first traces it (and compiles it, with XLA)
+
+    def compile_section(self, seconds: float) -> dict:
+        xla = getattr(self._step, "_jit_compile", None) is True  # what the step was really built with
+        return compilation.section("xla" if xla else "graph", "xla" if xla else "tf.function", seconds)
 
     def _make_step(self):
         if self.config.strategy == "allreduce":

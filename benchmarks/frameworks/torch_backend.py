@@ -6,12 +6,13 @@ import datetime
 import hashlib
 import itertools
 import os
+import sys
 from typing import Iterator
 
 import torch
 import torchvision
 
-from .. import precision
+from .. import compilation, precision, timing
 from ..dataset import IMAGE_EXTENSIONS
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
@@ -83,6 +84,9 @@ class TorchFramework(Framework):
             self._init_ddp()
         elif cfg.strategy == "horovod":
             self._init_horovod()
+        self.eager_model = self.model
+        if cfg.compile:
+            self.model = compilation.torch_compile(self.model, cfg.compile)
         self.criterion = torch.nn.CrossEntropyLoss()
         plan = precision.plan(cfg.precision, "gpu" if self.device.type == "cuda" else "cpu")
         self.precision_state = precision.apply_torch(plan, self.device)
@@ -131,7 +135,7 @@ class TorchFramework(Framework):
 
     def parameter_checksum(self) -> str:
         digest = hashlib.sha256()
-        for parameter in getattr(self, "replica", self.model).parameters():
+        for parameter in getattr(self, "replica", self.eager_model).parameters():
             digest.update(parameter.detach().float().cpu().numpy().tobytes())
         return digest.hexdigest()[:16]
 
@@ -144,7 +148,7 @@ class TorchFramework(Framework):
 
     def model_info(self) -> dict:
         return {
-            "parameters": sum(p.numel() for p in getattr(self, "replica", self.model).parameters() if p.requires_grad),
+            "parameters": sum(p.numel() for p in getattr(self, "replica", self.eager_model).parameters() if p.requires_grad),
             "aux_head": self.aux_head,
         }
 
@@ -236,6 +240,36 @@ class TorchFramework(Framework):
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
+
+    @property
+    def compiles(self) -> bool:
+        return self.config.compile is not None
+
+    def compile_step(self, batches) -> None:
+        """torch.compile compiles at the first call; if that fails (no C compiler, an unsupported
+        op), train eager instead and say so rather than stop the run."""
+        compilation.dynamo_reset_counters()
+        start = timing.clock()
+        try:
+            seconds, fell_back, reason = self.timed_loop(batches, 1).wall_time_s, False, None
+        except Exception as error:  # noqa: BLE001 - any compiler failure; OOM is still an OOM
+            if self.is_out_of_memory(error):
+                raise
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            reason = f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+            print(f"bench: torch.compile failed, training eager: {reason}", file=sys.stderr, flush=True)
+            self.model, fell_back = self.eager_model, True
+            self.model.zero_grad(set_to_none=True)
+            self.timed_loop(batches, 1)
+            seconds = timing.clock() - start
+        breaks, graphs = compilation.dynamo_counts()
+        self.compile_state = compilation.section(self.config.compile, "inductor", seconds, fell_back, reason,
+                                                 breaks, graphs)
+
+    def record_sections(self) -> dict:
+        if self.compile_state is not None and not self.compile_state["fell_back_to_eager"]:
+            self.compile_state["graphs_at_end"] = compilation.dynamo_counts()[1]  # more: it recompiled later
+        return super().record_sections()
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
