@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, bench
+from infra.helpers import ROOT, bench
 
 FAST = ["--framework", "torch", "--model", "resnet50"]
 

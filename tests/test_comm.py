@@ -12,7 +12,7 @@ import pytest
 from benchmarks.comm import metrics
 from benchmarks.comm import record as comm_record
 from benchmarks.comm.cli import default_backend
-from conftest import ROOT, bench, last_json_line
+from infra.helpers import ROOT, bench, last_json_line
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
 SMALL_COMM = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1"]

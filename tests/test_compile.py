@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from conftest import SMALL, bench, last_json_line, validate_record
+from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL, "--json", "--display-every", "0"]
 # What a compiled run may change: its speed, its numerics in the last bits, and the compile fields.

@@ -10,7 +10,6 @@ so in the skip reason.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,19 +21,13 @@ from pathlib import Path
 import pytest
 
 from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
+from infra.helpers import run
+from infra.images import BASE_IMAGE, IMAGES
 
 C = ROOT / "containers"
-BASE_IMAGE = os.environ.get("DLBENCH_TEST_BASE_IMAGE", "dlbench-base:bookworm")
-VERSION = re.search(r'__version__ = "(.+)"', (ROOT / "benchmarks/__init__.py").read_text()).group(1)
-IMAGES = {"torch": f"dlbench-torch:{VERSION}", "tensorflow": f"dlbench-tensorflow:{VERSION}"}
 SERVICES = {"torch": "torch-bench", "tensorflow": "tf-bench"}
 SMOKE = ["--model", "resnet50", "--image-size", "64", "--batch-size", "2",
          "--num-warmup-batches", "1", "--num-batches", "2", "--json"]
-
-
-def run(argv, timeout=120, env=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, **kw)
 
 
 def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:

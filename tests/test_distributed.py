@@ -10,15 +10,10 @@ import time
 import psutil
 import pytest
 
-from conftest import ROOT, validate_record
+from infra.helpers import ROOT, benchrun, validate_record
 
 TINY = ["--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 pytestmark = pytest.mark.slow
-
-
-def benchrun(*args, timeout=600, **kwargs):
-    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
 
 
 def launch(launcher, n, bench_args, num_ps=0, port=None):

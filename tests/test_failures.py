@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from conftest import ROOT, SMALL, bench, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, bench, last_json_line, validate_record
 from benchmarks.supervisor import classify_exit
 
 AS_LIMIT = 8 * 2**30  # enough to import a framework and build ResNet-50, not to train it at batch 256

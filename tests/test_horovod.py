@@ -12,14 +12,13 @@ cannot exist here (no daemon, and no root/apt to install one).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
 
 import pytest
 
-from conftest import ROOT, validate_record
+from infra.helpers import run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
@@ -29,10 +28,6 @@ RUN_TIMEOUT = 300
 DURATIONS: dict[str, float] = {}
 
 pytestmark = pytest.mark.slow
-
-
-def run(argv, timeout=120, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

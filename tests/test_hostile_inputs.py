@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SMALL
+from infra.helpers import ROOT, SMALL
 from infra.tmpfs import small_fs
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32"]

@@ -79,6 +79,7 @@ def test_local_slurm_usage():
 # ------------------------------------------------------------ single node
 
 
+@pytest.mark.slow
 def test_srun_mpi_list(slurm_single):
     out = run(["srun", "--mpi=list"], slurm_single["env"]).stdout
     plugins = {line.strip() for line in out.splitlines()}
@@ -86,6 +87,7 @@ def test_srun_mpi_list(slurm_single):
     assert {"pmix", "pmi2", "none"} <= plugins, out
 
 
+@pytest.mark.slow
 def test_single_node_srun(slurm_single):
     env = slurm_single["env"]
     hosts = run(["srun", "-n", "2", "hostname"], env).stdout.split()
@@ -99,6 +101,7 @@ def test_single_node_srun(slurm_single):
     assert len({r["SLURM_JOB_ID"] for r in rows}) == 1
 
 
+@pytest.mark.slow
 def test_sinfo_shows_idle_node(slurm_single):
     out = run(["sinfo", "-h", "-N", "-o", "%N %t %c"], slurm_single["env"]).stdout.split("\n")
     assert "node1 idle 2" in out
@@ -107,6 +110,7 @@ def test_sinfo_shows_idle_node(slurm_single):
 # ------------------------------------------------------------ two nodes
 
 
+@pytest.mark.slow
 def test_two_nodes_srun(slurm_two_nodes):
     env = slurm_two_nodes["env"]
     assert slurm_two_nodes["nodes"] == ["node1", "node2"]
@@ -119,6 +123,7 @@ def test_two_nodes_srun(slurm_two_nodes):
     assert {r["SLURM_NTASKS"] for r in rows} == {"2"}
 
 
+@pytest.mark.slow
 def test_two_nodes_sbatch_wait(slurm_two_nodes, tmp_path):
     """Batch submission as a runner would do it: sbatch, poll the job, read the output file."""
     env = slurm_two_nodes["env"]
@@ -164,6 +169,7 @@ def test_require_mpi_helpers():
     assert require_mpich() == ["mpirun.mpich"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cluster", ["slurm_single", "slurm_two_nodes"])
 @pytest.mark.parametrize("name", ["openmpi", "mpich"])
 def test_mpi_under_srun(name, cluster, mpi_hello, request):
@@ -176,6 +182,7 @@ def test_mpi_under_srun(name, cluster, mpi_hello, request):
     check_hello(out, flavour)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["openmpi", "mpich"])
 def test_mpi_under_mpirun(name, mpi_hello):
     """Plain mpirun (no Slurm): Open MPI's mpirun and MPICH's mpirun.mpich."""
@@ -202,6 +209,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_start_is_idempotent_and_stop_leaves_nothing():
     """Own cluster (own dir and ports): start twice, status, a job, stop, stop again."""
     directory = f"/tmp/dlb-slurm-life-{os.getpid()}"
@@ -237,6 +245,7 @@ def test_start_is_idempotent_and_stop_leaves_nothing():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_start_failure_is_reported_and_cleaned_up(tmp_path):
     """A slurmd that cannot start: one-line error, log tails, nothing left."""
     fakebin = tmp_path / "bin"
@@ -253,6 +262,7 @@ def test_start_failure_is_reported_and_cleaned_up(tmp_path):
     assert not cluster_processes(f"{directory}/slurm.conf")
 
 
+@pytest.mark.slow
 def test_port_in_use_is_refused(tmp_path):
     port = free_port_base(2)
     with socket.socket() as s:

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from conftest import ROOT
+from infra.helpers import ROOT
 
 SIZES = [1, 2, 5, 6, 7, 13]
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from infra.helpers import ROOT
 from runners import launchers
 from runners.cli import main
 

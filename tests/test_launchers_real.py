@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, validate_record
+from infra.helpers import ROOT, validate_record
 from infra.slurm import clean_env, require_mpich, require_openmpi
 
 pytestmark = pytest.mark.slow

@@ -1,10 +1,11 @@
 """Every model on both frameworks, for real, at a small size: the record must validate."""
 
 import json
+import math
 
 import pytest
 
-from conftest import SMALL, bench, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, bench, last_json_line, validate_record
 
 MODELS = {"alexnet": 64, "resnet50": 64, "resnet101": 64, "resnet152": 64, "inception3": 96}
 PARAMETERS = {}  # model -> {framework: trainable parameter count}, filled as tests run
@@ -25,10 +26,14 @@ def test_model_trains_and_record_validates(framework, model):
     assert throughput["total_images"] == 4
     assert throughput["images_per_sec"] == pytest.approx(4 / throughput["total_wall_time_s"])
     assert record["memory"]["host_rss_peak_bytes"] > 100 * 2**20
-    assert record["memory"]["allocator_peak_bytes"] is None  # no GPU on our machines
     fw = record["provenance"]["framework"]
-    assert fw["name"] == framework and fw["device_kind"] == "cpu" and fw["version"]
-    assert record["final_loss"] == pytest.approx(record["final_loss"])  # finite, not NaN
+    on_gpu = fw["visible_gpus"] > 0  # --device auto trains on a GPU whenever one is visible
+    assert fw["name"] == framework and fw["device_kind"] == ("gpu" if on_gpu else "cpu") and fw["version"]
+    if on_gpu:
+        assert record["memory"]["allocator_peak_bytes"] > 0 and record["memory"]["device_peak_bytes"] > 0
+    else:
+        assert record["memory"]["allocator_peak_bytes"] is None and record["memory"]["device_peak_bytes"] is None
+    assert math.isfinite(record["final_loss"])
     assert record["model"]["aux_head"] is False
     # the human summary went to stderr and ends with the throughput line
     assert "total images/sec: " in result.stderr.strip().splitlines()[-1]
@@ -123,7 +128,6 @@ def test_models_train_at_minimum_image_size():
     import sys
 
     from benchmarks.config import MODELS
-    from conftest import ROOT
 
     accepts = {}
     for framework, script in _ACCEPTS.items():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import durable
-from conftest import ROOT, SMALL, bench, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, bench, benchrun, last_json_line, validate_record
 from infra.tmpfs import fill, small_fs
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32", *SMALL]
@@ -106,11 +106,6 @@ def test_a_torn_last_line_is_cut_by_the_next_append(tmp_path, capfd):
     durable.append_jsonl(store, {"n": 3})
     assert [json.loads(line) for line in store.read_text().splitlines()] == [{"n": 1}, {"n": 3}]
     assert "cut an incomplete last line" in capfd.readouterr().err
-
-
-def benchrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def test_benchrun_outputs_are_checked_before_anything_runs(tmp_path, readonly_dir):

@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks import precision
 from benchmarks.errors import UsageError
-from conftest import SMALL, bench, last_json_line, validate_record
+from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import time
 
 from benchmarks import timing
 from benchmarks.progress import ProgressBar, step_line
-from conftest import ROOT, bench
+from infra.helpers import ROOT, bench
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32", "--batch-size", "2",
         "--num-warmup-batches", "2", "--num-batches", "4", "--num-threads", "2"]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL, bench, last_json_line, validate_record
+from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 
 def test_make_dataset_writes_an_imagefolder(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun as _benchrun, last_json_line, validate_record
+from infra.helpers import ROOT, bench, benchrun, last_json_line, validate_record
 from infra.records import RecordFactory
 
 MiB = 1024 * 1024
@@ -63,10 +63,6 @@ def store(real_record, tmp_path_factory) -> tuple[Path, Factory]:
     return path, R
 
 
-def benchrun(*args, cwd=ROOT) -> subprocess.CompletedProcess:
-    return _benchrun(*map(str, args), cwd=cwd)
-
-
 def table_row(markdown: str, *cells: str) -> str:
     """The one table line containing all `cells`."""
     rows = [line for line in markdown.splitlines() if line.startswith("|") and all(c in line for c in cells)]
@@ -82,6 +78,7 @@ def report(store, tmp_path_factory) -> tuple[Path, str, subprocess.CompletedProc
     return out, (out / "report.md").read_text(), result
 
 
+@pytest.mark.slow
 def test_report_files(report):
     out, md, result = report
     assert "is incomplete (torn write): skipped" in result.stderr
@@ -96,6 +93,7 @@ def test_report_files(report):
     assert "src='" + "data:" in page and ".png'" not in page  # self-contained
 
 
+@pytest.mark.slow
 def test_environment(report):
     md = report[1]
     assert "| records | 17 |" in md
@@ -104,6 +102,7 @@ def test_environment(report):
     assert "torch 2.14.1" in md and "tensorflow 2.14.1" in md  # name varied, version of the real record
 
 
+@pytest.mark.slow
 def test_throughput_and_memory_vs_batch(report):
     md = report[1]
     # bs2, docker, synthetic, strategy none: 9 and 11 -> mean 10, t-interval 12.706 * sd(1.414) / sqrt(2) = 12.71
@@ -117,6 +116,7 @@ def test_throughput_and_memory_vs_batch(report):
     assert "panels: framework allocator peak, host RSS peak" in md
 
 
+@pytest.mark.slow
 def test_scaling_and_table1(report):
     md = report[1]
     assert "| ddp | 2 | 0 | round-robin | 1 | 15.00 ± 0.50 | 0.750 | 00000009 | 0000000a |" in md
@@ -132,6 +132,7 @@ def test_scaling_and_table1(report):
     assert "| 0 | 1 | none | - | 2 | TRUE | 8.00 ± 0.50 | 1 | 00000005 |" in md
 
 
+@pytest.mark.slow
 def test_io_overhead(report):
     md = report[1]
     row = table_row(md, "runtime=docker", "| 20.0% |")
@@ -140,6 +141,7 @@ def test_io_overhead(report):
     assert "synthetic only (no real-data twin) — runs 00000003" in md
 
 
+@pytest.mark.slow
 def test_runtime_overhead(report):
     md = report[1]
     # Welch by hand: variances 2 and 2, se^2 = 2/2 + 2/2 = 2, t = (12 - 10) / sqrt(2) = sqrt(2),
@@ -151,6 +153,7 @@ def test_runtime_overhead(report):
     assert "only under docker — runs 00000009" in md  # ddp only ran under docker
 
 
+@pytest.mark.slow
 def test_singles_and_failures(report):
     md = report[1]
     singles = md.split("## Single-record configurations")[1].split("## Runs that did not finish")[0]
@@ -175,6 +178,7 @@ def test_report_bad_input(tmp_path):
 # -- compare -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_compare_passes_and_fails(store, tmp_path):
     R = store[1]
     base = write(tmp_path / "base.jsonl", [R(100.0, ci=1.0), R(50.0, batch=4, ci=5.0), R(70.0, batch=8)])
@@ -210,6 +214,7 @@ def test_compare_passes_and_fails(store, tmp_path):
     (["--threshold", "120%"], "between 0% and 100%"),
     (["--metrics", "speed"], "unknown metric speed"),
 ])
+@pytest.mark.slow
 def test_compare_bad_input(store, tmp_path, args, message):
     base = write(tmp_path / "b.jsonl", [store[1](10.0)])
     result = benchrun("compare", base, base, *args)
@@ -224,6 +229,7 @@ def test_compare_missing_file(tmp_path):
 # -- export ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_export_csv(store, tmp_path):
     out = tmp_path / "out" / "all.csv"
     result = benchrun("export", store[0], "--csv", out)
@@ -245,6 +251,7 @@ def test_export_csv(store, tmp_path):
 # -- bench --tensorboard -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars(tmp_path):
     logdir = tmp_path / "tb"
     result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from infra.helpers import benchrun as _benchrun
+from infra.helpers import benchrun
 from infra.records import RecordFactory
 
 from runners import dispatch, runtimes
@@ -136,10 +136,6 @@ def test_request_default_images_and_container_command(tmp_path):
     assert cmd[-3:] == ["--entrypoint", "bench", "dlbench-tensorflow:latest"] and f"{tmp_path}:/results" in cmd
 
 
-def benchrun(*args, **kw):
-    return _benchrun(*args, timeout=120, **kw)
-
-
 @pytest.mark.parametrize("args, message", [
     (["--runtime", "nope"], "unknown runtime 'nope'"),
     (["--runtime", "sarus"], "runtime 'sarus' needs 'sarus', which is not on PATH"),
@@ -175,6 +171,7 @@ def test_missing_binary_in_compare_refused_before_running(tmp_path):
     assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_compare_runtimes_and_report_print_the_same_numbers(real_record, tmp_path):
     """The machine is itself a container (every record detects docker): the runtime asked for decides."""
     R = RecordFactory(real_record)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from infra.helpers import ROOT
 
 from benchmarks.errors import UsageError
 from runners import runtimes

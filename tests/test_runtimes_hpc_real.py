@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from infra.helpers import ROOT
 from infra.slurm import skip_loudly
 
 from runners.runtimes import slurm_plugin

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCHEMA, validate_record
+from infra.helpers import ROOT, SCHEMA, validate_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)

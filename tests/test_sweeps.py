@@ -18,11 +18,12 @@ import jsonschema
 import pytest
 import yaml
 
+from infra.helpers import ROOT, benchrun
+
 from benchmarks.record import SCHEMA_FILE
 from runners import cli, store
 from runners.sweep import PlanError, expand, parse_plan
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = {"image_size": 64, "num_warmup_batches": 0, "num_batches": 1, "num_threads": 1}
 
 
@@ -35,13 +36,6 @@ def tiny_plan(**matrix) -> dict:
     bench = {**TINY, "rendezvous_port": random.randint(20000, 40000)}  # others' tests use the default port
     return {"matrix": {"framework": ["torch"], "model": ["alexnet"], "batch_size": [2], **matrix}, "bench": bench}
 
-
-def benchrun(*args, env=None, timeout=240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "runners", *map(str, args)],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )
 
 
 def lines(path: Path) -> list[dict]:
@@ -236,6 +230,7 @@ def test_dry_run_lists_commands_and_runs_nothing(tmp_path, capsys):
 
 # --- real sweeps -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sweep_stores_envelopes_and_a_rerun_skips_completed_points(tmp_path):
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
     store_path = tmp_path / "res" / "sweep.jsonl"
@@ -259,6 +254,7 @@ def test_sweep_stores_envelopes_and_a_rerun_skips_completed_points(tmp_path):
     assert store_path.read_text().count("\n") == 2
 
 
+@pytest.mark.slow
 def test_timeouts_are_retried_and_recorded(tmp_path):
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
     store_path = tmp_path / "sweep.jsonl"
@@ -274,6 +270,7 @@ def test_timeouts_are_retried_and_recorded(tmp_path):
     assert [(e["sweep"]["attempt"], e["record"]["status"]) for e in lines(store_path)][-1] == (3, "ok")
 
 
+@pytest.mark.slow
 def test_a_run_without_record_is_stored_as_failed_and_retried(tmp_path):
     marker = uuid.uuid4().hex
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
@@ -307,6 +304,7 @@ def test_a_run_without_record_is_stored_as_failed_and_retried(tmp_path):
     assert list(store.iter_records(store_path)) == [second["record"]]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
     marker = uuid.uuid4().hex
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2], ranks=[1, 2]))
@@ -353,6 +351,7 @@ def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert not marked(marker)
 
 
+@pytest.mark.slow
 def test_sigterm_stores_the_interrupted_run_and_stops(tmp_path):
     marker = uuid.uuid4().hex
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))

@@ -7,10 +7,12 @@ import os
 
 from ..cli import _Parser, integer
 from ..config import DEVICES, FRAMEWORKS, MODELS, PS_PLACEMENTS, resolve_framework
+from ..distributed import strategies
 from ..errors import UsageError, choices
 from . import BACKENDS
 
 OPS_BY_STRATEGY = {"none": ("allreduce", "pingpong", "gradients"), "ps": ("pull", "push", "ps_step")}
+PS_BACKEND = "ps"  # the parameter servers' own transport: the backend of a strategy that uses them
 DESCRIPTION = """\
 Communication microbenchmark with the frameworks' own collectives, under the same
 launchers and images as training: all-reduce over message sizes (nccl-tests'
@@ -64,7 +66,7 @@ def comm_parser() -> argparse.ArgumentParser:
 def default_backend(framework: str, strategy: str, device: str, has_gpu) -> str:
     """The backend a training run of this framework would use on this device."""
     if framework == "tensorflow":
-        return "ps" if strategy == "ps" else "collective"
+        return PS_BACKEND if strategies.get(strategy).uses_ps else "collective"
     return "nccl" if device != "cpu" and has_gpu() else "gloo"
 
 
@@ -88,19 +90,21 @@ def options_from(args):
         raise UsageError(f"--device {args.device!r} is invalid (choices: {choices(DEVICES)})")
     if args.strategy not in OPS_BY_STRATEGY:
         raise UsageError(f"--strategy {args.strategy!r} is invalid for comm (choices: {choices(OPS_BY_STRATEGY)})")
-    if args.strategy == "ps" and framework != "tensorflow":
-        raise UsageError("--strategy ps applies to --framework tensorflow only")
-    if (args.strategy == "ps") != (args.num_ps > 0):
-        raise UsageError("--strategy ps needs --num-ps 1 or more, and --num-ps needs --strategy ps")
+    strategy = strategies.get(args.strategy)
+    if not strategy.supports(framework):
+        raise UsageError(f"--strategy {args.strategy} applies to --framework {choices(strategy.frameworks)} only")
+    if strategy.uses_ps != (args.num_ps > 0):
+        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
+        raise UsageError(f"--strategy {takers} needs --num-ps 1 or more, and --num-ps needs --strategy {takers}")
     if args.ps_placement not in PS_PLACEMENTS:
         raise UsageError(f"--ps-placement {args.ps_placement!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
-    if backend not in BACKENDS and backend != "ps":
+    if backend not in BACKENDS and backend != PS_BACKEND:
         raise UsageError(f"unknown backend {backend!r} (choices: {choices(BACKENDS)})")
     if backend in BACKENDS and BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
         raise UsageError(f"--backend {backend} is not a {framework} backend (choices: {choices(valid)})")
-    if (backend == "ps") != (args.strategy == "ps"):
+    if (backend == PS_BACKEND) != strategy.uses_ps:
         raise UsageError("--backend ps goes with --strategy ps (and only it)")
     if backend not in BACKENDS:
         raise UsageError(f"no {backend!r} comm backend in this version (choices: {choices(BACKENDS)})")

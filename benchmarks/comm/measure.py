@@ -22,7 +22,7 @@ import traceback
 import numpy as np
 
 from .. import provenance
-from ..distributed import cluster
+from ..distributed import cluster, strategies
 from ..distributed import world as worlds
 from ..distributed.rendezvous import Rendezvous, report_failure
 from ..errors import EXIT_CODE_BY_STATUS, UsageError
@@ -108,7 +108,7 @@ class CommMeasurement:
             for op in self.options.ops:
                 getattr(self, f"_op_{op}")()
         finally:
-            if self.rendezvous is not None and self.options.strategy == "ps":
+            if self.rendezvous is not None and strategies.get(self.options.strategy).gathers_at_chief:
                 self.rendezvous.allgather("done", None)
             backend.close()
         if self.rendezvous is not None:
@@ -240,9 +240,9 @@ class CommMeasurement:
     def world_section(self) -> dict:
         hosts = sorted({peer["host"] for peer in self.peers}) or [socket.gethostname()]
         per_host = [sum(1 for peer in self.peers if peer["host"] == host) for host in hosts]
-        ps = self.options.strategy == "ps"
+        workers = strategies.get(self.options.strategy).workers(self.world.size, self.options.num_ps)
         return {"rank": self.world.rank, "processes": self.world.size,
-                "workers": self.world.size - (1 + self.options.num_ps if ps else 0), "num_ps": self.options.num_ps,
+                "workers": workers, "num_ps": self.options.num_ps,
                 "strategy": self.options.strategy, "launcher": self.world.launcher, "nodes": len(hosts),
                 "processes_per_node": max(per_host or [1]), "hosts": hosts}
 

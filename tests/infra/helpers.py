@@ -16,14 +16,19 @@ SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text
 SMALL = ["--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "2"]
 
 
-def run(argv: list, env: dict | None = None, timeout: float = 120, cwd=ROOT, **kwargs) -> subprocess.CompletedProcess:
-    """Any command, its output captured as text; `env` (when given) replaces the environment."""
+def _capture(argv: list, env: dict, timeout: float, cwd, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, **kwargs)
 
 
+def run(argv: list, env: dict | None = None, timeout: float = 120, cwd=ROOT, **kwargs) -> subprocess.CompletedProcess:
+    """Any command from the repository root, output captured as text; `env` adds to this environment."""
+    return _capture(argv, {**os.environ, **(env or {})}, timeout, cwd, **kwargs)
+
+
 def python_env(extra: dict | None = None) -> dict:
-    """This environment with this checkout's packages first, bench's framework choice cleared."""
+    """This environment with this checkout's packages first and bench's framework choice cleared,
+    plus `extra`."""
     env = {k: v for k, v in os.environ.items() if k != "BENCH_FRAMEWORK"}
     env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
                PYTHONUNBUFFERED="1")
@@ -31,12 +36,12 @@ def python_env(extra: dict | None = None) -> dict:
     return env
 
 
-def bench(*args, env: dict | None = None, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "benchmarks", *args], env=python_env(env), timeout=timeout, **kwargs)
+def bench(*args, env: dict | None = None, timeout: float = 600, cwd=ROOT, **kwargs) -> subprocess.CompletedProcess:
+    return _capture([sys.executable, "-m", "benchmarks", *args], python_env(env), timeout, cwd, **kwargs)
 
 
-def benchrun(*args, env: dict | None = None, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "runners", *args], env=python_env(env), timeout=timeout, **kwargs)
+def benchrun(*args, env: dict | None = None, timeout: float = 600, cwd=ROOT, **kwargs) -> subprocess.CompletedProcess:
+    return _capture([sys.executable, "-m", "runners", *args], python_env(env), timeout, cwd, **kwargs)
 
 
 def validate_record(record: dict) -> dict:
