@@ -7,9 +7,7 @@ so bad input costs milliseconds and never leaves half a result behind.
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from .dataset import validate_data_dir
 from .distributed import strategies
