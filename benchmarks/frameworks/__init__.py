@@ -16,7 +16,8 @@ BACKENDS = {
 
 
 def load(name: str, strategy=None) -> type[Framework]:
-    """The backend class for framework `name`; a strategy may name its own (TF PS: tf_ps.py)."""
+    """The backend class for framework `name`; a strategy names its own subclass where it needs one
+    (DDP, Horovod, all-reduce, TF PS: Strategy.backends)."""
     spec = (strategy.backends.get(name) if strategy is not None else None) or BACKENDS[name]
     module, _, cls = spec.partition(":")
     return getattr(importlib.import_module(module), cls)

@@ -61,8 +61,7 @@ class TensorFlowFramework(Framework):
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction="sum_over_batch_size"
         )
-        if cfg.strategy == "horovod":
-            self._init_horovod()
+        self._init_distributed()
         self._step = self._make_step()
 
     def _configure(self) -> None:
@@ -82,9 +81,10 @@ class TensorFlowFramework(Framework):
         return compilation.section("xla" if xla else "graph", "xla" if xla else "tf.function", seconds)
 
     def _make_step(self):
-        if self.config.strategy == "allreduce":
-            return tf.function(self._allreduce_step, jit_compile=False)
         return tf.function(self._train_step, jit_compile=self.config.xla, reduce_retracing=True)
+
+    def _init_distributed(self) -> None:
+        """Join the other ranks' gradient exchange (the strategy's subclass); alone: nothing."""
 
     # -- devices and strategies ------------------------------------------------------------------
 
@@ -105,15 +105,7 @@ class TensorFlowFramework(Framework):
         self.device_name = "/GPU:0" if gpus else "/CPU:0"
 
     def _make_strategy(self):
-        if self.config.strategy == "allreduce":
-            implementation = (
-                tf.distribute.experimental.CommunicationImplementation.NCCL
-                if self.gpus
-                else tf.distribute.experimental.CommunicationImplementation.RING
-            )
-            return tf.distribute.MultiWorkerMirroredStrategy(
-                communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
-            )
+        """A tf.distribute strategy (the strategy's subclass); alone: none, the model on one device."""
         return None
 
     @contextlib.contextmanager
@@ -124,15 +116,6 @@ class TensorFlowFramework(Framework):
             return
         with self.strategy.scope():
             yield
-
-    def _init_horovod(self) -> None:
-        import horovod.tensorflow as hvd
-
-        hvd.init()
-        self.hvd = hvd
-        # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
-        hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
-        hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)
 
     def _image_shape(self) -> tuple:
         s = self.config.image_size
@@ -200,10 +183,6 @@ class TensorFlowFramework(Framework):
             gradients = tape.gradient(scaled, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
         return loss
-
-    def _allreduce_step(self, images, labels):
-        per_replica = self.strategy.run(self._train_step, args=(images, labels))
-        return self.strategy.experimental_local_results(per_replica)[0]
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -296,3 +275,37 @@ class TensorFlowFramework(Framework):
         if not self.gpus:
             return AllocatorPeaks()
         return AllocatorPeaks(allocated=tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
+
+class TensorFlowAllreduceFramework(TensorFlowFramework):
+    """--strategy allreduce: MultiWorkerMirroredStrategy (ring on CPU, NCCL on GPU)."""
+
+    def _make_strategy(self):
+        implementation = (
+            tf.distribute.experimental.CommunicationImplementation.NCCL
+            if self.gpus
+            else tf.distribute.experimental.CommunicationImplementation.RING
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        )
+
+    def _make_step(self):
+        return tf.function(self._allreduce_step, jit_compile=False)
+
+    def _allreduce_step(self, images, labels):
+        per_replica = self.strategy.run(self._train_step, args=(images, labels))
+        return self.strategy.experimental_local_results(per_replica)[0]
+
+
+class TensorFlowHorovodFramework(TensorFlowFramework):
+    """--strategy horovod."""
+
+    def _init_distributed(self) -> None:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+        self.hvd = hvd
+        # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
+        hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
+        hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)

@@ -80,10 +80,7 @@ class TorchFramework(Framework):
         self.model = self._build_model().to(self.device, memory_format=self.memory_format)
         self.model.train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
-        if cfg.strategy == "ddp":
-            self._init_ddp()
-        elif cfg.strategy == "horovod":
-            self._init_horovod()
+        self._init_distributed()
         self.eager_model = self.model
         if cfg.compile:
             self.model = compilation.torch_compile(self.model, cfg.compile)
@@ -104,34 +101,8 @@ class TorchFramework(Framework):
         torch.cuda.set_device(self.gpu_ordinal(torch.cuda.device_count()))
         return torch.device("cuda", torch.cuda.current_device())
 
-    def _init_ddp(self) -> None:
-        """DistributedDataParallel: NCCL on GPU, gloo on CPU. Under torchrun (MASTER_ADDR/PORT
-        set) join its store; otherwise process 0 hosts one next to dlbench's rendezvous."""
-        import torch.distributed as dist
-
-        cfg, world = self.config, self.dist.world
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            init_method = "env://"
-        else:
-            init_method = f"tcp://{self.dist.coordinator}:{cfg.rendezvous_port + 1}"
-        dist.init_process_group(
-            "nccl" if self.device.type == "cuda" else "gloo",
-            init_method=init_method,
-            rank=world.rank,
-            world_size=world.size,
-            timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
-        )
-        self.replica = self.model
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
-
-    def _init_horovod(self) -> None:
-        import horovod.torch as hvd
-
-        hvd.init()
-        self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=self.model.named_parameters())
-        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+    def _init_distributed(self) -> None:
+        """Join the other ranks' gradient exchange (the strategy's subclass below); alone: nothing."""
 
     def parameter_checksum(self) -> str:
         digest = hashlib.sha256()
@@ -297,12 +268,55 @@ class TorchFramework(Framework):
         loader = getattr(self, "loader", None)
         if loader is not None and getattr(loader, "_iterator", None) is not None:
             loader._iterator._shutdown_workers()
-        if self.config.strategy == "ddp":
-            import torch.distributed as dist
+        self._close_distributed()
 
-            if dist.is_initialized():
-                dist.destroy_process_group()
-        elif self.config.strategy == "horovod":
-            import horovod.torch as hvd
+    def _close_distributed(self) -> None:
+        """Leave the gradient exchange (subclasses)."""
 
-            hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it
+
+class TorchDdpFramework(TorchFramework):
+    """--strategy ddp."""
+
+    def _init_distributed(self) -> None:
+        """DistributedDataParallel: NCCL on GPU, gloo on CPU. Under torchrun (MASTER_ADDR/PORT
+        set) join its store; otherwise process 0 hosts one next to dlbench's rendezvous."""
+        import torch.distributed as dist
+
+        cfg, world = self.config, self.dist.world
+        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+            init_method = "env://"
+        else:
+            init_method = f"tcp://{self.dist.coordinator}:{cfg.rendezvous_port + 1}"
+        dist.init_process_group(
+            "nccl" if self.device.type == "cuda" else "gloo",
+            init_method=init_method,
+            rank=world.rank,
+            world_size=world.size,
+            timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
+        )
+        self.replica = self.model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
+
+    def _close_distributed(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class TorchHorovodFramework(TorchFramework):
+    """--strategy horovod."""
+
+    def _init_distributed(self) -> None:
+        import horovod.torch as hvd
+
+        hvd.init()
+        self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=self.model.named_parameters())
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    def _close_distributed(self) -> None:
+        import horovod.torch as hvd
+
+        hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it

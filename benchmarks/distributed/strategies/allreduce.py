@@ -9,3 +9,4 @@ class AllreduceStrategy(Strategy):
     name = "allreduce"
     frameworks = ("tensorflow",)
     tf_cluster = True
+    backends = {"tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowAllreduceFramework"}

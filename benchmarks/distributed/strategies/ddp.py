@@ -8,3 +8,4 @@ from .base import Strategy
 class DdpStrategy(Strategy):
     name = "ddp"
     frameworks = ("torch",)
+    backends = {"torch": "benchmarks.frameworks.torch_backend:TorchDdpFramework"}

@@ -8,3 +8,5 @@ from .base import Strategy
 class HorovodStrategy(Strategy):
     name = "horovod"
     frameworks = ("torch", "tensorflow")
+    backends = {"torch": "benchmarks.frameworks.torch_backend:TorchHorovodFramework",
+                "tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowHorovodFramework"}
