@@ -12,6 +12,7 @@ def test_parse_vm_hwm_reads_kilobytes():
 
 
 def test_host_rss_peak_grows_with_allocation_and_resets():
+    memory.reset_host_rss_peak()  # earlier tests in this process may have left the peak far above the RSS
     before = memory.host_rss_peak_bytes()
     block = bytearray(64 * 2**20)
     block[::4096] = b"x" * len(block[::4096])  # touch every page
