@@ -22,7 +22,7 @@ import pytest
 
 from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
 from infra.helpers import run
-from infra.images import BASE_IMAGE, IMAGES
+from infra.images import BASE_IMAGE, IMAGES, VERSION
 
 C = ROOT / "containers"
 SERVICES = {"torch": "torch-bench", "tensorflow": "tf-bench"}
