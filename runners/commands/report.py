@@ -26,9 +26,27 @@ MiB = 1024 * 1024
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stores", nargs="+", help="bench JSONL files or sweep stores")
+    p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
     p.add_argument("--out", required=True, help="directory for report.md, report.html and the PNGs (created)")
+    add_selection(p)
     p.set_defaults(run=run)
+
+
+def add_selection(p) -> None:
+    """--where/--since/--until, shared by report, compare and export (docs/reports.md)."""
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
+                   help=f"only records whose FIELD is one of the VALUEs; repeatable, all must hold "
+                        f"(fields: {', '.join(reports.WHERE_FIELDS)})")
+    p.add_argument("--since", metavar="DATE", help="only records with timestamp_utc >= DATE (ISO date or date-time, UTC)")
+    p.add_argument("--until", metavar="DATE", help="only records with timestamp_utc < DATE")
+
+
+def selection(args) -> dict:
+    """load()'s keyword arguments from add_selection's options."""
+    from ..columnar import timestamp
+
+    return {"where": args.where, "since": args.since and timestamp(args.since, "--since"),
+            "until": args.until and timestamp(args.until, "--until")}
 
 
 class Document:
@@ -141,12 +159,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
                 doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
                                   "(memory kinds that are null in every record are omitted)")
         rows = []
+        shown = reports.varying([reports.key_of(r) for r in good], ("batch_size", "framework", "model"))
         for key, rs in reports.group(good).items():
             k = dict(zip(reports.KEY_FIELDS, key))
             tp = reports.throughput(rs)
             mems = [reports.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
-            rows.append([k["batch_size"], _short(k, reports.varying([reports.key_of(r) for r in good],
-                                                                  ("batch_size", "framework", "model"))) or "-",
+            rows.append([k["batch_size"], _short(k, shown) or "-",
                          tp.n, tp.text(), tp.method,
                          *("n/a" if m is None else m.text(MiB, 0) for m in mems), tp.ids])
         if rows:
@@ -285,9 +303,10 @@ def run(args) -> int:
     from benchmarks.durable import check_dir
 
     check_dir(args.out, "--out")
-    records = reports.load(args.stores)
+    records = reports.load(args.stores, **selection(args))
     if not records:
-        raise UsageError(f"no records in {', '.join(args.stores)}")
+        chosen = " matching --where/--since/--until" if args.where or args.since or args.until else ""
+        raise UsageError(f"no records{chosen} in {', '.join(args.stores)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = build(records, args.stores, out)
