@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -201,14 +201,15 @@ class Provenance(_Model):
 
 
 class ErrorInfo(_Model):
-    kind: Literal["oom", "crash", "timeout", "interrupted"]
+    kind: Literal["oom", "crash", "timeout", "interrupted", "environment"] = Field(
+        description="environment (1.6): a fault outside the run ended it (container daemon gone, node failed); benchrun writes it")
     message: str
     exit_code: Optional[int] = None
     signal: Optional[str] = None
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.5"] = SCHEMA_VERSION
+    schema_version: Literal["1.6"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
