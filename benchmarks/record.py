@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -217,14 +217,15 @@ class Provenance(_Model):
 
 
 class ErrorInfo(_Model):
-    kind: Literal["oom", "crash", "timeout", "interrupted"]
+    kind: Literal["oom", "crash", "timeout", "interrupted", "environment"] = Field(
+        description="environment (1.6): a fault outside the run ended it (container daemon gone, node failed); benchrun writes it")
     message: str
     exit_code: Optional[int] = None
     signal: Optional[str] = None
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.6"] = SCHEMA_VERSION
+    schema_version: Literal["1.7"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -244,7 +245,7 @@ class ResultRecord(_Model):
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
     compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
-    flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.6)")
+    flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

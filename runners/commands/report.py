@@ -120,7 +120,7 @@ EFFICIENCY_HEADERS = ("model FLOP/s", "MFU")
 
 def efficiency_cells(records: list[dict], kind: str) -> list[str]:
     """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU) and MFU, mean ± CI; n/a where
-    no record has them (a CPU has no MFU; records before schema 1.6 no FLOPs)."""
+    no record has them (a CPU has no MFU; records before schema 1.7 no FLOPs)."""
     rate = reports.metric(records, "flops", "achieved_flops_per_sec")
     mfu = reports.metric(records, "flops", "mfu")
     scale, unit = (1e12, "TFLOP/s") if kind == "gpu" else (1e9, "GFLOP/s")
