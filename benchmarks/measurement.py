@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import frameworks, memory, record, stats, timing
+from . import flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
 from .distributed import cluster, strategies
 from .distributed import world as worlds
@@ -286,8 +286,10 @@ class Measurement:
             checksums = [peer["checksum"] for peer in everyone]
             memories = [peer["memory"] for peer in everyone]
             traces = [peer.get("trace") for peer in everyone]
+        totals = aggregate(per_rank, cfg.batch_size)
         result = {
-            **aggregate(per_rank, cfg.batch_size),
+            **totals,
+            "flops": self._flops(totals["throughput"]["images_per_sec"]),
             "memory": max_memory(memories),
             "final_loss": backend.loss_value(loops[-1].last_loss),
             "ranks": rank_rows(per_rank, ranks, self.peers),
@@ -326,6 +328,18 @@ class Measurement:
             progress(f"warning: --trace: {type(error).__name__}: {error}")
             return {"rank": rank, "error": f"{type(error).__name__}: {error}"}
         return summary
+
+    def _flops(self, images_per_sec: float) -> dict:
+        """Counted after the timed loops (never inside one); a count that fails leaves its reason."""
+        counted, reason = None, None
+        try:
+            counted = self.backend.count_flops()
+        except Exception as error:  # noqa: BLE001 - the measurement stands without a FLOP count
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            progress(f"warning: FLOPs not counted: {reason}")
+        framework = framework_info(self.backend)
+        return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
+                             max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
