@@ -252,10 +252,11 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
                          *(ms(loss.parts[name]) for name in reports.LOSS_PARTS),
                          "n/a" if p is None else f"{ms(p.seconds)} ({p.how}, comm {p.run})",
                          reports.fmt_fraction(loss.overlap_fraction),
+                         " | ".join("n/a" if x is None else f"{x:.2f}" for x in loss.stretch),
                          f"{ms(loss.residual)} ({100 * loss.residual / loss.t_n:+.1f}% of T(N)): {check}",
                          f"{loss.runs} | {loss.baseline_runs}"])
         doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{reports.LOSS_LABELS[n]} ms" for n in reports.LOSS_PARTS),
-                   "predicted all-reduce ms", "comm hidden", "unexplained", "runs (N | 1)"], rows)
+                   "predicted all-reduce ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
         doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
         doc.bullets([reports.verdict(loss) for loss in members])
 
