@@ -135,6 +135,7 @@ def supervise(
     tensorboard: str | None = None,
     data_scan: dict | None = None,
     display_every: int = 0,
+    trace: dict | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -150,6 +151,7 @@ def supervise(
                     "tensorboard": tensorboard,
                     "data_scan": data_scan,
                     "display_every": display_every,
+                    "trace": trace,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }
