@@ -22,6 +22,7 @@ from .config import (
     PRECISIONS,
     PS_PLACEMENTS,
     STRATEGIES,
+    TRACING_FRAMEWORKS,
     build_config,
 )
 from .distributed import strategies
@@ -128,6 +129,11 @@ def bench_parser() -> argparse.ArgumentParser:
     out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
     out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
                      "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
+    out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
+                     "steps with the framework's profiler on every rank and write, under DIR/<run id>/, each rank's trace "
+                     "(rank-R.pt.trace.json) and a summary (rank-R.summary.json: compute, communication, exposed "
+                     "communication, overlap, input, idle per step), referenced by the record's `trace` (torch)")
+    out.add_argument("--trace-steps", type=integer, default=3, metavar="K", help="steps profiled by --trace (default: 3)")
     out.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     return p
 
@@ -191,6 +197,10 @@ def run_benchmark(argv: list[str]) -> int:
 
     if args.output is not None:
         check_file(args.output, "--output")
+    if args.trace_steps < 1:
+        raise UsageError(f"--trace-steps must be at least 1, got {args.trace_steps}")
+    if args.trace is not None:
+        check_dir(args.trace, "--trace")
     if args.tensorboard is not None:
         check_dir(args.tensorboard, "--tensorboard")
         from .tensorboard import BACKENDS, available
@@ -198,6 +208,9 @@ def run_benchmark(argv: list[str]) -> int:
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
     config = config_of(args)
+    if args.trace is not None and config.framework not in TRACING_FRAMEWORKS:
+        raise UsageError(f"--trace: no step profiler for --framework {config.framework} in this version "
+                         f"(choices: {choices(TRACING_FRAMEWORKS)})")
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images
@@ -222,7 +235,8 @@ def run_benchmark(argv: list[str]) -> int:
         }
         result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=timeout_s, data_scan=data_scan,
                                       display_every=args.display_every,
-                                      tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
+                                      tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
+                                      trace={"dir": str(Path(args.trace).resolve()), "steps": args.trace_steps} if args.trace else None)
         if result is None:
             return None, exit_code
         if result["world"]["rank"] != 0:  # process 0 writes the run's one record

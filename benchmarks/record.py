@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -87,8 +87,8 @@ class RepeatResult(_Model):
     step_time_s: StatsRecord
     input_wait_s: StatsRecord
     input_wait_fraction: float = Field(description="sum of input waits / wall time")
-    joules: Optional[float] = Field(default=None, description="energy of this timed loop, summed over ranks (energy.source); null where not measured (1.8)")
-    device_state: Optional["DeviceState"] = Field(default=None, description="GPU temperature, SM clock, power and power limit while this loop ran, min/max over the NVML samples of every rank; null without NVML (1.8)")
+    joules: Optional[float] = Field(default=None, description="energy of this timed loop, summed over ranks (energy.source); null where not measured (1.9)")
+    device_state: Optional["DeviceState"] = Field(default=None, description="GPU temperature, SM clock, power and power limit while this loop ran, min/max over the NVML samples of every rank; null without NVML (1.9)")
 
 
 class Range(_Model):
@@ -190,6 +190,34 @@ class CompileInfo(_Model):
     graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
 
 
+class TraceStep(_Model):
+    step_s: float = Field(description="the profiled step, input fetch included")
+    compute_s: float = Field(description="framework compute ops (CPU: the training thread's ops; GPU: HTA compute kernels)")
+    communication_s: float = Field(description="collectives in flight, hidden or not")
+    exposed_communication_s: float = Field(description="communication overlapping neither compute nor input")
+    overlap_s: float = Field(description="communication hidden under compute")
+    input_s: float = Field(description="fetching the batch")
+    idle_s: float = Field(description="step - compute - input - exposed communication")
+
+
+class TraceRank(_Model):
+    rank: int
+    trace_file: Optional[str] = Field(default=None, description="the profiler's trace, in trace.dir")
+    summary_file: Optional[str] = Field(default=None, description="this entry as JSON, in trace.dir")
+    source: Optional[Literal["profiler-events", "hta"]] = Field(default=None, description="who split the time: the profiler's CPU events (benchmarks/trace.py) or HolisticTraceAnalysis (GPU)")
+    note: Optional[str] = None
+    error: Optional[str] = Field(default=None, description="why this rank has no trace (the measurement stands)")
+    steps: list[TraceStep] = Field(default_factory=list, description="per profiled step")
+    mean: Optional[TraceStep] = None
+    overlap_fraction: Optional[float] = Field(default=None, description="overlap / communication (null: no communication)")
+
+
+class TraceInfo(_Model):
+    dir: str = Field(description="--trace DIR/<run id>, as seen by process 0")
+    steps: int = Field(description="--trace-steps: steps profiled after the timed loops")
+    ranks: list[Optional[TraceRank]] = Field(description="per training rank, in `ranks[]` order")
+
+
 class FlopsInfo(_Model):
     forward_per_image: Optional[float] = Field(description="FLOPs of one forward pass per image at image_size, counted by the framework (convolutions and matrix products, 2 per multiply-add)")
     training_step_per_image: Optional[float] = Field(description="forward + backward FLOPs per image of one training step, counted (torch); null where the framework counts the forward only")
@@ -260,7 +288,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.8"] = SCHEMA_VERSION
+    schema_version: Literal["1.9"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -280,9 +308,10 @@ class ResultRecord(_Model):
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
     compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
-    energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed (1.8)")
+    energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed (1.9)")
     flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
-    batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.8)")
+    batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
+    trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

@@ -84,7 +84,7 @@ def test_report_files(report):
     assert "is incomplete (torn write): skipped" in result.stderr
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "runtimes-1.png", "scaling-1.png", "scaling-2.png",
-                    "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png"]
+                    "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png", *(f"why-{i}.png" for i in (1, 2, 3, 4))]
     for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in md

@@ -276,6 +276,18 @@ class TorchFramework(Framework):
             self.compile_state["graphs_at_end"] = compilation.dynamo_counts()[1]  # more: it recompiled later
         return super().record_sections()
 
+    trace_suffix = ".pt.trace.json"  # HTA's and TensorBoard's name for torch.profiler traces
+
+    def profile_steps(self, batches, num_steps: int, path) -> None:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        from ..trace import annotation
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as profiler:
+            self.timed_loop(batches, num_steps, annotate=lambda kind, index: record_function(annotation(kind, index)))
+        profiler.export_chrome_trace(str(path))
+
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
