@@ -177,6 +177,7 @@ class DeviceMemoryMonitor:
         from .energy import Ranges
 
         devices = nvml_devices(cuda_ordinals, env)
+        self._on_gpu = bool(cuda_ordinals)
         self._handles = nvml_handles(devices) if devices else None
         self.ranges = Ranges()
         self._unsupported: set = set()  # quantities these GPUs do not report
@@ -193,9 +194,9 @@ class DeviceMemoryMonitor:
         """This rank's energy.EnergyMeter: NVML on a GPU, RAPL on a CPU, or null with the reason."""
         from . import energy
 
-        if self._sampler is None:
+        if not self._on_gpu:
             return energy.cpu_meter()
-        return energy.gpu_meter(self._handles, self.ranges.reset, self.ranges.integrated)
+        return energy.gpu_meter(self._handles, self.ranges.reset, self.ranges.integrated)  # no NVML: null, not RAPL
 
     def begin_repeat(self) -> None:
         self.ranges.reset()

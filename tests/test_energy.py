@@ -162,3 +162,12 @@ def test_monitor_thread_feeds_state_and_energy(monkeypatch, has_counter):
     else:  # 250 W for about 0.2 s
         assert 10 < reading.joules < 100
     assert state["power_w"] == {"min": 250.0, "max": 250.0} and state["temperature_c"] == {"min": 70, "max": 70}
+
+
+def test_gpu_run_without_nvml_is_null_not_cpu_energy(monkeypatch):
+    from benchmarks import memory
+
+    monkeypatch.setattr(memory, "nvml_handles", lambda devices: None)  # no driver library
+    monitor = memory.DeviceMemoryMonitor((0,), {})
+    reading = monitor.energy_meter().stop()
+    assert reading.joules is None and "NVML" in reading.reason and monitor.repeat_state() is None
