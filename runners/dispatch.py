@@ -250,8 +250,10 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         record = json.loads(lines[-1]) if lines else None
         fault = None
         if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
+            # (a dockerd being stopped closes its API before it stops its containers: asked at once)
             fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
         return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
+

@@ -394,6 +394,11 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
     return [(dict(zip(KEY_FIELDS, key)), rs[0]) for key, rs in group(ok(records)).items() if len(rs) == 1]
 
 
+def max_batch_answers(records: Iterable[dict]) -> list[dict]:
+    """The final probe record of each --find-max-batch search (batch_search.final), by search."""
+    return [r for r in records if (r.get("batch_search") or {}).get("final")]
+
+
 def failures(records: list[dict]) -> list[dict]:
     return [r for r in records if r["status"] != "ok"]
 

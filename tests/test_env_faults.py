@@ -22,6 +22,7 @@ from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 from infra.tmpfs import fill, small_fs
 
 from benchmarks import durable
+from benchmarks.processes import parent
 from runners.commands.sweep import pending_name
 
 pytestmark = pytest.mark.slow
@@ -61,12 +62,6 @@ def environ(pid: int) -> bytes:
         return Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return b""
-
-
-def parent(pid: int) -> int | None:
-    from benchmarks.processes import parent as parent_of
-
-    return parent_of(pid)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -162,3 +157,4 @@ def test_slurm_node_dies_mid_run(private_slurm):
     assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
     assert "node2" in record["error"]["message"]
     wait_for(lambda: not marked(marker), 30, "ranks left behind")
+
