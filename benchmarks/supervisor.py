@@ -135,6 +135,7 @@ def supervise(
     tensorboard: str | None = None,
     data_scan: dict | None = None,
     display_every: int = 0,
+    trace: dict | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -150,12 +151,16 @@ def supervise(
                     "tensorboard": tensorboard,
                     "data_scan": data_scan,
                     "display_every": display_every,
+                    "trace": trace,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }
             )
         )
-        previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+        # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
+        pending: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum))
+                    for s in (signal.SIGTERM, signal.SIGINT)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
             stdout=subprocess.PIPE,
@@ -178,6 +183,10 @@ def supervise(
         address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start()
         status, error = None, None
         try:
+            for sig in previous:
+                signal.signal(sig, _raise_interrupted)
+            if pending:
+                raise Interrupted(pending[0])
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             stop_process_group(proc)

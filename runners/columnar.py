@@ -72,9 +72,17 @@ def _tree(paths: Iterable[str]) -> dict:
 
 
 def _type(node: dict, tree: dict, where: str) -> str:
-    node = _resolve(node)
+    """The DuckDB type of `node` holding the paths in `tree`; an empty tree at an object: all of it."""
+    try:
+        node = _resolve(node)
+    except ValueError:
+        if tree:
+            raise
+        return "JSON"  # several types (a union): kept as JSON text
     if node.get("type") == "array":
         return _type(node["items"], tree, where) + "[]"
+    if not tree and node.get("type") == "object" and node.get("properties"):
+        tree = {name: {} for name in node["properties"]}
     if tree:
         fields = []
         for name, sub in tree.items():
@@ -82,9 +90,7 @@ def _type(node: dict, tree: dict, where: str) -> str:
                 raise ValueError(f"{where}.{name} is not in the record schema")
             fields.append(f'"{name}" {_type(node["properties"][name], sub, f"{where}.{name}")}')
         return f"STRUCT({', '.join(fields)})"
-    if node.get("type") not in SCALARS:
-        raise ValueError(f"{where}: no scalar type in the record schema")
-    return SCALARS[node["type"]]
+    return SCALARS.get(node.get("type"), "JSON")  # free-form values: JSON text
 
 
 def columns(paths: Iterable[str]) -> dict[str, str]:
@@ -270,7 +276,8 @@ def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Callable
             env[f"cache_{name}"] = {}
             parts.append(f'"{name}": None if row[{at}] is None else (cache_{name}.get(row[{at}]) '
                          f'or cache_{name}.setdefault(row[{at}], loads(row[{at}])))')
-        elif kind.startswith("STRUCT(") and kind.endswith(")") and "STRUCT(" not in kind[7:] and "[]" not in kind:
+        elif kind.startswith("STRUCT(") and kind.endswith(")") and all(
+                f.split('" ', 1)[1] in SCALARS.values() for f in kind[7:-1].split(", ")):  # flat: fields and a flag
             fields = [f.split('"')[1] for f in kind[7:-1].split(", ")]
             select.append(f'r."{name}" IS NULL')
             select.extend(f'r."{name}"."{field}"' for field in fields)

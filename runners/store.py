@@ -30,8 +30,9 @@ def is_envelope(obj: dict) -> bool:
     return isinstance(obj, dict) and "sweep" in obj and "record" in obj
 
 
-def _lines(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """(line number, object) per line, streamed: memory stays one line, whatever the store's size."""
+def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) per line, streamed: memory stays one line, whatever the store's size.
+    With `mentioning`, complete lines without those bytes are passed over unparsed (and unchecked)."""
     with open(path, "rb") as f:
         number = 0
         for raw in f:
@@ -40,7 +41,7 @@ def _lines(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
                 if raw.strip():
                     warnings.warn(f"{path}: line {number} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)
                 return
-            if not raw.strip():
+            if not raw.strip() or (mentioning is not None and mentioning not in raw):
                 continue
             try:
                 obj = json.loads(raw)
@@ -86,18 +87,19 @@ def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:
     return f"{path}: line {number} {message}", keep
 
 
-def iter_entries(path: str | os.PathLike) -> Iterator[dict]:
-    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}."""
-    for _, obj in _lines(path):
+def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
+    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}
+    (with `mentioning`: the lines holding those bytes)."""
+    for _, obj in _lines(path, mentioning):
         if is_envelope(obj):
             yield {"sweep": obj["sweep"], "record": obj["record"], "error": obj.get("error")}
         else:
             yield {"sweep": None, "record": obj, "error": None}
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[dict]:
+def iter_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
     """The bench records in a plain or sweep JSONL store, in file order (envelopes without a record skipped)."""
-    for entry in iter_entries(path):
+    for entry in iter_entries(path, mentioning):
         if entry["record"] is not None:
             yield entry["record"]
 

@@ -23,7 +23,7 @@ from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
-                 "xla", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
+                 "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
 
 # column name -> a dotted path into the record, or (SQL over the record `r` of runners.columnar, the paths it reads)
 COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
@@ -54,6 +54,12 @@ COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "memory.host_rss_peak_bytes": "memory.host_rss_peak_bytes",
     "memory.host_rss_peak_since": "memory.host_rss_peak_since",
     "final_loss": "final_loss",
+    "precision.effective": "precision.effective",
+    "flops.forward_per_image": "flops.forward_per_image",
+    "flops.achieved_flops_per_sec": "flops.achieved_flops_per_sec",
+    "flops.mfu": "flops.mfu",
+    "energy.joules": "energy.joules",
+    "energy.images_per_joule": "energy.images_per_joule",
     "world.workers": "world.workers",
     "world.processes": "world.processes",
     "world.num_ps": "world.num_ps",
