@@ -42,7 +42,7 @@ def test_columnar_reader_gives_the_python_readers_tables_on_the_case_study(tmp_p
 
 
 def test_export_csv_is_the_python_readers_on_the_case_study(tmp_path):
-    # results.csv was written by `benchrun export` before the DuckDB reader (commit 9b8b5fc)
+    # results.csv was written by `benchrun export` before the DuckDB reader (main at 1188257)
     result = benchrun("export", STORE, "--csv", tmp_path / "all.csv", "--parquet", tmp_path / "all.parquet")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "all.csv").read_bytes() == (CASE / "results.csv").read_bytes()
