@@ -9,6 +9,7 @@ and multi-rank totals computed from every rank's own loop (aggregate()).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import flops, frameworks, memory, record, stats, timing
+from . import energy, flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
 from .distributed import cluster, strategies
 from .distributed import world as worlds
@@ -78,6 +79,8 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
                 "step_time_s": stats.Stats.of(steps).as_dict(),
                 "input_wait_s": stats.Stats.of(waits).as_dict(),
                 "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
+                "joules": energy.repeat_joules(loops),
+                "device_state": energy.merge_states([loop.get("device_state") for loop in loops]),
             }
         )
     rates = [rep["images_per_sec"] for rep in repeats]
@@ -148,6 +151,7 @@ class Measurement:
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
+        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
     # -- meeting the other ranks -----------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class Measurement:
         coordinator = worlds.coordinator_host(world)
         me = {
             "address": cluster.my_address(world),
-            "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "host": self.host,
             "role": role.as_dict(),
             "config": config_digest(cfg),
             "run_id": self.base["run_id"],  # process 0's names the run's --trace directory
@@ -239,17 +243,23 @@ class Measurement:
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
-        loops = []
+        loops, energies, states = [], [], []
+        meter = monitor.energy_meter()
         for index in range(cfg.repeats):
             self.mllog.start("epoch_start", index, repeat=index)
+            monitor.begin_repeat()
+            meter.start()  # at the ends of the timed loop, which synchronises the device at both
             loop = backend.timed_loop(batches, cfg.num_batches, **self._display(f"repeat {index + 1}", cfg.num_batches))
+            energies.append({**dataclasses.asdict(meter.stop()), "host": self.host})
+            states.append(monitor.repeat_state())
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
             progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
         peaks = backend.peak_memory()
         local = {
-            "loops": [loop_payload(loop) for loop in loops],
+            "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
+                      for loop, reading, state in zip(loops, energies, states)],
             "checksum": backend.parameter_checksum(),
             "memory": {
                 "allocator_peak_bytes": peaks.allocated,
@@ -290,6 +300,7 @@ class Measurement:
         result = {
             **totals,
             "flops": self._flops(totals["throughput"]["images_per_sec"]),
+            "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
             "memory": max_memory(memories),
             "final_loss": backend.loss_value(loops[-1].last_loss),
             "ranks": rank_rows(per_rank, ranks, self.peers),

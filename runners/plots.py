@@ -93,6 +93,12 @@ def throughput_vs_batch(records: list[dict], framework: str, model: str, path: P
             errs.append(summary.ci or 0.0)
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
     _oom_marks(ax, ooms, 0.0)
+    for answer in reports.max_batch_answers(records):
+        search = answer["batch_search"]
+        if search["max_batch"] is not None:
+            ax.axvline(search["max_batch"], linestyle="--", color="green",
+                       label=f"max batch {search['max_batch']} (search {search['search_id'][:reports.ID_PREFIX]})")
+            batches.append(search["max_batch"])
     _batch_axis(ax, batches)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("batch size (images per step per worker)")

@@ -394,6 +394,11 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
     return [(dict(zip(KEY_FIELDS, key)), rs[0]) for key, rs in group(ok(records)).items() if len(rs) == 1]
 
 
+def max_batch_answers(records: Iterable[dict]) -> list[dict]:
+    """The final probe record of each --find-max-batch search (batch_search.final), by search."""
+    return [r for r in records if (r.get("batch_search") or {}).get("final")]
+
+
 def failures(records: list[dict]) -> list[dict]:
     return [r for r in records if r["status"] != "ok"]
 
@@ -428,6 +433,7 @@ class ScalingLoss:
     traced: bool  # both sides have usable traces (else only input wait and the remainder)
     predicted: Predicted | None
     overlap_fraction: float | None  # communication hidden under compute, at N
+    stretch: tuple[float | None, float | None]  # traced step / timed step at N and at 1 (profiler overhead)
     runs: str
     baseline_runs: str
 
@@ -467,27 +473,32 @@ def traced_ranks(record: dict) -> list[dict]:
 
 
 def trace_parts(record: dict) -> dict | None:
-    """Per-step parts from a record's traces, scaled to its timed-loop step time (the profiler's own
-    overhead stretches traced steps; the split is taken as fractions of them). Per profiled step:
-    straggler = slowest rank's compute - the median rank's; exposed communication = the slowest
-    rank's (it waits least for the others); compute and idle = the median over ranks."""
+    """Per-step parts from a record's traces. Per profiled step, the slowest rank (most compute) is
+    the one the others wait for, so the step is its step: straggler wait = its compute - the median
+    rank's compute, compute = the median rank's, exposed communication and idle = its own (it waits
+    least for the others, so its exposed communication is the transfer itself). These add up to its
+    step minus its traced input fetch. The profiler stretches traced steps, so every part is scaled
+    by timed step / traced step (`stretch` = the inverse, shown in the report)."""
     ranks = traced_ranks(record)
     if not ranks:
         return None
     num_steps = min(len(r["steps"]) for r in ranks)
-    scale = record["step_time_s"]["mean"] / _mean([s["step_s"] for r in ranks for s in r["steps"][:num_steps]])
     per_step = []
     for index in range(num_steps):
         steps = [r["steps"][index] for r in ranks]
         computes = [s["compute_s"] for s in steps]
         slowest = max(steps, key=lambda s: s["compute_s"])
         per_step.append({
-            "straggler_wait": max(computes) - _median(computes),
+            "step": slowest["step_s"],
+            "straggler_wait": slowest["compute_s"] - _median(computes),
             "exposed_communication": slowest["exposed_communication_s"],
             "compute": _median(computes),
-            "idle": _median([s["idle_s"] for s in steps]),
+            "idle": slowest["idle_s"],
         })
-    parts = {name: scale * _mean([p[name] for p in per_step]) for name in per_step[0]}
+    traced_step = _mean([p["step"] for p in per_step])
+    scale = record["step_time_s"]["mean"] / traced_step
+    parts = {name: scale * _mean([p[name] for p in per_step]) for name in per_step[0] if name != "step"}
+    parts["stretch"] = 1 / scale
     fractions = [r["overlap_fraction"] for r in ranks if r.get("overlap_fraction") is not None]
     parts["overlap_fraction"] = _mean(fractions) if fractions else None
     return parts
@@ -570,8 +581,9 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
                          idle=at_n["idle"] - at_1["idle"])
             overlaps = [p["overlap_fraction"] for p in traced_n if p["overlap_fraction"] is not None]
             overlap = _mean(overlaps) if overlaps else None
+        stretch = tuple(_mean([p["stretch"] for p in side]) if side else None for side in (traced_n, traced_1))
         out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_allreduce(members[0], comm_records),
-                               overlap, ids(members), ids(twins)))
+                               overlap, stretch, ids(members), ids(twins)))
     return out
 
 

@@ -296,7 +296,17 @@ class TorchFramework(Framework):
         return float(loss.float().item())
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+        return (isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+                or self._onednn_out_of_address_space(error))
+
+    @staticmethod
+    def _onednn_out_of_address_space(error: BaseException) -> bool:
+        """oneDNN reports a failed allocation only as "could not create a primitive"; near the
+        `ulimit -v` limit that is an out-of-memory (the supervisor's rule for native crashes)."""
+        from ..memory import near_address_space_limit
+        from ..supervisor import AS_LIMIT_NEAR
+
+        return "could not create a primitive" in str(error) and near_address_space_limit(AS_LIMIT_NEAR) is not None
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":

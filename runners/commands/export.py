@@ -65,6 +65,8 @@ COLUMNS: dict[str, object] = {
     "flops.forward_per_image": "flops.forward_per_image",
     "flops.achieved_flops_per_sec": "flops.achieved_flops_per_sec",
     "flops.mfu": "flops.mfu",
+    "energy.joules": "energy.joules",
+    "energy.images_per_joule": "energy.images_per_joule",
     "world.workers": "world.workers",
     "world.processes": "world.processes",
     "world.num_ps": "world.num_ps",

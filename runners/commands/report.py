@@ -117,17 +117,19 @@ def _missing(items) -> list[str]:
     return [f"{_short(key, key)}: {why} — runs {reports.ids(rs)}" for key, why, rs in items]
 
 
-EFFICIENCY_HEADERS = ("model FLOP/s", "MFU")
+EFFICIENCY_HEADERS = ("model FLOP/s", "MFU", "images/J")
 
 
 def efficiency_cells(records: list[dict], kind: str) -> list[str]:
-    """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU) and MFU, mean ± CI; n/a where
-    no record has them (a CPU has no MFU; records before schema 1.7 no FLOPs)."""
+    """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU), MFU and images per joule, mean ± CI;
+    n/a where no record has them (a CPU has no MFU, a host without RAPL no energy, older records neither)."""
     rate = reports.metric(records, "flops", "achieved_flops_per_sec")
     mfu = reports.metric(records, "flops", "mfu")
+    per_joule = reports.metric(records, "energy", "images_per_joule")
     scale, unit = (1e12, "TFLOP/s") if kind == "gpu" else (1e9, "GFLOP/s")
     return ["n/a" if rate is None else f"{rate.text(scale, 1)} {unit}",
-            "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%"]
+            "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%",
+            "n/a" if per_joule is None else per_joule.text(1, 3)]
 
 
 def section_environment(doc: Document, records: list[dict]) -> None:
@@ -169,6 +171,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
             doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",
                        *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), *EFFICIENCY_HEADERS, "runs"],
                       sorted(rows, key=lambda r: r[0]))
+        answers = reports.max_batch_answers(members)
+        if answers:
+            doc.para("Largest batch that fits (bench --find-max-batch; green dashed line): " + "; ".join(
+                f"{a['batch_search']['max_batch'] if a['batch_search']['max_batch'] is not None else 'none'} "
+                f"(search {a['batch_search']['search_id'][:reports.ID_PREFIX]}: {a['batch_search']['stop_reason']}, "
+                f"{a['batch_search']['probe']} probes)" for a in answers))
         if ooms:
             doc.para("Out of memory at: " + "; ".join(
                 f"batch {r['config']['batch_size']} ({r['run_id'][:reports.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
@@ -252,10 +260,11 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
                          *(ms(loss.parts[name]) for name in reports.LOSS_PARTS),
                          "n/a" if p is None else f"{ms(p.seconds)} ({p.how}, comm {p.run})",
                          reports.fmt_fraction(loss.overlap_fraction),
+                         " | ".join("n/a" if x is None else f"{x:.2f}" for x in loss.stretch),
                          f"{ms(loss.residual)} ({100 * loss.residual / loss.t_n:+.1f}% of T(N)): {check}",
                          f"{loss.runs} | {loss.baseline_runs}"])
         doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{reports.LOSS_LABELS[n]} ms" for n in reports.LOSS_PARTS),
-                   "predicted all-reduce ms", "comm hidden", "unexplained", "runs (N | 1)"], rows)
+                   "predicted all-reduce ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
         doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
         doc.bullets([reports.verdict(loss) for loss in members])
 
