@@ -69,7 +69,20 @@ if [ -n "$root" ]; then
     options=(--data-root "$root/data" --exec-root "$root/exec" --pidfile "$root/dockerd.pid"
              --bridge=none --iptables=false --ip-masq=false)
 fi
-if [ -n "$root" ] && [ -f "$root/dockerd.pid" ] && kill -0 "$(cat "$root/dockerd.pid")" 2>/dev/null; then
+# running: a process that is not a zombie (a killed daemon may wait long for init to reap it)
+running() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+# A crashed daemon's pid files (its own, its containerd's): dockerd refuses to start, or waits for a
+# containerd that will never answer, while those pids have a /proc entry, zombies included.
+for pidfile in "$root/dockerd.pid" "$root/exec/containerd/containerd.pid"; do
+    if [ -n "$root" ] && [ -f "$pidfile" ] && ! running "$(cat "$pidfile")"; then
+        rm -f "$pidfile"
+    fi
+done
+if [ -n "$root" ] && [ -f "$root/dockerd.pid" ]; then
     note "the private dockerd of $root exists but does not answer yet; waiting"
 elif [ -z "$root" ] && pgrep -x dockerd >/dev/null 2>&1; then
     note "a dockerd process exists but does not answer yet; waiting"
