@@ -43,7 +43,7 @@ FIELDS = (
     "step_time_s.mean", "input_wait_s.mean", "model.parameters",
     "flops", "energy", "batch_search", "trace",  # whole sections (null in most records)
 )
-SHARED = ("config", "world", "provenance", "error")  # few distinct values in a long history: one dict each
+SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 
 
 def print_warning(message: str) -> None:
