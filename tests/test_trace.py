@@ -42,7 +42,9 @@ def test_events_outside_the_step_are_clipped():
 def test_comm_names():
     assert trace.is_comm("gloo:all_reduce") and trace.is_comm("c10d::allreduce_")
     assert trace.is_comm("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    assert trace.is_comm("sgd/CollectiveReduceV2:CollectiveReduceV2")
     assert not trace.is_comm("aten::broadcast_tensors") and not trace.is_comm("aten::conv2d")
+    assert not trace.is_comm("_allreduce_step")  # a step function is not a collective
 
 
 def test_trace_of_a_real_run(tmp_path):
@@ -67,11 +69,25 @@ def test_trace_of_a_real_run(tmp_path):
     assert "tracing 2 steps after the timed loops" in result.stderr
 
 
+@pytest.mark.slow
+def test_tensorflow_trace_of_a_real_run(tmp_path):
+    """TensorFlow's profiler XSpace, read with TensorFlow's own protobuf: ops of the executor threads
+    are the compute, and every step's parts add up."""
+    result = bench(*TINY, "--framework", "tensorflow", "--trace-steps", "2", "--trace", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    (rank,) = validate_record(last_json_line(result.stdout))["trace"]["ranks"]
+    assert rank["trace_file"] == "rank-0.xplane.pb" and rank["error"] is None and len(rank["steps"]) == 2
+    for step in rank["steps"]:
+        assert step["compute_s"] > 0.5 * step["step_s"] and step["communication_s"] == 0
+        assert step["compute_s"] + step["input_s"] + step["exposed_communication_s"] + step["idle_s"] == pytest.approx(step["step_s"])
+
+
 def test_trace_flags_are_checked(tmp_path):
     (tmp_path / "file").write_text("")
     for args, message in ((["--trace-steps", "0"], "--trace-steps must be at least 1"),
                           (["--trace", str(tmp_path / "file")], "exists and is not a directory"),
-                          (["--framework", "tensorflow", "--trace", str(tmp_path)], "--trace: no step profiler for --framework tensorflow")):
+                          (["--framework", "tensorflow", "--strategy", "ps", "--num-ps", "1", "--trace", str(tmp_path)],
+                           "--trace: under --strategy ps the chief schedules steps")):
         result = bench(*TINY, *args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
@@ -91,11 +107,12 @@ def traced(record: dict, step_s: float, input_s: float, per_rank: list[list[dict
 
 
 def test_scaling_loss_split_known_answer(real_record):
-    """T(1) = 100 ms (all compute); T(2) = 160 ms. Traces at 2 ranks (profiler-stretched x2, so scaled
-    by 160/320): rank 0 compute 200, exposed 100, idle 20 (= 320); rank 1 compute 240, exposed 60,
-    idle 20. Scaled: straggler = (240 - 220) / 2 = 10, exposed (slowest = rank 1) = 30,
-    compute = 220 / 2 - 100 = 10, idle = 10, input = 5 - 0 -> sum 65; lost 60 -> residual -5 ms,
-    3.1% of T(N): adds up within 5%."""
+    """T(1) = 100 ms (all compute); T(2) = 160 ms, 5 ms of it input wait in the timed loop. Traces at
+    2 ranks, profiler-stretched x2: rank 0 compute 200, exposed 100, idle 20 (step 320); rank 1 (the
+    slowest: most compute) compute 240, exposed 60, idle 20. Scaled by 160/320: straggler =
+    (240 - 220) / 2 = 10, exposed = 60 / 2 = 30, compute = 220 / 2 - 100 = 10, idle = 10, input =
+    5 - 0 -> sum 65; lost 60. The trace saw no input fetch, the timed loop 5 ms: residual -5 ms, 3.1%
+    of T(N), within 5%."""
     R = RecordFactory(real_record)
     one = traced(R(10.0, strategy="ddp"), 0.100, 0.0, [[{"compute_s": 0.1, "exposed_communication_s": 0.0, "idle_s": 0.0}]])
     two = traced(R(12.5, strategy="ddp", workers=2), 0.160, 0.005,
@@ -104,7 +121,7 @@ def test_scaling_loss_split_known_answer(real_record):
     (loss,) = reports.scaling_loss([one, two])
     ms = {name: round(1e3 * value, 6) for name, value in loss.parts.items()}
     assert ms == {"exposed_communication": 30, "input_wait": 5, "straggler_wait": 10, "compute": 10, "idle": 10}
-    assert round(1e3 * loss.residual, 6) == -5 and loss.adds_up
+    assert round(1e3 * loss.residual, 6) == -5 and loss.adds_up and loss.stretch == (2.0, 1.0)
     assert reports.verdict(loss).startswith("at 2 workers, 50% of the lost 60.0 ms/step is exposed communication")
     untraced = R(12.5, strategy="ddp", workers=2)
     untraced["step_time_s"]["mean"] = 0.5
@@ -137,5 +154,6 @@ def test_ddp_pair_with_trace_explains_the_loss(tmp_path):
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
     why = text.split("## Why it does not scale")[1].split("\n## ")[0]
-    assert ": adds up" in why and re.search(r"at 2 workers, \d+% of the lost [\d.]+ ms/step is", why), why
+    # a loaded 2-core host may even make T(2) < T(1): the verdict then says nothing is lost
+    assert ": adds up" in why and re.search(r"at 2 workers(, \d+% of the lost [\d.]+ ms/step is| a step takes no longer)", why), why
     assert (out / "why-1.png").is_file() and (out / "network-busbw.png").is_file() and (out / "network-latency.png").is_file()

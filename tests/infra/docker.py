@@ -113,11 +113,11 @@ class PrivateDockerd:
 
 @pytest.fixture(scope="module")
 def private_dockerd(docker, dlbench_images):
-    """A private dockerd holding the torch image; stopped at the end of the module."""
+    """A private dockerd holding the TensorFlow image (the smaller one); stopped at the end of the module."""
     daemon = PrivateDockerd("env-faults")
     try:
         daemon.start()
-        daemon.load(dlbench_images["torch"])
+        daemon.load(dlbench_images["tensorflow"])
         yield daemon
     finally:
         daemon.close()
