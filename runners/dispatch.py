@@ -237,4 +237,4 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
-        return Outcome(record, code, argv, interrupted=bool(interrupted))
+        return Outcome(record, runtime.exit_code(code, record), argv, interrupted=bool(interrupted))

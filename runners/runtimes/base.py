@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
@@ -225,6 +226,19 @@ class Runtime(ABC):
         """Variables the runtime's own binary needs in its environment (not the container's)."""
         return {}
 
+    # ---- one rank's run ---------------------------------------------------------------
+    def start_client(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+        """Start the runtime's client process for one rank."""
+        return subprocess.Popen(command, env=env)
+
+    def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
+        """Stop the run: SIGTERM so bench records 'interrupted' (the Docker/Podman clients forward it), then SIGKILL."""
+        proc.send_signal(signum)
+
+    def exit_code(self, code: int, record: dict | None) -> int:
+        """The run's exit code, given the client's and bench's record (for clients that lose bench's code)."""
+        return code
+
     # ---- clean-up -------------------------------------------------------------------
     def remove(self, name: str, prefix: bool = False) -> None:
         """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
@@ -273,6 +287,26 @@ class DockerCliRuntime(Runtime):
         found = run_quiet([self.executable(), "ps", "-aq", "--filter", f"name={pattern}"]).stdout.split()
         if found:
             run_quiet([self.executable(), "rm", "-f", *found])
+
+
+def safe_name(image: str) -> str:
+    """An image reference as a file or container name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", image).strip("-.")
+
+
+def last_line(text: str) -> str:
+    """The message a failed tool ended with (its last non-empty line)."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no message)"
+
+
+def docker_image_id(image: str, why: str) -> str:
+    """The local Docker engine's id of `image`; a one-line error saying `why` it is needed when it has none."""
+    docker = shutil.which("docker")
+    found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
+    if found is None or found.returncode != 0:
+        raise UsageError(f"image {image!r} not found in the local Docker engine ({why})")
+    return found.stdout.strip()
 
 
 def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from benchmarks.errors import EXIT_USAGE, UsageError
 from benchmarks.processes import CLIENT_GRACE_S, exit_code
 
 from . import get
@@ -77,15 +78,15 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     proc = None
     try:
-        proc = subprocess.Popen(command, env={**os.environ, **runtime.host_env()})
+        proc = runtime.start_client(command, {**os.environ, **runtime.host_env()})
         return exit_code(proc.wait())
     except (KeyboardInterrupt, _Stop):
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # the docker/podman client forwards it: bench records 'interrupted'
+            runtime.signal_client(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
             try:
                 proc.wait(timeout=CLIENT_GRACE_S)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
-                proc.kill()
+                runtime.signal_client(proc, signal.SIGKILL)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -96,5 +97,9 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
 def main(args: list[str]) -> int:
     if len(args) < 3 or args[1] != "--":
         print("usage: python -m runners.runtimes SPEC_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
-        return 2
-    return execute(ContainerSpec.from_json(args[0]), args[2:])
+        return EXIT_USAGE
+    try:
+        return execute(ContainerSpec.from_json(args[0]), args[2:])
+    except UsageError as error:  # e.g. a rank's environment the runtime cannot express: one line
+        print(f"benchrun: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
