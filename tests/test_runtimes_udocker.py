@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from infra.cache import CACHE, inputs_key, once
 from infra.helpers import ROOT, benchrun, run
+from test_runtimes import dirs  # noqa: F401 (a fixture)
 from test_runtimes_real import (DDP, TINY_TF, public_dataset, timeout_and_sigint_leave_no_container,  # noqa: F401
                                 validate_in_image)
 
@@ -26,14 +28,6 @@ from runners.runtimes.container import ContainerSpec, argv_for
 INSTALL = ROOT / "scripts" / "install-udocker.sh"
 REPOSITORY = CACHE / "udocker-repo"  # UDOCKER_DIR of the tests: loaded images survive between runs
 TF_IMAGE, TORCH_IMAGE = "dlbench-tensorflow:latest", "dlbench-torch:latest"
-
-
-@pytest.fixture()
-def dirs(tmp_path):
-    results, data = tmp_path / "results", tmp_path / "data"
-    results.mkdir()
-    data.mkdir()
-    return results, data
 
 
 def test_udocker_argv(dirs, monkeypatch):
@@ -135,6 +129,59 @@ def test_udocker_under_srun_two_ranks(udocker_env, dlbench_images, slurm_single)
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
     assert record["world"]["launcher"] == "srun" and record["provenance"]["requested_runtime"] == "udocker"
     assert dlbench_containers(udocker_env) == []
+
+
+UNPRIVILEGED_HOME = Path("/var/tmp/dlbench-unprivileged")  # the user's own cache, outside the clone
+UNPRIVILEGED_PACKAGES = ["pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6", "rich>=13", "psutil>=5.9"]  # benchrun's
+
+
+def as_nobody(script: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return run(["runuser", "-u", "nobody", "--", "env", f"HOME={UNPRIVILEGED_HOME}", "PATH=/usr/bin:/bin",
+                f"PYTHONPATH={ROOT}", "bash", "-c", script], timeout=timeout, cwd=UNPRIVILEGED_HOME)
+
+
+@pytest.mark.slow
+def test_udocker_unprivileged_user_from_a_tarball(udocker_env, dlbench_images):
+    """The "no admin" case for real: a user with no Docker access, its own udocker (install-udocker.sh
+    as that user), benchrun from a venv of its own, the image as a `docker save` tarball."""
+    if os.geteuid() != 0 or subprocess.run(["id", "nobody"], capture_output=True).returncode != 0:
+        pytest.skip("UNPRIVILEGED UDOCKER TEST SKIPPED: needs root (to act as user nobody) and that user")
+    if not os.access(ROOT, os.R_OK | os.X_OK) or (os.stat(ROOT).st_mode & 0o005) != 0o005:
+        pytest.skip(f"UNPRIVILEGED UDOCKER TEST SKIPPED: {ROOT} is not readable by other users")
+    UNPRIVILEGED_HOME.mkdir(exist_ok=True)
+    os.chown(UNPRIVILEGED_HOME, 65534, 65534)
+    venv = UNPRIVILEGED_HOME / "venv"
+
+    def make_venv() -> str:
+        out = as_nobody(f"rm -rf {venv} && /usr/bin/python3 -m venv {venv} && {venv}/bin/pip install -q "
+                        + " ".join(f"'{p}'" for p in UNPRIVILEGED_PACKAGES))
+        assert out.returncode == 0, out.stderr[-2000:]
+        return str(venv)
+
+    once("unprivileged-venv", inputs_key([], [*UNPRIVILEGED_PACKAGES, sys.version]), make_venv,
+         lambda text: Path(text, "bin", "python").exists())
+    image_id = run(["docker", "image", "inspect", "-f", "{{.Id}}", TF_IMAGE]).stdout.strip()
+    tar = UNPRIVILEGED_HOME / f"dlbench-tensorflow-{image_id.split(':')[-1][:12]}.tar"
+    if not tar.is_file():
+        for old in UNPRIVILEGED_HOME.glob("dlbench-tensorflow-*.tar"):
+            old.unlink()
+        assert run(["docker", "save", "-o", f"{tar}.partial", TF_IMAGE], timeout=600).returncode == 0
+        os.replace(f"{tar}.partial", tar)
+        tar.chmod(0o644)
+    results = UNPRIVILEGED_HOME / f"results-{os.getpid()}"
+    try:
+        out = as_nobody(f'eval "$({INSTALL})" && mkdir -p {results} && UDOCKER_DIR={UNPRIVILEGED_HOME}/udocker '
+                        f'{venv}/bin/python -m runners run --runtime udocker --image {tar} --results {results} -- '
+                        + " ".join(TINY_TF))
+        assert out.returncode == 0, out.stderr[-3000:]
+        record = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+        validate_in_image(record)
+        assert record["status"] == "ok" and record["provenance"]["requested_runtime"] == "udocker"
+        assert (results / "records.jsonl").stat().st_uid == 65534  # written as the user, not root
+        left = as_nobody(f'eval "$({INSTALL})" && UDOCKER_DIR={UNPRIVILEGED_HOME}/udocker udocker ps').stdout
+        assert "dlbench-" not in left
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
 
 
 @pytest.mark.slow
