@@ -133,27 +133,10 @@ def dataset_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_benchmark(argv: list[str]) -> int:
-    args = bench_parser().parse_args(argv)
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.seed < 0:
-        raise UsageError("--seed must be zero or more")
-    if args.display_every < 0:
-        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
-    if args.debug:
-        os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
-    from .durable import check_dir, check_file
-
-    if args.output is not None:
-        check_file(args.output, "--output")
-    if args.tensorboard is not None:
-        check_dir(args.tensorboard, "--tensorboard")
-        from .tensorboard import BACKENDS, available
-
-        if available() is None:
-            raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
-    config = build_config(
+def config_of(args, installed_here: bool = True):
+    """The run's config from parsed bench arguments (UsageError when invalid). `installed_here=False`:
+    the framework runs elsewhere (a container), as for a record the host writes for a run it lost."""
+    return build_config(
         framework=args.framework,
         model=args.model,
         image_size=args.image_size,
@@ -178,7 +161,31 @@ def run_benchmark(argv: list[str]) -> int:
         ps_port=args.ps_port,
         rendezvous_port=args.rendezvous_port,
         rendezvous_timeout=args.timeout or 300.0,
+        installed_here=installed_here,
     )
+
+
+def run_benchmark(argv: list[str]) -> int:
+    args = bench_parser().parse_args(argv)
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.seed < 0:
+        raise UsageError("--seed must be zero or more")
+    if args.display_every < 0:
+        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
+    if args.debug:
+        os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
+    from .durable import check_dir, check_file
+
+    if args.output is not None:
+        check_file(args.output, "--output")
+    if args.tensorboard is not None:
+        check_dir(args.tensorboard, "--tensorboard")
+        from .tensorboard import BACKENDS, available
+
+        if available() is None:
+            raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
+    config = config_of(args)
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from . import frameworks, memory, record, stats, timing
+from . import flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
 from .distributed import cluster, strategies
 from .distributed import world as worlds
@@ -278,8 +278,10 @@ class Measurement:
             ranks = list(range(len(everyone)))
             checksums = [peer["checksum"] for peer in everyone]
             memories = [peer["memory"] for peer in everyone]
+        totals = aggregate(per_rank, cfg.batch_size)
         result = {
-            **aggregate(per_rank, cfg.batch_size),
+            **totals,
+            "flops": self._flops(totals["throughput"]["images_per_sec"]),
             "memory": max_memory(memories),
             "final_loss": backend.loss_value(loops[-1].last_loss),
             "ranks": rank_rows(per_rank, ranks, self.peers),
@@ -292,6 +294,18 @@ class Measurement:
         }
         self.mllog.end("run_stop", status="success")
         return self.finish("ok", None, **result)
+
+    def _flops(self, images_per_sec: float) -> dict:
+        """Counted after the timed loops (never inside one); a count that fails leaves its reason."""
+        counted, reason = None, None
+        try:
+            counted = self.backend.count_flops()
+        except Exception as error:  # noqa: BLE001 - the measurement stands without a FLOP count
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            progress(f"warning: FLOPs not counted: {reason}")
+        framework = framework_info(self.backend)
+        return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
+                             max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""

@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import flops as flop_math
 from .distributed import strategies
 
 
@@ -44,18 +45,32 @@ def throughput_line(record: dict) -> str:
     return f"total images/sec: {throughput['images_per_sec']:.2f}{spread}"
 
 
+def flops_line(counted: dict, kind: str) -> str:
+    if counted["forward_per_image"] is None:
+        return f"flops: not counted ({counted['count_failed_reason']})"
+    unit = flop_math.rate_unit(kind)
+    mfu = (f"MFU {counted['mfu'] * 100:.1f}% of {counted['devices']} x {counted['peak_flops_per_sec'] / 1e12:,.1f} TFLOP/s "
+           f"({counted['math']} datasheet peak)" if counted["mfu"] is not None else f"MFU n/a: {counted['mfu_unavailable_reason']}")
+    return (f"flops: {counted['forward_per_image'] / 1e9:.2f} GFLOP forward per image at {counted['image_size']} px; "
+            f"achieved {flop_math.rate_text(counted['achieved_flops_per_sec'], kind)} {unit} ({counted['basis']}); {mfu}")
+
+
 def render(record: dict, stream: TextIO) -> None:
     console = Console(file=stream, highlight=False, width=100, soft_wrap=True)
     console.print(headline(record), markup=False)
     if record["status"] == "ok":
         table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
-        for column in ("repeat", "images/sec", "step ms mean", "median", "p90", "jitter", "input wait"):
+        kind = (record["provenance"].get("framework") or {}).get("device_kind", "cpu")
+        counted = record.get("flops") or {}
+        forward = counted.get("forward_per_image")
+        for column in ("repeat", "images/sec", flop_math.rate_unit(kind), "step ms mean", "median", "p90", "jitter", "input wait"):
             table.add_column(column, justify="right")
         for rep in record["repeats"]:
             step = rep["step_time_s"]
             table.add_row(
                 str(rep["index"] + 1),
                 f"{rep['images_per_sec']:.2f}",
+                flop_math.rate_text(flop_math.achieved(forward, rep["images_per_sec"]) if forward else None, kind),
                 _ms(step["mean"]),
                 _ms(step["median"]),
                 _ms(step["p90"]),
@@ -90,6 +105,8 @@ def render(record: dict, stream: TextIO) -> None:
             breaks = f", {compiled['graph_breaks']} graph breaks" if compiled["graph_breaks"] is not None else ""
             console.print(f"compile: {compiled['mode']} ({compiled['backend']}) first step {compiled['compile_time_s']:.1f} s, "
                           f"not in warmup or timing{breaks}{eager}", markup=False)
+        if counted:
+            console.print(flops_line(counted, kind), markup=False)
         throughput = record["throughput"]
         data = record.get("data")
         if data is not None:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.7"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -167,6 +167,22 @@ class CompileInfo(_Model):
     graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
 
 
+class FlopsInfo(_Model):
+    forward_per_image: Optional[float] = Field(description="FLOPs of one forward pass per image at image_size, counted by the framework (convolutions and matrix products, 2 per multiply-add)")
+    training_step_per_image: Optional[float] = Field(description="forward + backward FLOPs per image of one training step, counted (torch); null where the framework counts the forward only")
+    counted_by: Optional[str] = Field(description="how the framework counted")
+    count_failed_reason: Optional[str] = Field(description="why there is no count; null when counted")
+    image_size: int
+    basis: Literal["3 x forward"] = Field(description="achieved FLOP/s = 3 x forward_per_image x images/sec")
+    achieved_flops_per_sec: Optional[float] = Field(description="model FLOP/s of the whole run (all workers), from throughput.images_per_sec")
+    math: Optional[Literal["fp32", "tf32", "fp16", "bf16"]] = Field(description="the units the matmuls ran on (GPU): tf32 only where really in effect")
+    peak_flops_per_sec: Optional[float] = Field(description="dense datasheet peak of one device for `math`; null when not known")
+    peak_source: Optional[str] = Field(description="the datasheet the peak comes from")
+    devices: int = Field(description="devices the workers trained on; MFU divides by all their peaks")
+    mfu: Optional[float] = Field(description="model FLOPs utilisation: achieved / (peak x devices), 0..1")
+    mfu_unavailable_reason: Optional[str] = Field(description="why mfu is null (CPU, unknown GPU, MIG slice, no count)")
+
+
 class ModelInfo(_Model):
     parameters: int
     aux_head: bool
@@ -201,14 +217,15 @@ class Provenance(_Model):
 
 
 class ErrorInfo(_Model):
-    kind: Literal["oom", "crash", "timeout", "interrupted"]
+    kind: Literal["oom", "crash", "timeout", "interrupted", "environment"] = Field(
+        description="environment (1.6): a fault outside the run ended it (container daemon gone, node failed); benchrun writes it")
     message: str
     exit_code: Optional[int] = None
     signal: Optional[str] = None
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.5"] = SCHEMA_VERSION
+    schema_version: Literal["1.7"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -228,6 +245,7 @@ class ResultRecord(_Model):
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
     compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
+    flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

@@ -59,7 +59,7 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
 
 # What makes two records "the same configuration" (compare, runtime and I/O pairs).
 # Run-specific fields (seed, ports, data_dir path, num_batches, hostname...) are left out.
-KEY_FIELDS = ("framework", "model", "batch_size", "image_size", "precision", "data", "strategy",
+KEY_FIELDS = ("framework", "model", "batch_size", "image_size", "precision", "compile", "data", "strategy",
               "num_ps", "ps_placement", "workers", "device_kind", "runtime")
 BASELINE_RUNTIME = runtimes.BARE  # runtime overhead is measured against running on the host
 
@@ -73,6 +73,13 @@ def runtime_of(record: dict) -> str:
     return provenance.get("requested_runtime") or (BASELINE_RUNTIME if detected == "none" else detected)
 
 
+def compile_of(record: dict) -> str:
+    """The compilation axis: the torch.compile mode, `xla` (TensorFlow --xla), else `none`
+    (torch eager; TensorFlow's plain tf.function, its only other mode)."""
+    config = record["config"]
+    return config.get("compile") or ("xla" if config.get("xla") else "none")
+
+
 def device_kind(record: dict) -> str:
     framework = record["provenance"].get("framework") or {}
     return framework.get("device_kind") or record["config"]["device"]
@@ -83,6 +90,7 @@ def key_of(record: dict) -> dict:
     return {
         **{name: config[name] for name in ("framework", "model", "batch_size", "image_size", "precision",
                                            "data", "strategy", "num_ps", "ps_placement")},
+        "compile": compile_of(record),
         "workers": record["world"]["workers"],
         "device_kind": device_kind(record),
         "runtime": runtime_of(record),
@@ -157,10 +165,16 @@ def throughput(records: Iterable[dict]) -> Summary | None:
 
 def memory(records: Iterable[dict], name: str) -> Summary | None:
     """A memory peak over the ok records that have it (null = does not apply: left out)."""
-    good = [r for r in ok(records) if (r.get("memory") or {}).get(name) is not None]
+    return metric(records, "memory", name)
+
+
+def metric(records: Iterable[dict], section: str, name: str) -> Summary | None:
+    """`record[section][name]` over the ok records that have it (null = does not apply or not
+    measured: left out, never read as 0); a t-interval with n >= 2."""
+    good = [r for r in ok(records) if (r.get(section) or {}).get(name) is not None]
     if not good:
         return None
-    values = [float(r["memory"][name]) for r in good]
+    values = [float(r[section][name]) for r in good]
     if len(values) >= 2:
         return Summary(values, good, t_halfwidth(values), "t-interval over records")
     return Summary(values, good, None, "one record")

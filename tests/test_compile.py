@@ -13,12 +13,15 @@ RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMAL
 SPEED_AND_IDENTITY = ("run_id", "timestamp_utc", "throughput", "step_time_s", "input_wait_s", "repeats", "ranks",
                       "memory", "duration_s", "final_loss", "compile")
 
+FLOP_RATES = ("achieved_flops_per_sec", "mfu")  # speed, in FLOP/s
+
 
 def comparable(record: dict) -> dict:
     kept = {k: v for k, v in record.items() if k not in SPEED_AND_IDENTITY}
     kept["config"] = {k: v for k, v in record["config"].items() if k != "compile"}
     kept["replicas"] = {k: v for k, v in record["replicas"].items() if k != "checksums"}
     kept["provenance"] = {k: v for k, v in record["provenance"].items() if k != "command"}
+    kept["flops"] = {k: v for k, v in record["flops"].items() if k not in FLOP_RATES}  # the counts must not change
     return kept
 
 

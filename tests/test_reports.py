@@ -283,3 +283,27 @@ def test_tensorboard_without_writer(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("bench: error: --tensorboard needs one of no_such_module_tbx") and err.count("\n") == 1
     assert not (tmp_path / "tb").exists()
+
+
+@pytest.mark.slow
+def test_report_axes_precision_compile_and_flops_columns(real_record, tmp_path):
+    R = RecordFactory(real_record)
+
+    def with_axes(ips: float, gflops: float | None, precision: str = "fp32", compile: str | None = None) -> dict:
+        r = R(ips)
+        r["config"].update(precision=precision, compile=compile)
+        r["flops"] = {**r["flops"], "achieved_flops_per_sec": None if gflops is None else gflops * 1e9}
+        return validate_record(r)
+
+    # eager fp32: 2.0 and 4.0 GFLOP/s -> 3.0 ± 12.706 * 1.414 / sqrt(2) = 12.7; compiled and bf16 single records
+    store = write(tmp_path / "axes.jsonl", [with_axes(10.0, 2.0), with_axes(12.0, 4.0), with_axes(20.0, 6.0, compile="default"),
+                                             with_axes(15.0, None, precision="amp-bf16")])
+    out = tmp_path / "report"
+    result = benchrun("report", store, "--out", out)
+    assert result.returncode == 0, result.stderr
+    md = (out / "report.md").read_text()
+    assert "| model FLOP/s | MFU |" in md
+    eager = table_row(md, "| precision=fp32, compile=none |")
+    assert "| 3.0 ± 12.7 GFLOP/s | n/a |" in eager  # CPU: no MFU
+    assert "| 6.0 ± n/a GFLOP/s |" in table_row(md, "| precision=fp32, compile=default |")
+    assert "| n/a | n/a |" in table_row(md, "| precision=amp-bf16, compile=none |")  # null stays n/a, never 0

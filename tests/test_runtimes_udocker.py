@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from infra.cache import CACHE, inputs_key, once
-from infra.helpers import ROOT, benchrun, run
+from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, run
 from test_runtimes import dirs  # noqa: F401 (a fixture)
 from test_runtimes_real import (DDP, TINY_TF, public_dataset, timeout_and_sigint_leave_no_container,  # noqa: F401
                                 validate_in_image)
@@ -91,17 +91,11 @@ def dlbench_containers(env) -> list[str]:
     return re.findall(r"'(dlbench-[^']*)'", out)
 
 
-def benchrun_json(*args, env, timeout=900):
-    out = benchrun("run", *args, env=env, timeout=timeout)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    return out, (json.loads(lines[-1]) if lines else None)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["udocker", "udocker-runc"])
 def test_udocker_real_run(runtime, udocker_env, dlbench_images, public_dataset, tmp_path):
     before = sorted(p.name for p in public_dataset.rglob("*"))
-    out, record = benchrun_json("--runtime", runtime, "--data-dir", str(public_dataset), "--results", str(tmp_path),
+    out, record = benchrun_record("run", "--runtime", runtime, "--data-dir", str(public_dataset), "--results", str(tmp_path),
                                 "--", *TINY_TF, env=udocker_env)
     assert out.returncode == 0, out.stderr[-3000:]
     validate_in_image(record)
@@ -116,14 +110,13 @@ def test_udocker_real_run(runtime, udocker_env, dlbench_images, public_dataset, 
 
 @pytest.mark.slow
 def test_udocker_timeout_and_sigint_leave_no_container(udocker_env, dlbench_images):
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **udocker_env}
-    timeout_and_sigint_leave_no_container("udocker", lambda: dlbench_containers(udocker_env), environ, start_s=120)
+    timeout_and_sigint_leave_no_container("udocker", lambda: dlbench_containers(udocker_env), udocker_env, start_s=120)
 
 
 @pytest.mark.slow
 def test_udocker_under_srun_two_ranks(udocker_env, dlbench_images, slurm_single):
     env = {**slurm_single["env"], **udocker_env, "DLBENCH_COORDINATOR": "127.0.0.1"}
-    out, record = benchrun_json("--runtime", "udocker", "--image", TORCH_IMAGE, "--launcher", "srun", "-n", "2",
+    out, record = benchrun_record("run", "--runtime", "udocker", "--image", TORCH_IMAGE, "--launcher", "srun", "-n", "2",
                                 "--", *DDP, env=env, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
@@ -174,7 +167,7 @@ def test_udocker_unprivileged_user_from_a_tarball(udocker_env, dlbench_images):
                         f'{venv}/bin/python -m runners run --runtime udocker --image {tar} --results {results} -- '
                         + " ".join(TINY_TF))
         assert out.returncode == 0, out.stderr[-3000:]
-        record = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+        record = last_json_line(out.stdout)
         validate_in_image(record)
         assert record["status"] == "ok" and record["provenance"]["requested_runtime"] == "udocker"
         assert (results / "records.jsonl").stat().st_uid == 65534  # written as the user, not root

@@ -83,6 +83,11 @@ class Framework(ABC):
     def compile_section(self, seconds: float) -> dict:
         raise NotImplementedError
 
+    def count_flops(self):
+        """flops.Counted for this model at the run's image size, counted by the framework without
+        real compute; called after the timed loops. Raising leaves the counts null with the reason."""
+        raise NotImplementedError(f"{self.name} does not count FLOPs")
+
     @property
     def serves_only(self) -> bool:
         """True for processes that only host state for others (TF PS and PS-mode workers)."""

@@ -31,7 +31,7 @@ def _mean_wait_fraction(record: dict):
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
-                 "xla", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
+                 "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
 
 # column name -> how to read it from a record (dotted path into the record, or a function)
 COLUMNS: dict[str, object] = {
@@ -61,6 +61,10 @@ COLUMNS: dict[str, object] = {
     "memory.host_rss_peak_bytes": "memory.host_rss_peak_bytes",
     "memory.host_rss_peak_since": "memory.host_rss_peak_since",
     "final_loss": "final_loss",
+    "precision.effective": "precision.effective",
+    "flops.forward_per_image": "flops.forward_per_image",
+    "flops.achieved_flops_per_sec": "flops.achieved_flops_per_sec",
+    "flops.mfu": "flops.mfu",
     "world.workers": "world.workers",
     "world.processes": "world.processes",
     "world.num_ps": "world.num_ps",

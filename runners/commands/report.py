@@ -115,6 +115,19 @@ def _missing(items) -> list[str]:
     return [f"{_short(key, key)}: {why} — runs {reports.ids(rs)}" for key, why, rs in items]
 
 
+EFFICIENCY_HEADERS = ("model FLOP/s", "MFU")
+
+
+def efficiency_cells(records: list[dict], kind: str) -> list[str]:
+    """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU) and MFU, mean ± CI; n/a where
+    no record has them (a CPU has no MFU; records before schema 1.7 no FLOPs)."""
+    rate = reports.metric(records, "flops", "achieved_flops_per_sec")
+    mfu = reports.metric(records, "flops", "mfu")
+    scale, unit = (1e12, "TFLOP/s") if kind == "gpu" else (1e9, "GFLOP/s")
+    return ["n/a" if rate is None else f"{rate.text(scale, 1)} {unit}",
+            "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%"]
+
+
 def section_environment(doc: Document, records: list[dict]) -> None:
     doc.heading("Environment")
     doc.para(f"From the provenance of all {len(records)} records; counts in parentheses.")
@@ -148,10 +161,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
             rows.append([k["batch_size"], _short(k, reports.varying([reports.key_of(r) for r in good],
                                                                   ("batch_size", "framework", "model"))) or "-",
                          tp.n, tp.text(), tp.method,
-                         *("n/a" if m is None else m.text(MiB, 0) for m in mems), tp.ids])
+                         *("n/a" if m is None else m.text(MiB, 0) for m in mems),
+                         *efficiency_cells(rs, k["device_kind"]), tp.ids])
         if rows:
             doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",
-                       *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), "runs"], sorted(rows, key=lambda r: r[0]))
+                       *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), *EFFICIENCY_HEADERS, "runs"],
+                      sorted(rows, key=lambda r: r[0]))
         if ooms:
             doc.para("Out of memory at: " + "; ".join(
                 f"batch {r['config']['batch_size']} ({r['run_id'][:reports.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
