@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
 # perf/runtime_overhead.sh [OUT]: the measurement behind perf/runtime_overhead.md.
 #
-# `benchrun compare-runtimes` over every runtime that runs on our machines, interleaved
-# (A B C ... A B C ...), 5 rounds, ResNet-50 then AlexNet on the torch image, small enough
-# (64 px, batch 4/8, 20 timed steps) that both take ~15-25 min on a 2-core machine.
-# Writes OUT/resnet50/ and OUT/alexnet/ (compare.md/.csv/.png, records.jsonl, logs/) and
-# OUT/loadavg.txt (the load average before and after each comparison: these machines are shared).
+# `benchrun compare-runtimes` interleaved (A B C ... A B C ...) over REPEATS rounds, once per model:
+# ResNet-50 on the TensorFlow image and AlexNet on the torch image (Keras has no AlexNet), small
+# (64 px, batch 4/8, 2 warm-up and 20 timed steps, 2 threads) so that a comparison takes minutes on
+# a 2-core machine. Writes OUT/MODEL/ (compare.md/.csv/.png, records.jsonl, logs/) and
+# OUT/loadavg.txt (the load average before and after each comparison: our machines are shared).
 #
-#   RUNTIMES  comma-separated (default local,docker,podman,charliecloud,podman-hpc,udocker)
-#   IMAGE     the container image (default dlbench-torch:latest); `local` runs the host venv
-#   REPEATS   rounds (default 5)
-# Run it alone on the machine if you can: under `flock /tmp/dlbench-heavy.lock` on ours.
+#   RUNTIMES          comma-separated (default local,docker,podman,charliecloud,podman-hpc,udocker)
+#   ALEXNET_RUNTIMES  for AlexNet (default: RUNTIMES)
+#   TF_IMAGE, TORCH_IMAGE   the images (default dlbench-tensorflow:latest, dlbench-torch:latest)
+#   REPEATS           rounds (default 5)
+# Run it alone on the machine if you can; on ours, under `flock /tmp/dlbench-heavy.lock`.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$here/perf/runtime_overhead}"
 runtimes="${RUNTIMES:-local,docker,podman,charliecloud,podman-hpc,udocker}"
-image="${IMAGE:-dlbench-torch:latest}"
 repeats="${REPEATS:-5}"
 python="${PYTHON:-python3}"
 mkdir -p "$out"
-common=(--framework torch --image-size 64 --num-warmup-batches 2 --num-batches 20 --num-threads 2)
+common=(--image-size 64 --num-warmup-batches 2 --num-batches 20 --num-threads 2)
 stamp() { echo "$(date -u +%FT%TZ) $1: loadavg $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/loadavg.txt"; }
-for spec in resnet50:4 alexnet:8; do
-    model="${spec%:*}" batch="${spec#*:}"
-    stamp "before $model"
-    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$python" -m runners compare-runtimes --runtimes "$runtimes" \
-        --repeats "$repeats" --image "$image" --out "$out/$model" -- \
-        "${common[@]}" --model "$model" --batch-size "$batch" || echo "compare-runtimes ($model) exited $?"
-    stamp "after $model"
-done
+compare() {  # MODEL FRAMEWORK IMAGE BATCH RUNTIMES
+    stamp "before $1"
+    PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" "$python" -m runners compare-runtimes --runtimes "$5" \
+        --repeats "$repeats" --image "$3" --out "$out/$1" -- \
+        --framework "$2" --model "$1" --batch-size "$4" "${common[@]}" || echo "compare-runtimes ($1) exited $?"
+    stamp "after $1"
+}
+compare resnet50 tensorflow "${TF_IMAGE:-dlbench-tensorflow:latest}" 4 "$runtimes"
+compare alexnet torch "${TORCH_IMAGE:-dlbench-torch:latest}" 8 "${ALEXNET_RUNTIMES:-$runtimes}"
