@@ -11,6 +11,7 @@
 #   ALEXNET_RUNTIMES  for AlexNet (default: RUNTIMES)
 #   TF_IMAGE, TORCH_IMAGE   the images (default dlbench-tensorflow:latest, dlbench-torch:latest)
 #   REPEATS           rounds (default 5)
+#   MODELS            which comparisons (default "resnet50 alexnet")
 # Run it alone on the machine if you can; on ours, under `flock /tmp/dlbench-heavy.lock`.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,5 +29,10 @@ compare() {  # MODEL FRAMEWORK IMAGE BATCH RUNTIMES
         --framework "$2" --model "$1" --batch-size "$4" "${common[@]}" || echo "compare-runtimes ($1) exited $?"
     stamp "after $1"
 }
-compare resnet50 tensorflow "${TF_IMAGE:-dlbench-tensorflow:latest}" 4 "$runtimes"
-compare alexnet torch "${TORCH_IMAGE:-dlbench-torch:latest}" 8 "${ALEXNET_RUNTIMES:-$runtimes}"
+for model in ${MODELS:-resnet50 alexnet}; do
+    case "$model" in
+        resnet50) compare resnet50 tensorflow "${TF_IMAGE:-dlbench-tensorflow:latest}" 4 "$runtimes" ;;
+        alexnet) compare alexnet torch "${TORCH_IMAGE:-dlbench-torch:latest}" 8 "${ALEXNET_RUNTIMES:-$runtimes}" ;;
+        *) echo "runtime_overhead.sh: unknown model '$model' (resnet50, alexnet)" >&2; exit 2 ;;
+    esac
+done
