@@ -17,8 +17,8 @@ read-only volume option, proot binds read-write, and udocker's runc spec binds e
 read-write; the data are the host's files, mounted, and bench only reads them.
 
 udocker (Python) dies on SIGTERM while proot ignores it: the client starts in its own process
-group with SIGTERM ignored (bench sets its own handler), and a stop signals that group, so bench
-records 'interrupted' and udocker returns when bench has ended. R1 without a terminal returns 1
+group, and a stop sends SIGTERM to that group's processes but udocker itself, so bench records
+'interrupted' and udocker returns when bench has ended. R1 without a terminal returns 1
 whatever the container's exit code (udocker 1.3.17 returns its Popen object), so udocker-runc's
 exit code is the record's. Install: scripts/install-udocker.sh; details in docs/runtimes.md.
 """
@@ -49,8 +49,19 @@ def store() -> Path:
     return Path(os.environ.get(STORE_ENV) or repository() / "dlbench")
 
 
-def _ignore_sigterm() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (from /proc: no dependency for a user's own venv)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path("/proc", entry, "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+            if int(fields[2]) == pgid:
+                members.append(int(entry))
+    return members
 
 
 class UdockerRuntime(Runtime):
@@ -112,11 +123,18 @@ class UdockerRuntime(Runtime):
         return {"UDOCKER_DEFAULT_EXECUTION_MODE": self.execmode}  # the mode of the container `run` creates
 
     def start_client(self, command: list[str], env) -> subprocess.Popen:
-        return subprocess.Popen(command, env=env, process_group=0, preexec_fn=_ignore_sigterm)
+        return subprocess.Popen(command, env=env, process_group=0)  # its own group: what a stop signals
 
     def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
+        """SIGTERM to the group but udocker itself (bench records it; proot ignores it, runc forwards it;
+        udocker, spared, returns when bench has ended); SIGKILL to all of it."""
         try:
-            os.killpg(proc.pid, signum)  # bench itself: proot and udocker ignore SIGTERM, runc forwards it
+            if signum == signal.SIGKILL:
+                os.killpg(proc.pid, signum)
+                return
+            for pid in group_members(proc.pid):
+                if pid != proc.pid:
+                    os.kill(pid, signum)
         except ProcessLookupError:
             pass
 
