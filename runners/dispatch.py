@@ -225,6 +225,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             runtime.write_run_files(container_spec(request, runtime, results, image), results)
         spec = launch_spec(request, results, image, runtime)
         deadline = host_deadline(request.timeout_s)
+        if deadline is not None:
+            deadline += runtime.setup_s
         interrupted = []
 
         def on_sigint(signum, frame):

@@ -105,6 +105,7 @@ class Runtime(ABC):
     runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts
     uses_image = True  # False: runs on the host (local); no image to name or prepare
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
+    setup_s = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:

@@ -26,9 +26,11 @@ exit code is the record's. Install: scripts/install-udocker.sh; details in docs/
 from __future__ import annotations
 
 import ast
+import json
 import os
 import signal
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -47,6 +49,16 @@ def repository() -> Path:
 
 def store() -> Path:
     return Path(os.environ.get(STORE_ENV) or repository() / "dlbench")
+
+
+def tags_in(tar: Path) -> list[str]:
+    """The repo:tag names a `docker save` tarball holds (its manifest.json); none if unreadable."""
+    try:
+        with tarfile.open(tar) as archive:
+            manifest = json.load(archive.extractfile("manifest.json"))
+        return [tag for entry in manifest for tag in entry.get("RepoTags") or []]
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, tarfile.TarError):
+        return []
 
 
 def group_members(pgid: int) -> list[int]:
@@ -68,6 +80,7 @@ class UdockerRuntime(Runtime):
     name = "udocker"
     binary = "udocker"
     removes_container = True
+    setup_s = 120  # each run creates its container (the image unpacked) and removes it: more host grace
     execmode = "P1"  # proot
 
     @property
@@ -109,6 +122,8 @@ class UdockerRuntime(Runtime):
                 saved = run_quiet(["docker", "save", "-o", str(tar), image], timeout=LOAD_TIMEOUT_S)
                 if saved.returncode != 0:
                     raise UsageError(f"docker save {image} failed: {last_line(saved.stderr)}")
+            for name in tags_in(tar):  # a load that was cut short left these without a stamp: udocker
+                self.udocker("rmi", "-f", name)  # refuses to load over them ("tag already exist")
             result = self.udocker("load", "-i", str(tar), timeout=LOAD_TIMEOUT_S)
         names = [line.strip() for line in result.stdout.splitlines() if ":" in line and " " not in line.strip()]
         if result.returncode != 0 or not names:
