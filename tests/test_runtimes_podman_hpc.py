@@ -24,7 +24,7 @@ from runners.runtimes.container import ContainerSpec, argv_for
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, squash_dir
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
-IMAGE = "dlbench-tensorflow:latest"
+IMAGE = "dlbench-tensorflow:podman-hpc-test"
 TINY = ["--framework", "tensorflow", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
         "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 
@@ -103,6 +103,8 @@ def podman_hpc_bin():
 
 @pytest.fixture(scope="session")
 def tf_image(podman_hpc_bin, dlbench_images):
+    """This checkout's TF image under a tag of its own (other checkouts on the machine retag :latest)."""
+    subprocess.run(["docker", "tag", dlbench_images["tensorflow"], IMAGE], check=True)
     return podman_hpc.imported(IMAGE, podman_hpc_bin)
 
 
@@ -115,7 +117,8 @@ def leftovers(bin_dir) -> list[str]:
 
 
 def run_podman_hpc(bin_dir, *args, environ=None, timeout=900):
-    result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", *args], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE, *args],
+                            cwd=ROOT,
                             env={**podman_hpc.env(bin_dir), **(environ or {})}, capture_output=True, text=True,
                             timeout=timeout)
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
