@@ -122,9 +122,11 @@ def build_config(
     model: str,
     image_size: int | None = None,
     data_format: str | None = None,
+    installed_here: bool = True,
     **options,
 ) -> BenchConfig:
-    """Turn CLI values into a validated BenchConfig or raise UsageError."""
+    """Turn CLI values into a validated BenchConfig or raise UsageError (`installed_here`: the framework
+    must be importable in this Python too)."""
     framework = resolve_framework(framework)
     if model not in MODELS:
         raise UsageError(f"unknown model {model!r} (choices: {choices(MODELS)})")
@@ -173,7 +175,8 @@ def build_config(
         data_format=data_format or NATIVE_DATA_FORMAT[framework],
         **options,
     )
-    require_installed(framework)
+    if installed_here:
+        require_installed(framework)
     return config
 
 

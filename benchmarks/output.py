@@ -8,6 +8,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from . import flops as flop_math
 from .distributed import strategies
 
 
@@ -44,18 +45,52 @@ def throughput_line(record: dict) -> str:
     return f"total images/sec: {throughput['images_per_sec']:.2f}{spread}"
 
 
+def flops_line(counted: dict, kind: str) -> str:
+    if counted["forward_per_image"] is None:
+        return f"flops: not counted ({counted['count_failed_reason']})"
+    unit = flop_math.rate_unit(kind)
+    mfu = (f"MFU {counted['mfu'] * 100:.1f}% of {counted['devices']} x {counted['peak_flops_per_sec'] / 1e12:,.1f} TFLOP/s "
+           f"({counted['math']} datasheet peak)" if counted["mfu"] is not None else f"MFU n/a: {counted['mfu_unavailable_reason']}")
+    return (f"flops: {counted['forward_per_image'] / 1e9:.2f} GFLOP forward per image at {counted['image_size']} px; "
+            f"achieved {flop_math.rate_text(counted['achieved_flops_per_sec'], kind)} {unit} ({counted['basis']}); {mfu}")
+
+
+def energy_line(energy: dict) -> str:
+    if energy["joules"] is None:
+        return f"energy: n/a ({energy['unavailable_reason']})"
+    return (f"energy: {energy['joules']:,.1f} J over the timed loops, {energy['average_watts']:,.1f} W average, "
+            f"{energy['images_per_joule']:,.3f} images/J ({energy['source']}, {energy['scope']})")
+
+
+STATE_UNITS = (("temperature_c", "°C"), ("sm_clock_mhz", "MHz SM"), ("power_w", "W"), ("power_limit_w", "W limit"))
+
+
+def state_text(state: dict) -> str:
+    parts = []
+    for name, unit in STATE_UNITS:
+        span = state.get(name)
+        if span is not None:
+            low, high = span["min"], span["max"]
+            parts.append(f"{low:,.0f} {unit}" if low == high else f"{low:,.0f}-{high:,.0f} {unit}")
+    return ", ".join(parts) or "n/a"
+
+
 def render(record: dict, stream: TextIO) -> None:
     console = Console(file=stream, highlight=False, width=100, soft_wrap=True)
     console.print(headline(record), markup=False)
     if record["status"] == "ok":
         table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
-        for column in ("repeat", "images/sec", "step ms mean", "median", "p90", "jitter", "input wait"):
+        kind = (record["provenance"].get("framework") or {}).get("device_kind", "cpu")
+        counted = record.get("flops") or {}
+        forward = counted.get("forward_per_image")
+        for column in ("repeat", "images/sec", flop_math.rate_unit(kind), "step ms mean", "median", "p90", "jitter", "input wait"):
             table.add_column(column, justify="right")
         for rep in record["repeats"]:
             step = rep["step_time_s"]
             table.add_row(
                 str(rep["index"] + 1),
                 f"{rep['images_per_sec']:.2f}",
+                flop_math.rate_text(flop_math.achieved(forward, rep["images_per_sec"]) if forward else None, kind),
                 _ms(step["mean"]),
                 _ms(step["median"]),
                 _ms(step["p90"]),
@@ -90,6 +125,13 @@ def render(record: dict, stream: TextIO) -> None:
             breaks = f", {compiled['graph_breaks']} graph breaks" if compiled["graph_breaks"] is not None else ""
             console.print(f"compile: {compiled['mode']} ({compiled['backend']}) first step {compiled['compile_time_s']:.1f} s, "
                           f"not in warmup or timing{breaks}{eager}", markup=False)
+        if counted:
+            console.print(flops_line(counted, kind), markup=False)
+        if record.get("energy"):
+            console.print(energy_line(record["energy"]), markup=False)
+        for rep in record["repeats"]:
+            if rep.get("device_state"):
+                console.print(f"device, repeat {rep['index'] + 1}: {state_text(rep['device_state'])}", markup=False)
         throughput = record["throughput"]
         data = record.get("data")
         if data is not None:

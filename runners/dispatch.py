@@ -25,15 +25,16 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.errors import EXIT_ENVIRONMENT, UsageError
 from benchmarks.processes import host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV
 
-from . import launchers, runtimes
+from . import faults, launchers, runtimes
 from .launchers.base import wait_group
 from .runtimes.container import ContainerSpec, argv_for
 from .runtimes.slurm_plugin import LAUNCHER as PLUGIN_LAUNCHER, SlurmPluginRuntime
@@ -69,6 +70,7 @@ class Outcome:
     exit_code: int
     command: list[str]
     interrupted: bool = False  # Ctrl-C/SIGINT reached benchrun: callers running several stop there
+    fault: str | None = None  # the environment ended the run (runners.faults): the one-line reason
 
 
 def default_image(request: RunRequest) -> str:
@@ -205,8 +207,16 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
     The launcher runs in this process; containers are removed when the run ends, times out
-    (benchmarks.processes.host_deadline) or is interrupted."""
+    (benchmarks.processes.host_deadline) or is interrupted. A run that fails because its environment
+    did (the container daemon went away, a node failed) gets a record saying so (runners.faults)."""
+    from benchmarks.record import utc_now
+
     runtime = check(request)
+    started_utc, t0 = utc_now(), time.monotonic()
+    fault = runtime.fault()
+    if fault is not None:  # the daemon is gone before the run: recorded like a run it ended (sweeps go on)
+        return Outcome(faults.host_record(request, launcher_name(request, runtime), fault, EXIT_ENVIRONMENT,
+                                          started_utc, 0.0, []), EXIT_ENVIRONMENT, [], fault=fault)
     image = prepare(request, runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
@@ -222,6 +232,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             raise KeyboardInterrupt  # wait_group stops the run (SIGTERM, then SIGKILL) and returns
 
         previous = signal.signal(signal.SIGINT, on_sigint)
+        launcher = None
         try:
             if launcher_name(request, runtime) is None:
                 argv = [*spec.bench, *spec.bench_args]
@@ -237,4 +248,12 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
-        return Outcome(record, code, argv, interrupted=bool(interrupted))
+        fault = None
+        if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
+            # (a dockerd being stopped closes its API before it stops its containers: asked at once)
+            fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
+        if fault is not None:
+            record = faults.blame(record, fault, code) if record is not None else faults.host_record(
+                request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+        return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
+

@@ -10,12 +10,12 @@ import os
 import shlex
 import stat
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from infra import helpers
 from infra.helpers import ROOT
 
 from benchmarks.errors import UsageError
@@ -271,11 +271,8 @@ def test_cdi_specification_switches_gpus_to_cdi_devices(tmp_path, monkeypatch):
 # ---- benchrun: dry runs show the real command, bad input is one line ------------------
 
 def benchrun(*args, path_prefix=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if path_prefix:
-        env["PATH"] = f"{path_prefix}:{env['PATH']}"
-    return subprocess.run([sys.executable, "-m", "runners", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return helpers.benchrun(*args, env={"PATH": f"{path_prefix}:{os.environ['PATH']}"} if path_prefix else None,
+                            timeout=120)
 
 
 @pytest.fixture()
@@ -332,10 +329,9 @@ def test_bad_plugin_input_is_one_line_exit_2(plugin_srun, args, message):
 
 @pytest.mark.parametrize("runtime, binary", [("enroot", "enroot"), ("pyxis", "srun"), ("cscs-ce", "srun")])
 def test_missing_binary_is_one_line_exit_2(tmp_path, runtime, binary):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{tmp_path}:/usr/bin:/bin"}
     if binary == "srun":
         fake_binary(tmp_path, "srun", 'echo "Usage: srun"')
-    out = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", runtime, "--", "--model", "resnet50"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = helpers.benchrun("run", "--runtime", runtime, "--", "--model", "resnet50",
+                           env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert f"runtime {runtime!r} needs" in out.stderr

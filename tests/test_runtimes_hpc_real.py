@@ -7,15 +7,13 @@ system) they run the real thing: `pytest -m slow tests/test_runtimes_hpc_real.py
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from infra.helpers import ROOT
+from infra.helpers import ROOT, benchrun_record
 from infra.slurm import skip_loudly
 
 from runners.runtimes import slurm_plugin
@@ -28,11 +26,9 @@ TINY = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--b
 
 
 def benchrun_run(*args, timeout=1800):
-    result = subprocess.run([sys.executable, "-m", "runners", "run", *args], cwd=ROOT, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert result.returncode == 0 and lines, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
-    return json.loads(lines[-1])
+    result, record = benchrun_record("run", *args, timeout=timeout)
+    assert result.returncode == 0 and record, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    return record
 
 
 def docker_image_or_skip(what: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, SCHEMA, validate_record
+from infra.helpers import ROOT, SCHEMA, bench, benchrun_record, last_json_line, python_env, validate_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)
@@ -34,15 +34,8 @@ def docker_up(*images):
             skip_loudly(f"RUNTIME TESTS SKIPPED: image {image} not built (make images)")
 
 
-def env(**extra):
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **extra}
-
-
-def benchrun_run(*args, environ=None, timeout=400):
-    result = subprocess.run([sys.executable, "-m", "runners", "run", *args], cwd=ROOT, env=environ or env(),
-                            capture_output=True, text=True, timeout=timeout)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    return result, (json.loads(lines[-1]) if lines else None)
+def benchrun_run(*args, env: dict | None = None, timeout: float = 400):
+    return benchrun_record("run", *args, env=env, timeout=timeout)
 
 
 def containers(runtime="docker"):
@@ -79,9 +72,8 @@ def public_dataset():
     root = Path(tempfile.mkdtemp(prefix="dlbench-rt-data-", dir="/tmp"))
     try:
         root.chmod(0o755)
-        made = subprocess.run([sys.executable, "-m", "benchmarks", "make-dataset", str(root / "ds"), "--images", "12",
-                               "--classes", "3", "--min-size", "64", "--max-size", "96"], cwd=ROOT, env=env(),
-                              capture_output=True, text=True, timeout=120)
+        made = bench("make-dataset", root / "ds", "--images", "12", "--classes", "3", "--min-size", "64",
+                     "--max-size", "96", timeout=120)
         assert made.returncode == 0, made.stderr
         for path in [root, *root.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
@@ -111,7 +103,7 @@ def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
     assert time.monotonic() - t0 < 120 and not containers()
 
     proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", "docker", "--", *long_run],
-                            cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not containers() and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -120,7 +112,7 @@ def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
-    assert json.loads([line for line in out.splitlines() if line.startswith("{")][-1])["status"] == "interrupted"
+    assert last_json_line(out)["status"] == "interrupted"
     assert not containers(), "a container was left after SIGINT"
 
 
@@ -140,13 +132,13 @@ def test_podman_real(tmp_path):
 def test_charliecloud_real(tmp_path):
     docker_up(TF_IMAGE)
     ensure_packages_or_skip(("charliecloud",), "CHARLIECLOUD")
-    from runners.runtimes.charliecloud import DEFAULT_STORE, CharliecloudRuntime
+    from runners.runtimes.charliecloud import DEFAULT_STORE
 
     cached = (Path(os.environ.get("DLBENCH_CH_DIR") or DEFAULT_STORE) / "dlbench-tensorflow+latest" / "ch" / "dlbench-image-id")
     store = None if cached.is_file() else tmp_path / "ch"  # else convert here (~3 min) and remove it after
     extra = {} if store is None else {"DLBENCH_CH_DIR": str(store)}
     try:
-        result, record = benchrun_run("--runtime", "charliecloud", "--", *TINY_TF, environ=env(**extra), timeout=600)
+        result, record = benchrun_run("--runtime", "charliecloud", "--", *TINY_TF, env=extra, timeout=600)
         check_ok(result, record, "charliecloud")
         assert record["provenance"]["image"] == "dlbench-tensorflow:0.1.0"
     finally:
@@ -156,9 +148,8 @@ def test_charliecloud_real(tmp_path):
 
 def srun_docker(cluster, *extra):
     docker_up(TORCH_IMAGE)
-    environ = env(**cluster["env"], DLBENCH_COORDINATOR="127.0.0.1")
     result, record = benchrun_run("--runtime", "docker", "--launcher", "srun", "-n", "2", *extra, "--", *DDP,
-                                  environ=environ)
+                                  env={**cluster["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
     assert result.returncode == 0, result.stderr[-4000:]
     validate_in_image(record)
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]

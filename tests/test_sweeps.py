@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -16,54 +15,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import yaml
 
 from infra.helpers import ROOT, benchrun
+from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 
 from benchmarks.record import SCHEMA_FILE
 from runners import cli, store
 from runners.sweep import PlanError, expand, parse_plan
-
-TINY = {"image_size": 64, "num_warmup_batches": 0, "num_batches": 1, "num_threads": 1}
-
-
-def write_plan(path: Path, plan) -> Path:
-    path.write_text(plan if isinstance(plan, str) else yaml.safe_dump(plan))
-    return path
-
-
-def tiny_plan(**matrix) -> dict:
-    bench = {**TINY, "rendezvous_port": random.randint(20000, 40000)}  # others' tests use the default port
-    return {"matrix": {"framework": ["torch"], "model": ["alexnet"], "batch_size": [2], **matrix}, "bench": bench}
-
-
-
-def lines(path: Path) -> list[dict]:
-    text = path.read_text()
-    assert text.endswith("\n")
-    return [json.loads(line) for line in text.splitlines()]
-
-
-def marked(marker: str) -> list[int]:
-    """Live processes whose environment carries DLBENCH_TEST_MARK=marker."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"DLBENCH_TEST_MARK={marker}".encode() in environ.split(b"\0") and state != b"Z":
-            found.append(int(pid))
-    return found
-
-
-def cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        return []
-
 
 # --- bad plans: one line each, exit 2, store untouched -------------------------------------------
 

@@ -11,8 +11,7 @@ from ..distributed import strategies
 from ..errors import UsageError, choices
 from . import BACKENDS
 
-OPS_BY_STRATEGY = {"none": ("allreduce", "pingpong", "gradients"), "ps": ("pull", "push", "ps_step")}
-PS_BACKEND = "ps"  # the parameter servers' own transport: the backend of a strategy that uses them
+COMM_STRATEGIES = tuple(name for name, s in strategies.STRATEGIES.items() if s.comm_ops)
 DESCRIPTION = """\
 Communication microbenchmark with the frameworks' own collectives, under the same
 launchers and images as training: all-reduce over message sizes (nccl-tests'
@@ -66,7 +65,7 @@ def comm_parser() -> argparse.ArgumentParser:
 def default_backend(framework: str, strategy: str, device: str, has_gpu) -> str:
     """The backend a training run of this framework would use on this device."""
     if framework == "tensorflow":
-        return PS_BACKEND if strategies.get(strategy).uses_ps else "collective"
+        return strategies.get(strategy).comm_backend or "collective"
     return "nccl" if device != "cpu" and has_gpu() else "gloo"
 
 
@@ -88,8 +87,8 @@ def options_from(args):
         raise UsageError(f"unknown model {args.model!r} (choices: {choices(MODELS)})")
     if args.device not in DEVICES:
         raise UsageError(f"--device {args.device!r} is invalid (choices: {choices(DEVICES)})")
-    if args.strategy not in OPS_BY_STRATEGY:
-        raise UsageError(f"--strategy {args.strategy!r} is invalid for comm (choices: {choices(OPS_BY_STRATEGY)})")
+    if args.strategy not in COMM_STRATEGIES:
+        raise UsageError(f"--strategy {args.strategy!r} is invalid for comm (choices: {choices(COMM_STRATEGIES)})")
     strategy = strategies.get(args.strategy)
     if not strategy.supports(framework):
         raise UsageError(f"--strategy {args.strategy} applies to --framework {choices(strategy.frameworks)} only")
@@ -99,16 +98,19 @@ def options_from(args):
     if args.ps_placement not in PS_PLACEMENTS:
         raise UsageError(f"--ps-placement {args.ps_placement!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
-    if backend not in BACKENDS and backend != PS_BACKEND:
+    own_backends = {s.comm_backend for s in strategies.STRATEGIES.values() if s.comm_backend}
+    if backend not in BACKENDS and backend not in own_backends:
         raise UsageError(f"unknown backend {backend!r} (choices: {choices(BACKENDS)})")
     if backend in BACKENDS and BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
         raise UsageError(f"--backend {backend} is not a {framework} backend (choices: {choices(valid)})")
-    if (backend == PS_BACKEND) != strategy.uses_ps:
-        raise UsageError("--backend ps goes with --strategy ps (and only it)")
+    if backend in own_backends and backend != strategy.comm_backend:
+        raise UsageError(f"--backend {backend} goes with its own strategy only, not --strategy {strategy.name}")
+    if strategy.comm_backend and backend != strategy.comm_backend:
+        raise UsageError(f"--strategy {strategy.name} measures --backend {strategy.comm_backend} (and only it)")
     if backend not in BACKENDS:
         raise UsageError(f"no {backend!r} comm backend in this version (choices: {choices(BACKENDS)})")
-    valid_ops = OPS_BY_STRATEGY[args.strategy]
+    valid_ops = strategy.comm_ops
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else valid_ops
     bad = [o for o in ops if o not in valid_ops]
     if bad or not ops:

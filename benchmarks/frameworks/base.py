@@ -83,6 +83,11 @@ class Framework(ABC):
     def compile_section(self, seconds: float) -> dict:
         raise NotImplementedError
 
+    def count_flops(self):
+        """flops.Counted for this model at the run's image size, counted by the framework without
+        real compute; called after the timed loops. Raising leaves the counts null with the reason."""
+        raise NotImplementedError(f"{self.name} does not count FLOPs")
+
     @property
     def serves_only(self) -> bool:
         """True for processes that only host state for others (TF PS and PS-mode workers)."""
@@ -98,6 +103,13 @@ class Framework(ABC):
         `display`: timing.run_steps' display_every and display (progress lines)."""
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
                                 keep_losses=self.keep_losses, **display)
+
+    trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace)
+
+    def profile_steps(self, batches: Iterator, num_steps: int, path) -> None:
+        """Run `num_steps` steps under the framework's own profiler (bench --trace, after the timed
+        loops), marked with timing.run_steps' `annotate`, and write its trace to `path`."""
+        raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this version")
 
     @abstractmethod
     def parameter_checksum(self) -> str:

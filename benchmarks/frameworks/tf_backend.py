@@ -32,6 +32,25 @@ IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
+COUNTED_OPS = ("Conv2D", "MatMul", "BatchMatMulV2", "DepthwiseConv2dNative")  # as torch's FlopCounterMode
+
+
+def count_forward_flops(model, image_shape: tuple):
+    """Forward FLOPs per image from the registered statistics of the traced training-mode graph
+    (convolutions and matrix products, 2 per multiply-add): a trace, no compute."""
+    from tensorflow.python.framework import ops  # the statistics registry tf.profiler reads
+
+    from ..flops import Counted
+
+    graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(
+        tf.TensorSpec([1, *image_shape], tf.float32)).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type in COUNTED_OPS:
+            total += ops.get_stats_for_node_def(graph, op.node_def, "flops").value or 0
+    return Counted(float(total), None, f"TensorFlow registered op statistics of the traced graph ({', '.join(COUNTED_OPS)})")
+
+
 class TensorFlowFramework(Framework):
     name = "tensorflow"
 
@@ -82,6 +101,9 @@ class TensorFlowFramework(Framework):
 
     def _make_step(self):
         return tf.function(self._train_step, jit_compile=self.config.xla, reduce_retracing=True)
+
+    def count_flops(self):
+        return count_forward_flops(self.model, self._image_shape())
 
     def _init_distributed(self) -> None:
         """Join the other ranks' gradient exchange (the strategy's subclass); alone: nothing."""
@@ -254,6 +276,29 @@ class TensorFlowFramework(Framework):
     def close(self) -> None:
         if getattr(self, "hvd", None) is not None:
             self.hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it
+
+    trace_suffix = ".xplane.pb"  # the TensorFlow profiler's XSpace (TensorBoard's profile plugin reads it)
+
+    def profile_steps(self, batches, num_steps: int, path) -> None:
+        """tf.profiler writes into a log directory of its own; its one XSpace file is moved to `path`."""
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from ..trace import annotation
+
+        logdir = tempfile.mkdtemp(prefix=".tf-profile-", dir=Path(path).parent)
+        try:
+            tf.profiler.experimental.start(logdir)
+            try:
+                self.timed_loop(batches, num_steps,
+                                annotate=lambda kind, index: tf.profiler.experimental.Trace(annotation(kind, index)))
+            finally:
+                tf.profiler.experimental.stop()
+            (written,) = Path(logdir).rglob("*.xplane.pb")
+            shutil.move(str(written), str(path))
+        finally:
+            shutil.rmtree(logdir, ignore_errors=True)
 
     def synchronize(self) -> None:
         if self.gpus:  # CPU ops of a tf.function call complete before it returns

@@ -61,6 +61,41 @@ def collate_skipping(samples):
     return images, labels, [item for _, _, skipped in samples for item in skipped]
 
 
+def build_model(model: str, num_classes: int, aux_head: bool) -> torch.nn.Module:
+    builder = getattr(torchvision.models, TORCHVISION_MODELS[model])
+    kwargs = {"weights": None, "num_classes": num_classes}
+    if model == "inception3":
+        kwargs.update(aux_logits=aux_head, init_weights=False)
+    return builder(**kwargs)
+
+
+FLOP_COUNT_BATCH = 2  # batch norm in training mode needs more than one value per channel
+
+
+def count_flops(model: str, image_size: int, num_classes: int, aux_head: bool):
+    """Forward, and forward + backward, FLOPs per image of one training step on meta tensors:
+    shapes only, no memory and no compute, so any model and size counts in a second or two."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..flops import Counted
+
+    with torch.device("meta"):
+        net = build_model(model, num_classes, aux_head).train()
+        images = torch.empty(FLOP_COUNT_BATCH, 3, image_size, image_size)
+        labels = torch.zeros(FLOP_COUNT_BATCH, dtype=torch.long)
+    with FlopCounterMode(display=False) as forward:
+        output = net(images)
+    with FlopCounterMode(display=False) as step:
+        output = net(images)
+        logits = output.logits if aux_head else output
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        if aux_head:
+            loss = loss + AUX_LOSS_WEIGHT * torch.nn.functional.cross_entropy(output.aux_logits, labels)
+        loss.backward()
+    return Counted(forward.get_total_flops() / FLOP_COUNT_BATCH, step.get_total_flops() / FLOP_COUNT_BATCH,
+                   "torch.utils.flop_counter.FlopCounterMode on meta tensors (convolutions and matrix products)")
+
+
 class TorchFramework(Framework):
     name = "torch"
 
@@ -111,11 +146,10 @@ class TorchFramework(Framework):
         return digest.hexdigest()[:16]
 
     def _build_model(self) -> torch.nn.Module:
-        builder = getattr(torchvision.models, TORCHVISION_MODELS[self.config.model])
-        kwargs = {"weights": None, "num_classes": self.config.num_classes}
-        if self.config.model == "inception3":
-            kwargs.update(aux_logits=self.aux_head, init_weights=False)
-        return builder(**kwargs)
+        return build_model(self.config.model, self.config.num_classes, self.aux_head)
+
+    def count_flops(self):
+        return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
 
     def model_info(self) -> dict:
         return {
@@ -242,6 +276,18 @@ class TorchFramework(Framework):
             self.compile_state["graphs_at_end"] = compilation.dynamo_counts()[1]  # more: it recompiled later
         return super().record_sections()
 
+    trace_suffix = ".pt.trace.json"  # HTA's and TensorBoard's name for torch.profiler traces
+
+    def profile_steps(self, batches, num_steps: int, path) -> None:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        from ..trace import annotation
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as profiler:
+            self.timed_loop(batches, num_steps, annotate=lambda kind, index: record_function(annotation(kind, index)))
+        profiler.export_chrome_trace(str(path))
+
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -250,7 +296,17 @@ class TorchFramework(Framework):
         return float(loss.float().item())
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+        return (isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+                or self._onednn_out_of_address_space(error))
+
+    @staticmethod
+    def _onednn_out_of_address_space(error: BaseException) -> bool:
+        """oneDNN reports a failed allocation only as "could not create a primitive"; near the
+        `ulimit -v` limit that is an out-of-memory (the supervisor's rule for native crashes)."""
+        from ..memory import near_address_space_limit
+        from ..supervisor import AS_LIMIT_NEAR
+
+        return "could not create a primitive" in str(error) and near_address_space_limit(AS_LIMIT_NEAR) is not None
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":

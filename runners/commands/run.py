@@ -17,7 +17,7 @@ import os
 import sys
 
 from benchmarks.durable import append_or_fallback, check_dir
-from benchmarks.errors import EXIT_FAILED, UsageError, choices
+from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, UsageError, choices
 
 from .. import dispatch, launchers, runtimes
 
@@ -91,10 +91,17 @@ def run(args) -> int:
         print(f"benchrun: note: runtime {req.runtime!r} is legacy: {legacy}", file=sys.stderr, flush=True)
     outcome = dispatch.run(req)
     if outcome.record is None:
+        if outcome.fault:
+            print(f"benchrun: error: the run failed: {outcome.fault}; no record could be made", file=sys.stderr, flush=True)
+            return EXIT_ENVIRONMENT
         print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", flush=True)
         return outcome.exit_code or EXIT_FAILED
     print(json.dumps(outcome.record), flush=True)  # first: the record is on stdout whatever follows
     if args.results:
         append_or_fallback(os.path.join(args.results, "records.jsonl"), outcome.record,
                            f"dlbench-record-{outcome.record['run_id']}.jsonl")
+    if outcome.fault:
+        print(f"benchrun: error: the run failed: {outcome.fault} (recorded as failed, error kind environment)",
+              file=sys.stderr, flush=True)
+        return EXIT_ENVIRONMENT
     return outcome.exit_code

@@ -105,6 +105,10 @@ class Launcher(ABC):
         proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)}, start_new_session=True)
         return wait_group([proc], timeout_s)
 
+    def fault(self) -> str | None:
+        """After a failed run: why the machines under the ranks failed (a node died), or None."""
+        return None
+
 
 def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
     """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code.

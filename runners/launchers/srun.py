@@ -1,14 +1,30 @@
 """`srun`: Slurm job steps. Cyclic distribution spreads workers over nodes and puts the
-PS and the chief beside workers, as in seed 000; one failed task ends the step."""
+PS and the chief beside workers, as in seed 000; one failed task ends the step.
+
+srun's stderr is relayed line by line (ranks' output comes through it too) and kept, so
+that a run ended by a node failure (slurmd gone, the controller marks the node down and
+srun says `Node failure on NODE`) is recorded as a fault of the environment naming the node."""
 
 from __future__ import annotations
 
-from .base import LaunchSpec, Launcher
+import collections
+import os
+import re
+import subprocess
+import sys
+import threading
+
+from .base import LaunchSpec, Launcher, wait_group
+
+NODE_FAILURE = re.compile(r"Node failure on ([A-Za-z0-9_.-]+)")  # not "STEP ... ON node1 CANCELLED": that is a survivor
 
 
 class SrunLauncher(Launcher):
     name = "srun"
     binary = "srun"
+
+    def __init__(self):
+        self.said: collections.deque[str] = collections.deque(maxlen=500)  # srun's last stderr lines
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic"]
@@ -19,3 +35,33 @@ class SrunLauncher(Launcher):
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         """Without --hosts, bench finds process 0's node in Slurm's own node list."""
         return spec.rank_env() if spec.hosts else dict(spec.env)
+
+    def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
+        proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)},
+                                stderr=subprocess.PIPE, start_new_session=True)
+        relay = threading.Thread(target=self._relay, args=(proc.stderr,), daemon=True)
+        relay.start()
+        code = wait_group([proc], timeout_s)
+        relay.join(timeout=5)
+        return code
+
+    def _relay(self, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            self.said.append(line.rstrip("\n"))
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError):  # our stderr gone or its disk full: keep draining
+                pass
+        stream.close()
+
+    def fault(self) -> str | None:
+        nodes = []
+        for line in self.said:
+            for match in NODE_FAILURE.finditer(line):
+                if match.group(1) not in nodes:
+                    nodes.append(match.group(1))
+        if not nodes:
+            return None
+        return f"Slurm node {', '.join(nodes)} failed during the run (srun: Node failure on {', '.join(nodes)})"

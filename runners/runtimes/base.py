@@ -232,9 +232,14 @@ class Runtime(ABC):
         """Variables the runtime's own binary needs in its environment (not the container's)."""
         return {}
 
-    # ---- clean-up -------------------------------------------------------------------
+    # ---- clean-up and faults -----------------------------------------------------------
     def remove(self, name: str, prefix: bool = False) -> None:
         """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
+
+    def fault(self) -> str | None:
+        """Why this runtime cannot run containers now (its daemon went away), or None; asked after a run
+        that failed, so that the record blames the environment, not bench."""
+        return None
 
 
 class DockerCliRuntime(Runtime):
@@ -276,10 +281,15 @@ class DockerCliRuntime(Runtime):
         return image
 
     def remove(self, name: str, prefix: bool = False) -> None:
+        """Best effort: with the daemon gone nothing can be removed now (one that restarts removes
+        the --rm containers it finds running; fault() says so)."""
         pattern = f"^/?{name}" + ("" if prefix else "$")
-        found = run_quiet([self.executable(), "ps", "-aq", "--filter", f"name={pattern}"]).stdout.split()
-        if found:
-            run_quiet([self.executable(), "rm", "-f", *found])
+        try:
+            found = run_quiet([self.executable(), "ps", "-aq", "--filter", f"name={pattern}"]).stdout.split()
+            if found:
+                run_quiet([self.executable(), "rm", "-f", *found])
+        except subprocess.TimeoutExpired:  # a daemon that hangs
+            pass
 
 
 def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

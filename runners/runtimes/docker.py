@@ -1,11 +1,29 @@
-"""`docker`: the Docker CLI. Host network and IPC (ranks talk over loopback, DataLoader shared memory)."""
+"""`docker`: the Docker CLI. Host network and IPC (ranks talk over loopback, DataLoader shared memory).
+
+A daemon that goes away mid-run (stopped, crashed) ends the run as a failure of the environment:
+`fault()` says so. Without live-restore, a dockerd that comes back stops and removes the --rm
+containers it finds still running, so nothing of the run outlives the restart."""
 
 from __future__ import annotations
 
-from .base import DockerCliRuntime
+import subprocess
+
+from .base import DockerCliRuntime, run_quiet
+
+DAEMON_PROBE_S = 15  # a daemon that does not answer `docker version` within this is gone
 
 
 class DockerRuntime(DockerCliRuntime):
     name = "docker"
     binary = "docker"
     subcommand = ("run", "--rm", "--init")
+
+    def fault(self) -> str | None:
+        try:
+            answer = run_quiet([self.executable(), "version", "--format", "{{.Server.Version}}"], timeout=DAEMON_PROBE_S)
+        except subprocess.TimeoutExpired:
+            return f"docker daemon went away (no answer within {DAEMON_PROBE_S} s)"
+        if answer.returncode == 0:
+            return None
+        said = next((line.strip() for line in answer.stderr.splitlines() if line.strip()), f"exit {answer.returncode}")
+        return f"docker daemon went away ({said[:200]})"

@@ -44,6 +44,13 @@ def benchrun(*args, env: dict | None = None, timeout: float = 600, cwd=ROOT, **k
     return _capture([sys.executable, "-m", "runners", *args], python_env(env), timeout, cwd, **kwargs)
 
 
+def benchrun_record(*args, env: dict | None = None, timeout: float = 600):
+    """`benchrun ARGS` and the last JSON record it printed (None when it printed none)."""
+    result = benchrun(*args, env=env, timeout=timeout)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    return result, (json.loads(lines[-1]) if lines else None)
+
+
 def validate_record(record: dict) -> dict:
     jsonschema.validate(record, SCHEMA)
     return record

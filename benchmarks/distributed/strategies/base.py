@@ -32,6 +32,10 @@ class Strategy:
     gathers_at_chief = False  # the chief drives and times every worker; others only serve
     syncs_replicas = True  # replicas' parameters must end identical
     tf_cluster = False  # TensorFlow needs TF_CONFIG (a cluster spec) before it is imported
+    # What `bench comm` measures under this strategy (empty: not a comm strategy), and the
+    # transport the strategy brings itself, when it has one (parameter servers).
+    comm_ops: tuple[str, ...] = ()
+    comm_backend: str | None = None
     # A backend class per framework when this strategy needs more than the framework's own.
     backends: dict[str, str] = {}
 

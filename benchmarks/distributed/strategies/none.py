@@ -9,3 +9,4 @@ class NoStrategy(Strategy):
     name = "none"
     frameworks = ("torch", "tensorflow")
     syncs_replicas = False  # several ranks train independent replicas
+    comm_ops = ("allreduce", "pingpong", "gradients")

@@ -21,6 +21,8 @@ class PsStrategy(Strategy):
     uses_ps = True
     gathers_at_chief = True
     tf_cluster = True
+    comm_ops = ("pull", "push", "ps_step")
+    comm_backend = PS  # push/pull through the parameter servers themselves
     backends = {"tensorflow": "benchmarks.frameworks.tf_ps:TensorFlowPsFramework"}
 
     def processes(self, workers: int, num_ps: int) -> int:

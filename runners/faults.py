@@ -1,0 +1,58 @@
+"""A run ended by a fault of its environment (the container daemon went away, a node failed):
+the record says so in one line, with error kind `environment` and status `failed`.
+
+The runtime and the launcher are asked (`fault()`) only after a run that did not end well;
+what bench wrote, if anything, is kept but its status and error are replaced (an
+`interrupted` record from a daemon stopping its containers is not a Ctrl-C). When bench
+wrote nothing (its container or rank died with the daemon or the node), the host writes the
+record itself from bench's arguments, so that a sweep stores a result like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from benchmarks.errors import UsageError
+
+from .launchers.base import bench_option
+
+
+def error_info(reason: str, exit_code: int) -> dict:
+    return {"kind": "environment", "message": reason, "exit_code": exit_code, "signal": None}
+
+
+def blame(record: dict, reason: str, exit_code: int) -> dict:
+    """bench's own record, ended by the environment: status failed, the fault as its error."""
+    from benchmarks import record as records
+
+    return records.validate({**record, "status": "failed", "error": error_info(reason, exit_code)})
+
+
+def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,
+                command: list[str]) -> dict | None:
+    """The record of a run (a dispatch.RunRequest) that wrote none, made from its arguments on the host
+    (None when they do not parse here)."""
+    from benchmarks import record as records
+    from benchmarks.cli import bench_parser, config_of
+    from benchmarks.distributed import strategies
+    from benchmarks.provenance import host_provenance
+
+    args = list(request.bench_args)
+    if bench_option(args, "--framework") is None:
+        args += ["--framework", os.environ.get("BENCH_FRAMEWORK") or "torch"]
+    if request.data_dir and bench_option(args, "--data-dir") is None:
+        args += ["--data-dir", request.data_dir]  # the host's path, not the container's
+    try:
+        config = config_of(bench_parser().parse_args(args), installed_here=False)
+    except (UsageError, SystemExit):
+        return None
+    strategy = strategies.get(config.strategy)
+    processes = strategy.processes(request.num_workers, request.num_ps)
+    world = {"rank": 0, "processes": processes, "workers": strategy.workers(processes, config.num_ps),
+             "num_ps": config.num_ps, "strategy": config.strategy, "launcher": launcher or "none",
+             "nodes": 1, "processes_per_node": processes, "hosts": [socket.gethostname()]}
+    base = {"run_id": records.new_run_id(), "timestamp_utc": started_utc,
+            "provenance": {**host_provenance(), "requested_runtime": request.runtime, "image": request.image,
+                           "command": command}}
+    return records.build(config, base, "failed", error_info(reason, exit_code), duration_s, world=world)

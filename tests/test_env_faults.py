@@ -1,0 +1,240 @@
+"""Faults of the environment during a run, for real: the sweep store's file system fills up
+mid-sweep, a private dockerd goes away mid-run, a Slurm node dies mid-run. Each ends as a
+recorded result with a one-line reason and a documented exit code, leaves no process or
+container behind, and the sweep goes on (or stops cleanly and resumes)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from infra.helpers import ROOT, last_json_line, validate_record
+from infra.slurm import start_cluster, stop_cluster
+from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
+from infra.tmpfs import fill, small_fs
+
+from benchmarks import durable
+from benchmarks.processes import parent
+from runners.commands.sweep import pending_name
+
+pytestmark = pytest.mark.slow
+# Long enough to be killed mid-run whatever the machine's load: the kill waits for the first
+# progress line, and the run would take minutes to end by itself.
+LONG = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
+        "--num-warmup-batches", "1", "--num-batches", "5000", "--num-threads", "1", "--display-every", "1"]
+
+
+def wait_for(condition, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"{what}: not within {timeout:g} s")
+
+
+def read_until(stream, text: str, timeout: float) -> str:
+    """Lines of `stream` up to the first that contains `text` (AssertionError after timeout)."""
+    seen, deadline = [], time.monotonic() + timeout
+    for line in stream:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout:g} s:\n{''.join(seen)[-3000:]}"
+    raise AssertionError(f"ended before {text!r}:\n{''.join(seen)[-3000:]}")
+
+
+def all_pids() -> list[int]:
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit()]
+
+
+def environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("benchrun: error: ")]
+
+
+def test_store_file_system_full_mid_sweep_stops_cleanly_and_resumes(tmp_path):
+    """The disk fills while the 2nd of 3 points runs: exit 5, one line, the store holds the
+    1st entry only (no torn line), the 2nd is in the pending file; after freeing space a rerun
+    appends it, runs the 3rd, and every point is stored exactly once."""
+    marker = uuid.uuid4().hex
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2, 3]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker}
+    with small_fs(tmp_path / "fs", size="2m") as fs:
+        store_path = fs / "sweep.jsonl"
+        pending = durable.fallback_dir() / pending_name(store_path)
+        pending.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
+        sweep = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            wait_for(lambda: store_path.exists() and store_path.read_bytes().endswith(b"\n"), 180, "first entry")
+            filler = fill(fs)  # while the 2nd point runs
+            out, err = sweep.communicate(timeout=300)
+        finally:
+            sweep.kill()
+        try:
+            assert sweep.returncode == 5, err
+            (line,) = error_lines(err)
+            assert line.startswith("benchrun: error: sweep stopped: --store ") and "No space left on device" in line, line
+            assert str(pending) in line and "free space and rerun to resume" in line, line
+            assert not marked(marker), "processes of the sweep left behind"
+            before = lines(store_path)  # complete lines only (lines() asserts the trailing newline)
+            assert [e["sweep"]["point"]["batch_size"] for e in before] == [1]
+            (kept,) = lines(pending)
+            assert kept["sweep"]["point"]["batch_size"] == 2 and kept["record"]["status"] == "ok", kept
+            filler.unlink()  # space is back
+            rerun = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        finally:
+            pending.unlink(missing_ok=True)
+        assert rerun.returncode == 0, rerun.stderr
+        assert "recovered 1 entry measured while" in rerun.stderr
+        assert "3 combinations: 1 to run, 2 already in" in rerun.stderr
+        after = lines(store_path)
+        assert after[:2] == [*before, kept]  # nothing lost: the measurement taken on a full disk is the one kept
+        assert [e["sweep"]["point"]["batch_size"] for e in after] == [1, 2, 3]
+        assert len({e["sweep"]["config_hash"] for e in after}) == 3  # nothing run twice
+        assert all(e["record"]["status"] == "ok" and e["sweep"]["attempt"] == 1 for e in after)
+
+
+# --- a Slurm node dies mid-run ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def private_slurm():
+    """A two-node cluster of this module's own (own directory and ports): killing one of its
+    slurmd cannot break the session's shared cluster or other tests."""
+    info = start_cluster(2, directory=f"/tmp/dlb-faults-{os.getpid()}")
+    yield info
+    stop_cluster(info)
+
+
+def node_processes(node: str) -> list[int]:
+    """The processes Slurm runs on an emulated node: its tasks (SLURMD_NODENAME=node) and their slurmstepd."""
+    tasks = [pid for pid in all_pids() if f"SLURMD_NODENAME={node}".encode() in environ(pid)]
+    return sorted({*tasks, *(parent(pid) for pid in tasks if "slurmstepd" in " ".join(cmdline(parent(pid) or 0)))} - {None})
+
+
+def test_slurm_node_dies_mid_run(private_slurm):
+    """node2 dies (its slurmd, slurmstepd and rank killed) while both ranks train: the run ends as a
+    failed record naming node2 (error kind environment), exit 6, one line, no rank left."""
+    marker = uuid.uuid4().hex
+    env = {**private_slurm["env"], "DLBENCH_COORDINATOR": "127.0.0.1", "PYTHONPATH": str(ROOT),
+           "PYTHONUNBUFFERED": "1", "DLBENCH_TEST_MARK": marker}
+    argv = [sys.executable, "-m", "runners", "run", "--launcher", "srun", "-n", "2", "--launcher-arg=--nodes=2", "--",
+            *LONG, "--strategy", "ddp", "--rendezvous-port", str(random.randint(20000, 40000))]
+    run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stderr = read_until(run.stderr, "bench: step ", 240)
+        slurmd = int((Path(private_slurm["dir"]) / "node2" / "slurmd.daemon.pid").read_text())
+        victims = [slurmd, *node_processes("node2")]
+        assert len(victims) >= 3, victims  # slurmd, slurmstepd, rank 1
+        for pid in victims:  # the node dies as a whole, as in a crash
+            os.kill(pid, signal.SIGKILL)
+        out, rest = run.communicate(timeout=240)
+    finally:
+        run.kill()
+    stderr += rest
+    assert run.returncode == 6, stderr[-3000:]
+    (line,) = error_lines(stderr)
+    print(line)
+    assert "Slurm node node2 failed" in line and "environment" in line, line
+    record = validate_record(last_json_line(out))
+    assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
+    assert "node2" in record["error"]["message"]
+    wait_for(lambda: not marked(marker), 30, "ranks left behind")
+
+
+# --- the Docker daemon goes away mid-run (a private daemon: the shared one is never touched) ----
+
+# The TensorFlow image: a third of the torch image's size to load into the private daemon.
+LONG_TF = ["--framework", "tensorflow", *LONG[2:]]
+
+
+def docker_env(daemon, marker: str) -> dict:
+    # DLBENCH_* variables are forwarded into the container: its processes carry the marker too
+    return {**os.environ, **daemon.env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "DLBENCH_TEST_MARK": marker}
+
+
+def nothing_left_once_back(daemon, marker: str) -> None:
+    """The daemon comes back: it removes the run's --rm container; no process of the run is left."""
+    daemon.start()
+    wait_for(lambda: not marked(marker), 60, "processes of the run left after the daemon came back")
+    left = daemon.docker("ps", "-aq", "--filter", "name=^/?dlbench-").stdout.split()
+    assert not left, daemon.docker("ps", "-a").stdout
+
+
+def test_docker_daemon_killed_mid_run(private_dockerd, dlbench_images):
+    """dockerd crashes (SIGKILL) while bench trains in its container: benchrun ends with the record
+    (failed, error kind environment, 'docker daemon went away'), one line, exit 6."""
+    marker = uuid.uuid4().hex
+    argv = [sys.executable, "-m", "runners", "run", "--runtime", "docker", "--image", dlbench_images["tensorflow"], "--", *LONG_TF]
+    run = subprocess.Popen(argv, env=docker_env(private_dockerd, marker), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stderr = read_until(run.stderr, "bench: step ", 300)
+        private_dockerd.kill(signal.SIGKILL)
+        out, rest = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    stderr += rest
+    try:
+        assert run.returncode == 6, stderr[-3000:]
+        (line,) = error_lines(stderr)
+        print(line)
+        assert line.startswith("benchrun: error: the run failed: docker daemon went away ("), line
+        record = validate_record(last_json_line(out))
+        assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
+        assert record["error"]["message"].startswith("docker daemon went away")
+        assert record["provenance"]["requested_runtime"] == "docker" and record["config"]["num_batches"] == 5000
+    finally:
+        nothing_left_once_back(private_dockerd, marker)
+
+
+def test_docker_daemon_stopped_mid_sweep_the_sweep_goes_on(private_dockerd, dlbench_images, tmp_path):
+    """dockerd is stopped (SIGTERM: it stops its containers) during the 1st of 2 points: the point is
+    stored as failed (environment), the 2nd is tried and stored the same way while the daemon is
+    away, the sweep ends with exit 1; both points stay to run, and nothing is left once it is back."""
+    marker = uuid.uuid4().hex
+    plan = tiny_plan(framework=["tensorflow"], batch_size=[1, 2], runtime=["docker"], image=[dlbench_images["tensorflow"]])
+    plan["bench"].update(num_batches=5000, num_warmup_batches=1)
+    plan = write_plan(tmp_path / "plan.yaml", plan)
+    store_path = tmp_path / "sweep.jsonl"
+    argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
+    env = docker_env(private_dockerd, marker)
+    sweep = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        logs = tmp_path / "sweep.jsonl.logs"
+        wait_for(lambda: any("bench: step " in p.read_text(errors="replace") for p in logs.glob("*.log")),
+                 300, "the first point's progress", step=0.2)
+        private_dockerd.kill(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=300)
+    finally:
+        sweep.kill()
+    try:
+        assert sweep.returncode == 1, err[-3000:]
+        assert "Traceback" not in err, err
+        entries = lines(store_path)
+        assert [e["sweep"]["point"]["batch_size"] for e in entries] == [1, 2]
+        for entry in entries:
+            record = validate_record(entry["record"])
+            assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
+            assert record["error"]["message"].startswith("docker daemon went away"), record["error"]
+        dry = subprocess.run([*argv, "--dry-run"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert dry.returncode == 0 and "2 to run, 0 already in" in dry.stderr, dry.stderr
+    finally:
+        nothing_left_once_back(private_dockerd, marker)
