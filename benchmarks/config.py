@@ -33,7 +33,6 @@ MODELS: dict[str, ModelSpec] = {
 
 FRAMEWORKS = ("torch", "tensorflow")
 FRAMEWORK_ALIASES = {"tf": "tensorflow", "pytorch": "torch"}
-TRACING_FRAMEWORKS = ("torch",)  # whose backend implements Framework.profile_steps (bench --trace)
 # Modules whose presence (not import) tells whether a framework is installed.
 FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorflow",)}
 NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}

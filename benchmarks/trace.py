@@ -11,7 +11,9 @@ input = the batch fetch, exposed communication = communication that overlaps nei
 idle = the rest (the training thread waiting with nothing in flight that the trace shows).
 `overlap` = communication hidden under compute.
 
-GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
+TensorFlow's profiler writes an XSpace (.xplane.pb); its host plane is read here (the
+TensorFlow protobuf, no extra package) into the same events: ops of the executor threads are
+compute. GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
 comm/comp overlap over the kernels), when it is installed. HTA 0.5.0 cannot analyse CPU-only
 traces (its breakdown indexes GPU kernels and fails; its overlap is NaN), so CPU traces are
 split here from the profiler's events: CPU ops of the training thread and the communication
@@ -24,15 +26,21 @@ import json
 from pathlib import Path
 
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's own step name: HTA finds steps by it too
+STEP_NAME = "ProfilerStep"  # how steps are found: TensorFlow's TraceMe keeps the name before '#'
+XPLANE_SUFFIX = ".xplane.pb"  # TensorFlow profiler's XSpace
 INPUT = "dlbench/input"
 PARTS = ("step_s", "compute_s", "communication_s", "exposed_communication_s", "overlap_s", "input_s", "idle_s")
 # Profiler event names of collectives (torch.distributed's c10d ops, gloo/NCCL's own spans).
-COMM_MARKERS = ("c10d::", "gloo:", "nccl:", "ncclkernel", "ncclDevKernel", "record_param_comms",
-                "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter")
+# Specific names only: a step function's own name may contain "allreduce".
+COMM_MARKERS = ("c10d::", "gloo:", "nccl:", "ncclKernel", "ncclDevKernel", "record_param_comms",
+                # TensorFlow: collective ops (MultiWorkerMirroredStrategy), NCCL ops, cross-task tensors
+                ":CollectiveReduce", ":CollectiveGather", ":CollectiveBcast", ":NcclAllReduce", ":_Recv", ":_Send",
+                "RecvTensor")
 
 
 def annotation(kind: str, index: int) -> str:
-    """The trace name of a marked region (timing.run_steps' annotate kinds)."""
+    """The trace name of a marked region (timing.run_steps' annotate kinds). TensorFlow's TraceMe
+    reads '#...' as metadata, so its steps are named `ProfilerStep`."""
     return f"{STEP_PREFIX}{index}" if kind == "step" else INPUT
 
 
@@ -92,17 +100,42 @@ def has_gpu_kernels(events: list[dict]) -> bool:
 
 
 def event_steps(events: list[dict]) -> list[dict]:
-    """Per step of the window, its parts: the CPU breakdown from the trace's events."""
-    steps = sorted((e for e in events if e["name"].startswith(STEP_PREFIX)), key=lambda e: e["ts"])
+    """Per step of the window, its parts: the CPU breakdown from the trace's events. Compute is the
+    training thread's ops (torch: autograd runs there on a CPU), or any thread's where the events
+    say so (`any_thread`: TensorFlow runs a step's ops on its executor threads)."""
+    steps = sorted((e for e in events if e["name"].startswith(STEP_NAME)), key=lambda e: e["ts"])
     if not steps:
-        raise ValueError(f"no {STEP_PREFIX} regions in the trace")
+        raise ValueError(f"no {STEP_NAME} regions in the trace")
     main = steps[0]["tid"]  # the training thread
     span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
     comm = [span(e) for e in events if is_comm(e["name"])]
-    compute = [span(e) for e in events
-               if e.get("tid") == main and e.get("cat") == "cpu_op" and not is_comm(e["name"])]
+    compute = [span(e) for e in events if e.get("cat") == "cpu_op" and (e.get("tid") == main or e.get("any_thread"))
+               and not is_comm(e["name"])]
     inputs = [span(e) for e in events if e["name"] == INPUT]
     return [split_step(*span(step), compute, comm, inputs) for step in steps]
+
+
+def load_xspace(path: str | Path) -> tuple[list[dict], bool]:
+    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds): the host plane's
+    TraceMe regions (steps, input) and the ops its executor threads ran ("name:OpType"); and
+    whether it has GPU planes (whose kernels this host-side split does not see)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(Path(path).read_bytes())
+    events = []
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            executor = line.name.startswith("tf_")
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                op = executor and ":" in name
+                events.append({"name": name, "ph": "X", "tid": line.id, "cat": "cpu_op" if op else "user_annotation",
+                               "any_thread": op, "ts": line.timestamp_ns / 1e3 + event.offset_ps / 1e6,
+                               "dur": event.duration_ps / 1e6})
+    return events, any(plane.name.startswith("/device:GPU") for plane in space.planes)
 
 
 # -- GPU traces: HolisticTraceAnalysis ---------------------------------------------------------------
@@ -138,9 +171,14 @@ def mean_step(steps: list[dict]) -> dict:
 def summarize(path: str | Path, rank: int) -> dict:
     """The per-rank summary written next to the trace and carried in the record (trace.ranks[])."""
     path = Path(path)
-    events = load_events(path)
-    steps = event_steps(events)
     source, note = "profiler-events", None
+    if path.name.endswith(XPLANE_SUFFIX):
+        events, on_gpu = load_xspace(path)
+        if on_gpu:
+            note = "TensorFlow on a GPU: host-side split (op launch times), GPU kernels not analysed"
+    else:
+        events = load_events(path)
+    steps = event_steps(events)
     if has_gpu_kernels(events):
         try:
             steps, source = hta_steps(path, rank, len(steps), steps), "hta"

@@ -42,7 +42,9 @@ def test_events_outside_the_step_are_clipped():
 def test_comm_names():
     assert trace.is_comm("gloo:all_reduce") and trace.is_comm("c10d::allreduce_")
     assert trace.is_comm("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    assert trace.is_comm("sgd/CollectiveReduceV2:CollectiveReduceV2")
     assert not trace.is_comm("aten::broadcast_tensors") and not trace.is_comm("aten::conv2d")
+    assert not trace.is_comm("_allreduce_step")  # a step function is not a collective
 
 
 def test_trace_of_a_real_run(tmp_path):
@@ -67,11 +69,25 @@ def test_trace_of_a_real_run(tmp_path):
     assert "tracing 2 steps after the timed loops" in result.stderr
 
 
+@pytest.mark.slow
+def test_tensorflow_trace_of_a_real_run(tmp_path):
+    """TensorFlow's profiler XSpace, read with TensorFlow's own protobuf: ops of the executor threads
+    are the compute, and every step's parts add up."""
+    result = bench(*TINY, "--framework", "tensorflow", "--trace-steps", "2", "--trace", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    (rank,) = validate_record(last_json_line(result.stdout))["trace"]["ranks"]
+    assert rank["trace_file"] == "rank-0.xplane.pb" and rank["error"] is None and len(rank["steps"]) == 2
+    for step in rank["steps"]:
+        assert step["compute_s"] > 0.5 * step["step_s"] and step["communication_s"] == 0
+        assert step["compute_s"] + step["input_s"] + step["exposed_communication_s"] + step["idle_s"] == pytest.approx(step["step_s"])
+
+
 def test_trace_flags_are_checked(tmp_path):
     (tmp_path / "file").write_text("")
     for args, message in ((["--trace-steps", "0"], "--trace-steps must be at least 1"),
                           (["--trace", str(tmp_path / "file")], "exists and is not a directory"),
-                          (["--framework", "tensorflow", "--trace", str(tmp_path)], "--trace: no step profiler for --framework tensorflow")):
+                          (["--framework", "tensorflow", "--strategy", "ps", "--num-ps", "1", "--trace", str(tmp_path)],
+                           "--trace: under --strategy ps the chief schedules steps")):
         result = bench(*TINY, *args)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
