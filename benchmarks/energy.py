@@ -231,7 +231,7 @@ class Ranges:
                 self.low[name] = min(value, self.low.get(name, value))
                 self.high[name] = max(value, self.high.get(name, value))
             power = values.get("power_w")
-            if power is not None:
+            if power is not None and (self._last is None or t > self._last[0]):  # two threads may sample
                 if self._last is not None:
                     t0, p0 = self._last
                     self.joules += (t - t0) * (p0 + power) / 2

@@ -167,6 +167,9 @@ def nvml_devices(cuda_ordinals: Sequence[int], env: Mapping[str, str]) -> list[i
     return [int(entries[k]) if entries[k].isdigit() else entries[k] for k in cuda_ordinals if k < len(entries)]
 
 
+STATE_INTERVAL_S = 0.05  # temperature, clocks and power move slowly (NVML refreshes power every 20-100 ms)
+
+
 class DeviceMemoryMonitor:
     """NVML peak for the GPUs this process uses (CUDA ordinals); inert (all None) without one.
 
@@ -181,13 +184,17 @@ class DeviceMemoryMonitor:
         self._handles = nvml_handles(devices) if devices else None
         self.ranges = Ranges()
         self._unsupported: set = set()  # quantities these GPUs do not report
+        self._state_at = float("-inf")
         self._sampler = PeakSampler(self._read).start() if self._handles else None
 
     def _read(self) -> int:
         from .energy import nvml_state
 
         used = nvml_used_bytes(self._handles)
-        self.ranges.add(time.monotonic(), nvml_state(self._handles, self._unsupported))
+        now = time.monotonic()
+        if now - self._state_at >= STATE_INTERVAL_S:  # slow quantities: fewer NVML calls competing with the run
+            self._state_at = now
+            self.ranges.add(now, nvml_state(self._handles, self._unsupported))
         return used
 
     def energy_meter(self):
@@ -196,10 +203,21 @@ class DeviceMemoryMonitor:
 
         if not self._on_gpu:
             return energy.cpu_meter()
-        return energy.gpu_meter(self._handles, self.ranges.reset, self.ranges.integrated)  # no NVML: null, not RAPL
+        return energy.gpu_meter(self._handles, self.begin_repeat, self._integral_now)  # no NVML: null, not RAPL
 
     def begin_repeat(self) -> None:
         self.ranges.reset()
+        self._sample_state_now()
+
+    def _sample_state_now(self) -> None:
+        """A state sample now (the ends of a timed loop), not at the thread's next slow tick."""
+        if self._sampler is not None:
+            self._state_at = float("-inf")
+            self._sampler.sample()
+
+    def _integral_now(self) -> float | None:
+        self._sample_state_now()
+        return self.ranges.integrated()
 
     def repeat_state(self) -> dict | None:
         """Min/max of each sampled quantity since begin_repeat; None without NVML."""

@@ -180,7 +180,10 @@ def supervise(
         ]
         for relay in relays:
             relay.start()
-        address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start()
+        # Only under `ulimit -v` does the address-space peak classify a crash (classify_exit): without
+        # a limit no thread wakes up during the run to compete with it for the CPU.
+        as_limit = address_space_limit()
+        address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start() if as_limit else None
         status, error = None, None
         try:
             for sig in previous:
@@ -203,7 +206,7 @@ def supervise(
                 relay.join(timeout=5)
             if bar is not None:
                 bar.__exit__(None, None, None)
-            vm_peak = address_space.stop()
+            vm_peak = address_space.stop() if address_space is not None else 0
         world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:
             result = json.loads(result_path.read_text())["record"]  # e.g. "rank 1 failed" while being stopped
@@ -211,7 +214,7 @@ def supervise(
             return None, 2  # the worker printed the usage error; nothing is recorded
         else:
             if status is None:
-                status, error = classify_exit(proc.returncode, list(tail), vm_peak, address_space_limit())
+                status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit)
             error.setdefault("exit_code", None)
             result = record.build(
                 config, base, status, error, time.monotonic() - started, world=record.single_world(config, world)

@@ -21,17 +21,73 @@ from benchmarks.distributed import strategies
 from benchmarks.errors import UsageError
 from benchmarks.stats import Stats, t_halfwidth
 
-from . import runtimes, store
+from . import columnar, runtimes, store
 
 ID_PREFIX = 8  # run_id characters shown in tables
 
 # -- reading stores ------------------------------------------------------------------------------
 
+# The record fields the tables, plots and the gate read: all runners.columnar keeps of a record.
+FIELDS = (
+    "run_id", "timestamp_utc", "status", "kind", "error.kind", "error.message",
+    *(f"config.{name}" for name in ("framework", "model", "batch_size", "image_size", "precision", "compile", "xla",
+                                    "data", "strategy", "num_ps", "ps_placement", "device")),
+    "world.workers", "world.hosts", "world.launcher",
+    *(f"provenance.{name}" for name in ("hostname", "cpu_model", "cpu_count", "container_runtime", "requested_runtime",
+                                        "image", "dlbench_version", "python")),
+    *(f"provenance.framework.{name}" for name in ("name", "version", "device_kind", "device_name", "cuda_version",
+                                                  "cudnn_version")),
+    "throughput.images_per_sec", "throughput.ci95_halfwidth", "throughput.ci_method",
+    *(f"memory.{name}" for name in ("allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
+                                    "host_rss_peak_bytes")),
+    "step_time_s.mean", "input_wait_s.mean", "model.parameters",
+    "flops", "energy", "batch_search", "trace",  # whole sections (null in most records)
+)
+SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 
-def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
-    """The bench records of one kind in the given stores (plain JSONL or sweep envelopes, runners.store):
-    training runs (kind "train") or `bench comm` runs (kind "comm"); stores may hold both."""
-    warn = warn or (lambda message: print(f"benchrun: warning: {message}", file=sys.stderr))
+
+def print_warning(message: str) -> None:
+    print(f"benchrun: warning: {message}", file=sys.stderr)
+
+
+def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train", *,
+         where: Iterable[str] = (), since: str | None = None, until: str | None = None) -> list[dict]:
+    """The bench records of one kind in the given stores (files, or directories of *.jsonl;
+    plain JSONL or sweep envelopes): training runs (kind "train") or `bench comm` runs (kind
+    "comm"); stores may hold both. Read through DuckDB (runners.columnar): each record holds
+    only FIELDS; a run_id seen twice counts once; `where` ("field=value[,value...]", see
+    WHERE_FIELDS) and since/until (timestamps as columnar.timestamp returns) select records.
+    `bench comm` records are few and shaped otherwise (benchmarks/comm/record.py): they are
+    read whole, in Python, parsing only the lines that mention "comm" (`where` does not apply)."""
+    if kind == "comm":
+        return _comm_records(paths, warn or print_warning, since, until)
+    return list(columnar.records(paths, FIELDS, SHARED, kind=kind, where=conditions(where), since=since, until=until,
+                                 warn=warn or print_warning))
+
+
+def _comm_records(paths, warn: Callable[[str], None], since: str | None, until: str | None) -> list[dict]:
+    seen, out = set(), []
+    for path in columnar.store_files(paths):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", store.StoreWarning)
+            try:
+                found = list(store.iter_records(path, mentioning=b'"comm"'))
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        for warning in caught:
+            warn(str(warning.message))
+        for record in found:
+            if (is_comm(record) and record.get("run_id") not in seen and (not since or record.get("timestamp_utc", "") >= since)
+                    and (not until or record.get("timestamp_utc", "") < until)):
+                seen.add(record.get("run_id"))
+                out.append(record)
+    return out
+
+
+def load_python(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
+    """The reader before runners.columnar: whole records, parsed in Python (runners.store). Kept
+    as the reference the columnar reader is tested against (tests/test_reports.py)."""
+    warn = warn or print_warning
     records = []
     for path in paths:
         if not Path(path).is_file():
@@ -86,7 +142,28 @@ def device_kind(record: dict) -> str:
     return framework.get("device_kind") or record["config"]["device"]
 
 
+_KEYS: dict[tuple, tuple] = {}  # (id(config), id(world), id(provenance)) -> (the three, key, {fields: tuple})
+
+
 def key_of(record: dict) -> dict:
+    """The record's configuration (KEY_FIELDS). Remembered per (config, world, provenance) objects,
+    which runners.columnar shares between records: a report asks this of every record many times.
+    The returned dict is shared: read it, do not change it."""
+    return _key_entry(record)[1]
+
+
+def _key_entry(record: dict) -> tuple:
+    parts = (record["config"], record["world"], record["provenance"])
+    ident = tuple(map(id, parts))
+    entry = _KEYS.get(ident)
+    if entry is None:  # an entry holds its parts alive, so equal ids there mean the same objects
+        if len(_KEYS) > 100_000:  # records not sharing these objects (the Python reader): bounded
+            _KEYS.clear()
+        entry = _KEYS[ident] = (parts, _key(record), {})
+    return entry
+
+
+def _key(record: dict) -> dict:
     config = record["config"]
     return {
         **{name: config[name] for name in ("framework", "model", "batch_size", "image_size", "precision",
@@ -99,8 +176,41 @@ def key_of(record: dict) -> dict:
 
 
 def key_tuple(record: dict, fields: Iterable[str] = KEY_FIELDS) -> tuple:
-    key = key_of(record)
-    return tuple(key[name] for name in fields)
+    _, key, tuples = _key_entry(record)
+    fields = tuple(fields)
+    found = tuples.get(fields)
+    if found is None:
+        found = tuples[fields] = tuple(key[name] for name in fields)
+    return found
+
+
+# --where: key fields (and status, hostname) as SQL over a record `r` of runners.columnar, equal to
+# key_of's values (tests/test_reports.py checks that on varied records), so filters run in DuckDB.
+WHERE_FIELDS = {
+    **{name: f"r.config.{name}" for name in ("framework", "model", "batch_size", "image_size", "precision", "data",
+                                             "strategy", "num_ps", "ps_placement")},
+    "compile": "coalesce(nullif(r.config.compile, ''), CASE WHEN r.config.xla THEN 'xla' ELSE 'none' END)",
+    "workers": "r.world.workers",
+    "device_kind": "coalesce(nullif(r.provenance.framework.device_kind, ''), r.config.device)",
+    "runtime": "coalesce(nullif(r.provenance.requested_runtime, ''), CASE WHEN r.provenance.container_runtime = 'none' "
+               f"THEN '{BASELINE_RUNTIME}' ELSE r.provenance.container_runtime END)",
+    "status": "r.status",
+    "hostname": "r.provenance.hostname",
+}
+
+
+def conditions(where: Iterable[str]) -> list[tuple[str, list]]:
+    """--where FIELD=VALUE[,VALUE...] (repeatable: all must hold; commas: any value) as SQL for columnar.scan."""
+    out = []
+    for text in where:
+        name, sep, values = text.partition("=")
+        name, values = name.strip(), [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not values:
+            raise UsageError(f"--where expects FIELD=VALUE[,VALUE...], got {text!r}")
+        if name not in WHERE_FIELDS:
+            raise UsageError(f"--where: unknown field {name!r} (choices: {', '.join(WHERE_FIELDS)})")
+        out.append((f"CAST({WHERE_FIELDS[name]} AS VARCHAR) IN ({', '.join('?' * len(values))})", values))
+    return out
 
 
 def describe(key: dict, fields: Iterable[str] | None = None) -> str:
@@ -203,12 +313,23 @@ def varying(keys: Iterable[dict], exclude: Iterable[str] = ()) -> list[str]:
 
 
 def environment(records: list[dict]) -> list[tuple[str, str]]:
+    # every value below depends on a record's provenance, world, config and status only: count
+    # records per distinct (those objects, status) once, then weigh (columnar shares the objects)
+    weights: dict[tuple, list] = {}
+    for record in records:
+        ident = (id(record["provenance"]), id(record["world"]), id(record["config"]), record["status"])
+        entry = weights.get(ident)
+        if entry is None:
+            weights[ident] = [record, 1]
+        else:
+            entry[1] += 1
+
     def values(get) -> str:
         counts: dict[str, int] = defaultdict(int)
-        for record in records:
+        for record, weight in weights.values():
             for value in get(record):
                 if value not in (None, ""):
-                    counts[str(value)] += 1
+                    counts[str(value)] += weight
         return "; ".join(f"{value} ({count})" for value, count in sorted(counts.items())) or "none"
 
     def fw(record, *names):

@@ -171,3 +171,11 @@ def test_gpu_run_without_nvml_is_null_not_cpu_energy(monkeypatch):
     monitor = memory.DeviceMemoryMonitor((0,), {})
     reading = monitor.energy_meter().stop()
     assert reading.joules is None and "NVML" in reading.reason and monitor.repeat_state() is None
+
+
+def test_power_integral_ignores_a_sample_out_of_order():
+    ranges = energy.Ranges()
+    ranges.add(1.0, {"power_w": 100.0})
+    ranges.add(2.0, {"power_w": 100.0})
+    ranges.add(1.5, {"power_w": 900.0})  # stamped before the last one by the other thread: range only
+    assert ranges.integrated() == 100.0 and ranges.snapshot()["power_w"] == {"min": 100.0, "max": 900.0}

@@ -26,11 +26,29 @@ MiB = 1024 * 1024
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stores", nargs="+", help="bench JSONL files or sweep stores")
+    p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
     p.add_argument("--out", required=True, help="directory for report.md, report.html and the PNGs (created)")
     p.add_argument("--link-gbps", type=float, metavar="GBIT",
                    help="draw this theoretical link speed (Gbit/s) on the network section's busbw plot")
+    add_selection(p)
     p.set_defaults(run=run)
+
+
+def add_selection(p) -> None:
+    """--where/--since/--until, shared by report, compare and export (docs/reports.md)."""
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
+                   help=f"only records whose FIELD is one of the VALUEs; repeatable, all must hold "
+                        f"(fields: {', '.join(reports.WHERE_FIELDS)})")
+    p.add_argument("--since", metavar="DATE", help="only records with timestamp_utc >= DATE (ISO date or date-time, UTC)")
+    p.add_argument("--until", metavar="DATE", help="only records with timestamp_utc < DATE")
+
+
+def selection(args) -> dict:
+    """load()'s keyword arguments from add_selection's options."""
+    from ..columnar import timestamp
+
+    return {"where": args.where, "since": args.since and timestamp(args.since, "--since"),
+            "until": args.until and timestamp(args.until, "--until")}
 
 
 class Document:
@@ -158,12 +176,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
                 doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
                                   "(memory kinds that are null in every record are omitted)")
         rows = []
+        shown = reports.varying([reports.key_of(r) for r in good], ("batch_size", "framework", "model"))
         for key, rs in reports.group(good).items():
             k = dict(zip(reports.KEY_FIELDS, key))
             tp = reports.throughput(rs)
             mems = [reports.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
-            rows.append([k["batch_size"], _short(k, reports.varying([reports.key_of(r) for r in good],
-                                                                  ("batch_size", "framework", "model"))) or "-",
+            rows.append([k["batch_size"], _short(k, shown) or "-",
                          tp.n, tp.text(), tp.method,
                          *("n/a" if m is None else m.text(MiB, 0) for m in mems),
                          *efficiency_cells(rs, k["device_kind"]), tp.ids])
@@ -376,10 +394,13 @@ def run(args) -> int:
     check_dir(args.out, "--out")
     if args.link_gbps is not None and not args.link_gbps > 0:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
-    records = reports.load(args.stores)
-    comm_records = reports.load(args.stores, warn=lambda message: None, kind="comm")
+    chosen = selection(args)
+    records = reports.load(args.stores, **chosen)
+    comm_records = reports.load(args.stores, warn=lambda message: None, kind="comm", since=chosen["since"],
+                                until=chosen["until"])
     if not records and not comm_records:
-        raise UsageError(f"no records in {', '.join(args.stores)}")
+        selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
+        raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     doc = build(records, args.stores, out, comm_records, args.link_gbps)
