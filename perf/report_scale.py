@@ -180,7 +180,7 @@ def main() -> int:
     p.add_argument("--workdir", default="/tmp/dlbench-report-scale", help="stores and outputs (large: ~6 KB a record)")
     p.add_argument("--baseline-ref", help="git revision whose `benchrun report` (Python reader) runs beside")
     p.add_argument("--baseline-max", type=int, default=10_000, help="largest size the baseline runs at")
-    p.add_argument("--commands", default="report,compare,export-csv,export-parquet", help="which to time")
+    p.add_argument("--commands", default="report,export-parquet,export-csv,compare", help="which to time, in this order")
     args = p.parse_args()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)

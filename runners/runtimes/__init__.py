@@ -24,6 +24,7 @@ RUNTIMES = {
     "enroot": "runners.runtimes.enroot:EnrootRuntime",
     "pyxis": "runners.runtimes.pyxis:PyxisRuntime",
     "cscs-ce": "runners.runtimes.cscs_ce:CscsCeRuntime",
+    "podman-hpc": "runners.runtimes.podman_hpc:PodmanHpcRuntime",
 }
 
 
