@@ -255,5 +255,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+        if interrupted and code != 0:
+            code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
         return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
 

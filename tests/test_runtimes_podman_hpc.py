@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,11 +111,14 @@ def tf_image(podman_hpc_bin, dlbench_images):
 
 
 def leftovers(bin_dir) -> list[str]:
-    """Containers of ours podman-hpc still has: named dlbench-*, labelled, or shared runs (uid-*-pid-*)."""
+    """Containers of ours podman-hpc still has (named dlbench-*, labelled, or shared runs: uid-*-pid-*),
+    and squashfs mounts of its store (podman-hpc's own unmount helper dies with a killed run)."""
     out = subprocess.run(["podman-hpc", "ps", "-a", "--format", "json"], capture_output=True, text=True,
                          env=podman_hpc.env(bin_dir)).stdout
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+              if line.split()[1].startswith(f"{squash_dir()}/")]
     return [n for c in json.loads(out or "[]") for n in c.get("Names") or []
-            if n.startswith(("dlbench-", "uid-")) or LABEL in (c.get("Labels") or {})]
+            if n.startswith(("dlbench-", "uid-")) or LABEL in (c.get("Labels") or {})] + mounts
 
 
 def run_podman_hpc(bin_dir, *args, environ=None, timeout=900):
@@ -176,6 +181,35 @@ def test_srun_two_emulated_nodes(podman_hpc_bin, tf_image, slurm_two_nodes):
                             environ={**slurm_two_nodes["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
                                      "DLBENCH_COORDINATOR": "127.0.0.1"})
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+LONG = [*TINY[:-4], "--num-batches", "100000", "--num-threads", "1"]
+
+
+@pytest.mark.slow
+def test_timeout_leaves_no_container(podman_hpc_bin, tf_image):
+    result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
+                             "--timeout", "20", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 4 and last_json_line(result.stdout)["status"] == "timeout", result.stderr[-2000:]
+    assert not leftovers(podman_hpc_bin)
+
+
+@pytest.mark.slow
+def test_sigint_of_a_shared_run_leaves_no_container(podman_hpc_bin, tf_image):
+    """--mpi: the node's container is podman-hpc's (uid-*-pid-*); benchrun removes it by its label."""
+    proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
+                             "--mpi", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not leftovers(podman_hpc_bin) and time.monotonic() < deadline:  # the container (and its mount)
+        time.sleep(1)
+    assert leftovers(podman_hpc_bin), "the shared container never started"
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130 and last_json_line(out)["status"] == "interrupted", err[-2000:]
+    assert not leftovers(podman_hpc_bin)
 
 
 # ---- bad input, for real: one line, exit 2, nothing left behind ----------------------------

@@ -122,11 +122,8 @@ class PodmanHpcRuntime(DockerCliRuntime):
                              f"a local Docker engine to import from (make images; or podman-hpc pull IMAGE, then migrate)")
         with open(Path(tempfile.gettempdir()) / f"dlbench-podman-hpc-import-{os.getuid()}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one import at a time: the snapshot below is then exact
-            earlier = self.squashed_id(image)
-            if earlier != docker_id:
+            if self.squashed_id(image) != docker_id:
                 self.migrate_from_docker(image, docker_id)
-                if earlier:  # the name's previous squashed image, now untagged: its squashfs goes too
-                    run_quiet([self.executable(), "rmsqi", earlier], timeout=300)
         return image
 
     def migrate_from_docker(self, image: str, image_id: str) -> None:
@@ -158,14 +155,31 @@ class PodmanHpcRuntime(DockerCliRuntime):
 
     # ---- clean-up ---------------------------------------------------------------------
     def remove(self, name: str, prefix: bool = False) -> None:
-        """The rank's named container, or a shared run's container (labelled with the run's name)."""
+        """The rank's named container, or a shared run's container (labelled with the run's name);
+        then, when podman-hpc has no other container, the squashfs mounts a killed run left."""
         listed = run_quiet([self.executable(), "ps", "-a", "--format", "json"])
         try:
             containers = json.loads(listed.stdout) if listed.returncode == 0 and listed.stdout.strip() else []
         except json.JSONDecodeError:
-            containers = []
+            return
         found = [c["Id"] for c in containers
                  if (c.get("Labels") or {}).get(LABEL) == name
                  or any(n == name or (prefix and n.startswith(name)) for n in c.get("Names") or [])]
         if found:
             run_quiet([self.executable(), "rm", "-f", *found])
+        if listed.returncode == 0 and all(c["Id"] in found for c in containers):  # no other container, starting or not
+            unmount_squashes(squash_dir())
+
+
+def unmount_squashes(store: Path) -> None:
+    """Unmount squashfuse mounts under podman-hpc's squash store. Its fuse-overlayfs-wrap mounts an
+    image's squashfs at container start and leaves a helper to unmount it at the end; a run killed
+    with its process group (Ctrl-C, timeout) kills that helper too, and the mount stays."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    for fields in (line.split() for line in mounts):
+        if len(fields) > 2 and fields[2].startswith("fuse.squashfuse") and fields[1].startswith(f"{store}/"):
+            if run_quiet(["umount", fields[1]]).returncode != 0 and shutil.which("fusermount"):
+                run_quiet(["fusermount", "-u", fields[1]])
