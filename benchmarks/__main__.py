@@ -1,5 +1,10 @@
-import sys
+from .errors import main_entry
 
-from .cli import main
 
-sys.exit(main())
+def _load():
+    from .cli import main
+
+    return main
+
+
+main_entry("bench", _load)

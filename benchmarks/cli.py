@@ -25,7 +25,7 @@ from .config import (
     build_config,
 )
 from .distributed import strategies
-from .errors import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, choices, debug_enabled, report_internal_error
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, choices, debug_enabled, report_internal_error
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -88,6 +88,16 @@ def bench_parser() -> argparse.ArgumentParser:
     how.add_argument("--display-every", type=integer, default=10, metavar="N",
                      help="every N steps print step, images/sec over those N steps and loss to stderr; a progress bar "
                      "with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: 10)")
+    how.add_argument("--find-max-batch", action="store_true",
+                     help="find the largest batch that fits: probe --batch-size, double it until a probe runs out of "
+                     "memory, then bisect. Every probe is a normal run with its own record (OOMs included, status oom) "
+                     "carrying a batch_search section; the last one holds the answer (batch_search.max_batch). "
+                     "Exit 0 with an answer, 3 when not even batch 1 fits. One process only")
+    how.add_argument("--max-batch-budget", type=float, default=1800.0, metavar="SECONDS",
+                     help="--find-max-batch: stop probing after this many seconds, with the best answer so far; "
+                     "a probe still running then is stopped and recorded as timeout (default: 1800)")
+    how.add_argument("--max-batch-limit", type=integer, default=65536, metavar="N",
+                     help="--find-max-batch: do not double beyond N (default: 65536)")
     how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
     where = p.add_argument_group("where and on what data")
     where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
@@ -118,6 +128,11 @@ def bench_parser() -> argparse.ArgumentParser:
     out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
     out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
                      "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
+    out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
+                     "steps with the framework's profiler on every rank and write, under DIR/<run id>/, each rank's trace "
+                     "(rank-R.pt.trace.json; TensorFlow: rank-R.xplane.pb) and a summary (rank-R.summary.json: compute, communication, exposed "
+                     "communication, overlap, input, idle per step), referenced by the record's `trace`; not with --strategy ps")
+    out.add_argument("--trace-steps", type=integer, default=3, metavar="K", help="steps profiled by --trace (default: 3)")
     out.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     return p
 
@@ -173,12 +188,18 @@ def run_benchmark(argv: list[str]) -> int:
         raise UsageError("--seed must be zero or more")
     if args.display_every < 0:
         raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
+    if args.find_max_batch:
+        check_max_batch_args(args)
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
     from .durable import check_dir, check_file
 
     if args.output is not None:
         check_file(args.output, "--output")
+    if args.trace_steps < 1:
+        raise UsageError(f"--trace-steps must be at least 1, got {args.trace_steps}")
+    if args.trace is not None:
+        check_dir(args.trace, "--trace")
     if args.tensorboard is not None:
         check_dir(args.tensorboard, "--tensorboard")
         from .tensorboard import BACKENDS, available
@@ -186,6 +207,9 @@ def run_benchmark(argv: list[str]) -> int:
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
     config = config_of(args)
+    if args.trace is not None and strategies.get(config.strategy).gathers_at_chief:
+        raise UsageError(f"--trace: under --strategy {config.strategy} the chief schedules steps that run in other "
+                         "processes, which this version does not profile; --trace works with the other strategies")
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images
@@ -200,20 +224,77 @@ def run_benchmark(argv: list[str]) -> int:
     from .supervisor import supervise
 
     report = sys.stderr if args.json else sys.stdout
-    base = {
-        "run_id": record.new_run_id(),
-        "timestamp_utc": record.utc_now(),
-        "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
-    }
-    result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=args.timeout, data_scan=data_scan,
-                                  display_every=args.display_every,
-                                  tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None)
-    if result is None:
+
+    def run_once(config, timeout_s, section=None) -> tuple[dict | None, int]:
+        """One run, its record delivered (process 0); `section(record)`: the batch_search section to add."""
+        base = {
+            "run_id": record.new_run_id(),
+            "timestamp_utc": record.utc_now(),
+            "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
+        }
+        result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=timeout_s, data_scan=data_scan,
+                                      display_every=args.display_every,
+                                      tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
+                                      trace={"dir": str(Path(args.trace).resolve()), "steps": args.trace_steps} if args.trace else None)
+        if result is None:
+            return None, exit_code
+        if result["world"]["rank"] != 0:  # process 0 writes the run's one record
+            print(f"bench: rank {result['world']['rank']}: {output.throughput_line(result)}", file=sys.stderr)
+            return result, exit_code
+        if section is not None:
+            result = record.validate({**result, "batch_search": section(result)})
+        return result, deliver(result, args.output, args.json, lambda: output.render(result, report)) or exit_code
+
+    if args.find_max_batch:
+        return find_max_batch(config, args, run_once)
+    return run_once(config, args.timeout)[1]
+
+
+def find_max_batch(config, args, run_once) -> int:
+    """Probe batch sizes (maxbatch.Search) until the bracket closes, the limit or the time budget."""
+    import dataclasses
+    import time
+
+    from . import maxbatch, record
+
+    search = maxbatch.Search(config.batch_size, args.max_batch_limit)
+    search_id, deadline = record.new_run_id(), time.monotonic() + args.max_batch_budget
+    exit_code = 0
+    while (batch := search.next_batch()) is not None:  # the budget is checked as each probe ends (section)
+        remaining = max(deadline - time.monotonic(), 1.0)
+        phase = search.phase
+        print(f"bench: max batch: probe {search.probes + 1} ({phase}): batch {batch}", file=sys.stderr, flush=True)
+        timeout = remaining if args.timeout is None else min(remaining, args.timeout)
+
+        def section(result, batch=batch, phase=phase):
+            if time.monotonic() >= deadline:  # said first: a probe stopped by the budget ends as timeout
+                search.out_of_time(args.max_batch_budget)
+            search.observe(batch, result["status"])
+            return search.section(search_id, phase, args.max_batch_budget)
+
+        result, exit_code = run_once(dataclasses.replace(config, batch_size=batch), timeout, section)
+        if result is None:
+            return exit_code
+        if exit_code not in (EXIT_OK, EXIT_OOM):  # a crash, a timeout, an output failure: that probe's code
+            break
+    answer = search.largest_fit
+    print(f"bench: max batch: {answer if answer is not None else 'none'} ({search.stop_reason}; "
+          f"{search.probes} probes, search {search_id[:8]})", file=sys.stderr, flush=True)
+    if exit_code not in (EXIT_OK, EXIT_OOM):
         return exit_code
-    if result["world"]["rank"] != 0:  # process 0 writes the run's one record
-        print(f"bench: rank {result['world']['rank']}: {output.throughput_line(result)}", file=sys.stderr)
-        return exit_code
-    return deliver(result, args.output, args.json, lambda: output.render(result, report)) or exit_code
+    return EXIT_OK if answer is not None else EXIT_OOM
+
+
+def check_max_batch_args(args) -> None:
+    from .distributed.world import detect
+
+    if args.max_batch_budget <= 0:
+        raise UsageError(f"--max-batch-budget must be positive, got {args.max_batch_budget:g}")
+    if args.max_batch_limit < args.batch_size:
+        raise UsageError(f"--max-batch-limit {args.max_batch_limit} is below the first probe, --batch-size {args.batch_size}")
+    if detect().size > 1:
+        raise UsageError("--find-max-batch searches in one process; run it without a launcher, then use the "
+                         "batch size it finds for the multi-rank run")
 
 
 def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int | None:
@@ -251,7 +332,7 @@ def make_dataset(argv: list[str]) -> int:
     return 0
 
 
-FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--help", "-h")  # options that take no value
+FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--find-max-batch", "--help", "-h")  # options that take no value
 
 
 def is_comm(argv: list[str]) -> bool:

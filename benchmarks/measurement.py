@@ -9,6 +9,7 @@ and multi-rank totals computed from every rank's own loop (aggregate()).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,8 +17,9 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
-from . import flops, frameworks, memory, record, stats, timing
+from . import energy, flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
 from .distributed import cluster, strategies
 from .distributed import world as worlds
@@ -77,6 +79,8 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
                 "step_time_s": stats.Stats.of(steps).as_dict(),
                 "input_wait_s": stats.Stats.of(waits).as_dict(),
                 "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
+                "joules": energy.repeat_joules(loops),
+                "device_state": energy.merge_states([loop.get("device_state") for loop in loops]),
             }
         )
     rates = [rep["images_per_sec"] for rep in repeats]
@@ -130,7 +134,8 @@ class Measurement:
     """Holds what is known so far, so a failure at any point still yields a full record."""
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
-                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0):
+                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0,
+                 trace: dict | None = None):
         self.config = config
         self.strategy = strategies.get(config.strategy)
         self.base = base  # run_id, timestamp, provenance from the supervisor
@@ -142,9 +147,11 @@ class Measurement:
         self.on_peer_failure = on_peer_failure
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
         self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
+        self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
         self.started = time.monotonic()
+        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
     # -- meeting the other ranks -----------------------------------------------------------------
 
@@ -155,9 +162,10 @@ class Measurement:
         coordinator = worlds.coordinator_host(world)
         me = {
             "address": cluster.my_address(world),
-            "host": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "host": self.host,
             "role": role.as_dict(),
             "config": config_digest(cfg),
+            "run_id": self.base["run_id"],  # process 0's names the run's --trace directory
         }
         if world.size > 1:
             progress(f"rank {world.rank}/{world.size} ({role.kind} {role.index}): meeting at {coordinator}:{cfg.rendezvous_port}")
@@ -235,17 +243,23 @@ class Measurement:
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
-        loops = []
+        loops, energies, states = [], [], []
+        meter = monitor.energy_meter()
         for index in range(cfg.repeats):
             self.mllog.start("epoch_start", index, repeat=index)
+            monitor.begin_repeat()
+            meter.start()  # at the ends of the timed loop, which synchronises the device at both
             loop = backend.timed_loop(batches, cfg.num_batches, **self._display(f"repeat {index + 1}", cfg.num_batches))
+            energies.append({**dataclasses.asdict(meter.stop()), "host": self.host})
+            states.append(monitor.repeat_state())
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
             progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
         peaks = backend.peak_memory()
         local = {
-            "loops": [loop_payload(loop) for loop in loops],
+            "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
+                      for loop, reading, state in zip(loops, energies, states)],
             "checksum": backend.parameter_checksum(),
             "memory": {
                 "allocator_peak_bytes": peaks.allocated,
@@ -256,6 +270,8 @@ class Measurement:
                 "host_rss_peak_since": "warmup_end" if rss_reset else "process_start",
             },
         }
+        if self.trace is not None:  # after the timed loops and the memory peaks: never measured
+            local["trace"] = self._trace(batches)
         if self.tensorboard is not None:  # after the timed loops and the memory peaks
             from . import tensorboard
 
@@ -270,6 +286,7 @@ class Measurement:
             ranks = [1 + w for w in workers]
             checksums = [local["checksum"]]  # one copy of the variables, served to every worker
             memories = [local["memory"]]
+            traces = [local.get("trace")]
         else:
             everyone = self.rendezvous.allgather("result", local) if self.rendezvous else [local]
             if self.world.rank != 0:
@@ -278,10 +295,12 @@ class Measurement:
             ranks = list(range(len(everyone)))
             checksums = [peer["checksum"] for peer in everyone]
             memories = [peer["memory"] for peer in everyone]
+            traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
         result = {
             **totals,
             "flops": self._flops(totals["throughput"]["images_per_sec"]),
+            "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
             "memory": max_memory(memories),
             "final_loss": backend.loss_value(loops[-1].last_loss),
             "ranks": rank_rows(per_rank, ranks, self.peers),
@@ -292,8 +311,34 @@ class Measurement:
             },
             "placement": backend.placement(),
         }
+        if self.trace is not None:
+            result["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
         return self.finish("ok", None, **result)
+
+    def _trace_dir(self) -> Path:
+        return Path(self.trace["dir"], self.peers[0]["run_id"])
+
+    def _trace(self, batches) -> dict:
+        """--trace: K more steps under the framework's profiler; this rank's trace file and summary.
+        A profiler failure is reported in the record; the measurement stands."""
+        from . import trace
+
+        rank, steps = self.world.rank, self.trace["steps"]
+        directory = self._trace_dir()
+        path = directory / f"rank-{rank}{self.backend.trace_suffix}"
+        progress(f"tracing {steps} steps after the timed loops: {path}")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.backend.profile_steps(batches, steps, path)
+            summary = {**trace.summarize(path, rank), "summary_file": f"rank-{rank}.summary.json"}
+            (directory / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+        except Exception as error:  # noqa: BLE001 - the timed loops are measured already
+            if self.backend.is_out_of_memory(error):
+                raise
+            progress(f"warning: --trace: {type(error).__name__}: {error}")
+            return {"rank": rank, "error": f"{type(error).__name__}: {error}"}
+        return summary
 
     def _flops(self, images_per_sec: float) -> dict:
         """Counted after the timed loops (never inside one); a count that fails leaves its reason."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import resource
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -23,12 +24,30 @@ PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 def parse_vm_hwm(status_text: str) -> int | None:
     """VmHWM from /proc/<pid>/status text, in bytes."""
+    return parse_status_bytes(status_text, "VmHWM")
+
+
+def parse_status_bytes(status_text: str, field: str) -> int | None:
+    """A `Field:  N kB` line of /proc/<pid>/status, in bytes."""
     for line in status_text.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             value, unit = line.split()[1:3]
             assert unit == "kB", unit
             return int(value) * 1024
     return None
+
+
+def near_address_space_limit(fraction: float) -> str | None:
+    """'X GiB of the Y GiB limit' when this process's address-space peak (VmPeak) reached
+    `fraction` of RLIMIT_AS (`ulimit -v`); None without a limit, below it, or off Linux."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        peak = parse_status_bytes(PROC_STATUS.read_text(), "VmPeak")
+    except OSError:
+        return None
+    if soft == resource.RLIM_INFINITY or peak is None or peak < fraction * soft:
+        return None
+    return f"{peak / 2**30:.1f} GiB of the {soft / 2**30:.1f} GiB limit"
 
 
 def host_rss_peak_bytes() -> int:
@@ -148,15 +167,64 @@ def nvml_devices(cuda_ordinals: Sequence[int], env: Mapping[str, str]) -> list[i
     return [int(entries[k]) if entries[k].isdigit() else entries[k] for k in cuda_ordinals if k < len(entries)]
 
 
+STATE_INTERVAL_S = 0.05  # temperature, clocks and power move slowly (NVML refreshes power every 20-100 ms)
+
+
 class DeviceMemoryMonitor:
-    """NVML peak for the GPUs this process uses (CUDA ordinals); inert (all None) without one."""
+    """NVML peak for the GPUs this process uses (CUDA ordinals); inert (all None) without one.
+
+    The same thread samples temperature, SM clock, power and power limit (energy.Ranges:
+    min/max per repeat, and the power integral the energy fallback uses)."""
 
     def __init__(self, cuda_ordinals: Sequence[int], env: Mapping[str, str]):
+        from .energy import Ranges
+
         devices = nvml_devices(cuda_ordinals, env)
+        self._on_gpu = bool(cuda_ordinals)
         self._handles = nvml_handles(devices) if devices else None
-        self._sampler = (
-            PeakSampler(lambda: nvml_used_bytes(self._handles)).start() if self._handles else None
-        )
+        self.ranges = Ranges()
+        self._unsupported: set = set()  # quantities these GPUs do not report
+        self._state_at = float("-inf")
+        self._sampler = PeakSampler(self._read).start() if self._handles else None
+
+    def _read(self) -> int:
+        from .energy import nvml_state
+
+        used = nvml_used_bytes(self._handles)
+        now = time.monotonic()
+        if now - self._state_at >= STATE_INTERVAL_S:  # slow quantities: fewer NVML calls competing with the run
+            self._state_at = now
+            self.ranges.add(now, nvml_state(self._handles, self._unsupported))
+        return used
+
+    def energy_meter(self):
+        """This rank's energy.EnergyMeter: NVML on a GPU, RAPL on a CPU, or null with the reason."""
+        from . import energy
+
+        if not self._on_gpu:
+            return energy.cpu_meter()
+        return energy.gpu_meter(self._handles, self.begin_repeat, self._integral_now)  # no NVML: null, not RAPL
+
+    def begin_repeat(self) -> None:
+        self.ranges.reset()
+        self._sample_state_now()
+
+    def _sample_state_now(self) -> None:
+        """A state sample now (the ends of a timed loop), not at the thread's next slow tick."""
+        if self._sampler is not None:
+            self._state_at = float("-inf")
+            self._sampler.sample()
+
+    def _integral_now(self) -> float | None:
+        self._sample_state_now()
+        return self.ranges.integrated()
+
+    def repeat_state(self) -> dict | None:
+        """Min/max of each sampled quantity since begin_repeat; None without NVML."""
+        if self._sampler is None:
+            return None
+        self._sampler.sample()
+        return self.ranges.snapshot()
 
     def reset(self) -> None:
         if self._sampler:
@@ -171,5 +239,3 @@ class DeviceMemoryMonitor:
     def close(self) -> None:
         if self._sampler:
             self._sampler.stop()
-
-

@@ -55,6 +55,26 @@ def flops_line(counted: dict, kind: str) -> str:
             f"achieved {flop_math.rate_text(counted['achieved_flops_per_sec'], kind)} {unit} ({counted['basis']}); {mfu}")
 
 
+def energy_line(energy: dict) -> str:
+    if energy["joules"] is None:
+        return f"energy: n/a ({energy['unavailable_reason']})"
+    return (f"energy: {energy['joules']:,.1f} J over the timed loops, {energy['average_watts']:,.1f} W average, "
+            f"{energy['images_per_joule']:,.3f} images/J ({energy['source']}, {energy['scope']})")
+
+
+STATE_UNITS = (("temperature_c", "°C"), ("sm_clock_mhz", "MHz SM"), ("power_w", "W"), ("power_limit_w", "W limit"))
+
+
+def state_text(state: dict) -> str:
+    parts = []
+    for name, unit in STATE_UNITS:
+        span = state.get(name)
+        if span is not None:
+            low, high = span["min"], span["max"]
+            parts.append(f"{low:,.0f} {unit}" if low == high else f"{low:,.0f}-{high:,.0f} {unit}")
+    return ", ".join(parts) or "n/a"
+
+
 def render(record: dict, stream: TextIO) -> None:
     console = Console(file=stream, highlight=False, width=100, soft_wrap=True)
     console.print(headline(record), markup=False)
@@ -107,6 +127,11 @@ def render(record: dict, stream: TextIO) -> None:
                           f"not in warmup or timing{breaks}{eager}", markup=False)
         if counted:
             console.print(flops_line(counted, kind), markup=False)
+        if record.get("energy"):
+            console.print(energy_line(record["energy"]), markup=False)
+        for rep in record["repeats"]:
+            if rep.get("device_state"):
+                console.print(f"device, repeat {rep['index'] + 1}: {state_text(rep['device_state'])}", markup=False)
         throughput = record["throughput"]
         data = record.get("data")
         if data is not None:

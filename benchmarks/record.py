@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.9"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -87,6 +87,29 @@ class RepeatResult(_Model):
     step_time_s: StatsRecord
     input_wait_s: StatsRecord
     input_wait_fraction: float = Field(description="sum of input waits / wall time")
+    joules: Optional[float] = Field(default=None, description="energy of this timed loop, summed over ranks (energy.source); null where not measured (1.9)")
+    device_state: Optional["DeviceState"] = Field(default=None, description="GPU temperature, SM clock, power and power limit while this loop ran, min/max over the NVML samples of every rank; null without NVML (1.9)")
+
+
+class Range(_Model):
+    min: float
+    max: float
+
+
+class DeviceState(_Model):
+    temperature_c: Optional[Range] = Field(description="the hottest of the rank's GPUs, °C")
+    sm_clock_mhz: Optional[Range] = Field(description="the slowest SM clock of the rank's GPUs, MHz")
+    power_limit_w: Optional[Range] = Field(description="enforced power limit, summed over the rank's GPUs, W")
+    power_w: Optional[Range] = Field(description="power draw, summed over the rank's GPUs, W")
+
+
+class EnergyInfo(_Model):
+    source: Optional[Literal["nvml-energy-counter", "nvml-power-sampling", "rapl"]] = Field(description="what measured it; null when nothing could")
+    scope: Optional[Literal["gpus", "cpu-packages"]] = Field(description="gpus: the GPUs the ranks trained on; cpu-packages: every CPU package of each host (counted once per host)")
+    joules: Optional[float] = Field(description="energy of all timed loops, summed over ranks; null (never 0) where not measured")
+    average_watts: Optional[float] = Field(description="joules / throughput.total_wall_time_s")
+    images_per_joule: Optional[float] = Field(description="throughput.total_images / joules")
+    unavailable_reason: Optional[str] = Field(description="why joules is null")
 
 
 class Memory(_Model):
@@ -167,6 +190,34 @@ class CompileInfo(_Model):
     graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
 
 
+class TraceStep(_Model):
+    step_s: float = Field(description="the profiled step, input fetch included")
+    compute_s: float = Field(description="framework compute ops (CPU: the training thread's ops; GPU: HTA compute kernels)")
+    communication_s: float = Field(description="collectives in flight, hidden or not")
+    exposed_communication_s: float = Field(description="communication overlapping neither compute nor input")
+    overlap_s: float = Field(description="communication hidden under compute")
+    input_s: float = Field(description="fetching the batch")
+    idle_s: float = Field(description="step - compute - input - exposed communication")
+
+
+class TraceRank(_Model):
+    rank: int
+    trace_file: Optional[str] = Field(default=None, description="the profiler's trace, in trace.dir")
+    summary_file: Optional[str] = Field(default=None, description="this entry as JSON, in trace.dir")
+    source: Optional[Literal["profiler-events", "hta"]] = Field(default=None, description="who split the time: the profiler's CPU events (benchmarks/trace.py) or HolisticTraceAnalysis (GPU)")
+    note: Optional[str] = None
+    error: Optional[str] = Field(default=None, description="why this rank has no trace (the measurement stands)")
+    steps: list[TraceStep] = Field(default_factory=list, description="per profiled step")
+    mean: Optional[TraceStep] = None
+    overlap_fraction: Optional[float] = Field(default=None, description="overlap / communication (null: no communication)")
+
+
+class TraceInfo(_Model):
+    dir: str = Field(description="--trace DIR/<run id>, as seen by process 0")
+    steps: int = Field(description="--trace-steps: steps profiled after the timed loops")
+    ranks: list[Optional[TraceRank]] = Field(description="per training rank, in `ranks[]` order")
+
+
 class FlopsInfo(_Model):
     forward_per_image: Optional[float] = Field(description="FLOPs of one forward pass per image at image_size, counted by the framework (convolutions and matrix products, 2 per multiply-add)")
     training_step_per_image: Optional[float] = Field(description="forward + backward FLOPs per image of one training step, counted (torch); null where the framework counts the forward only")
@@ -181,6 +232,18 @@ class FlopsInfo(_Model):
     devices: int = Field(description="devices the workers trained on; MFU divides by all their peaks")
     mfu: Optional[float] = Field(description="model FLOPs utilisation: achieved / (peak x devices), 0..1")
     mfu_unavailable_reason: Optional[str] = Field(description="why mfu is null (CPU, unknown GPU, MIG slice, no count)")
+
+
+class BatchSearch(_Model):
+    search_id: str = Field(description="the same in every probe record of one --find-max-batch search")
+    probe: int = Field(description="1 for the first probe")
+    phase: Literal["double", "bisect"] = Field(description="double until a probe runs out of memory, then bisect")
+    largest_fit: Optional[int] = Field(description="largest batch that ran ok so far (this probe included)")
+    smallest_oom: Optional[int] = Field(description="smallest batch that ran out of memory so far")
+    final: bool = Field(description="this probe ended the search")
+    max_batch: Optional[int] = Field(description="the answer, on the final probe: largest_fit; null elsewhere and when nothing fits")
+    stop_reason: Optional[str] = Field(description="why the search ended (bracket closed, limit, time budget, a failed probe); null unless final")
+    time_budget_s: float = Field(description="--max-batch-budget")
 
 
 class ModelInfo(_Model):
@@ -225,7 +288,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.7"] = SCHEMA_VERSION
+    schema_version: Literal["1.9"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -245,7 +308,10 @@ class ResultRecord(_Model):
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
     precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
     compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
+    energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed (1.9)")
     flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
+    batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
+    trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

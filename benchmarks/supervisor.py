@@ -135,6 +135,7 @@ def supervise(
     tensorboard: str | None = None,
     data_scan: dict | None = None,
     display_every: int = 0,
+    trace: dict | None = None,
 ) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
@@ -150,12 +151,16 @@ def supervise(
                     "tensorboard": tensorboard,
                     "data_scan": data_scan,
                     "display_every": display_every,
+                    "trace": trace,
                     "result_path": str(result_path),
                     "parent_pid": os.getpid(),
                 }
             )
         )
-        previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+        # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
+        pending: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum))
+                    for s in (signal.SIGTERM, signal.SIGINT)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
             stdout=subprocess.PIPE,
@@ -175,9 +180,16 @@ def supervise(
         ]
         for relay in relays:
             relay.start()
-        address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start()
+        # Only under `ulimit -v` does the address-space peak classify a crash (classify_exit): without
+        # a limit no thread wakes up during the run to compete with it for the CPU.
+        as_limit = address_space_limit()
+        address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start() if as_limit else None
         status, error = None, None
         try:
+            for sig in previous:
+                signal.signal(sig, _raise_interrupted)
+            if pending:
+                raise Interrupted(pending[0])
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             stop_process_group(proc)
@@ -194,7 +206,7 @@ def supervise(
                 relay.join(timeout=5)
             if bar is not None:
                 bar.__exit__(None, None, None)
-            vm_peak = address_space.stop()
+            vm_peak = address_space.stop() if address_space is not None else 0
         world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:
             result = json.loads(result_path.read_text())["record"]  # e.g. "rank 1 failed" while being stopped
@@ -202,7 +214,7 @@ def supervise(
             return None, 2  # the worker printed the usage error; nothing is recorded
         else:
             if status is None:
-                status, error = classify_exit(proc.returncode, list(tail), vm_peak, address_space_limit())
+                status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit)
             error.setdefault("exit_code", None)
             result = record.build(
                 config, base, status, error, time.monotonic() - started, world=record.single_world(config, world)

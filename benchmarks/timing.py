@@ -8,6 +8,7 @@ are separated so real-data runs show how long each step waited for I/O.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -76,6 +77,13 @@ def merge_loops(loops: dict[int, TimedLoop], last_loss: object = None) -> TimedL
     )
 
 
+_NOTHING = contextlib.nullcontext()
+
+
+def _unmarked(kind: str, index: int) -> contextlib.AbstractContextManager:
+    return _NOTHING  # one shared no-op: nothing allocated inside the timed loop
+
+
 def run_steps(
     batches: Iterator,
     train_step: Callable[[object], object],
@@ -85,22 +93,28 @@ def run_steps(
     keep_losses: bool = False,
     display_every: int = 0,
     display: Callable[[int, float, object], None] | None = None,
+    annotate: Callable[[str, int], contextlib.AbstractContextManager] | None = None,
 ) -> TimedLoop:
     """Run `num_steps` training steps, synchronising the device at every boundary; stamp each.
 
     Every `display_every` steps, `display(step, images/sec over those steps, loss)` runs after
     the step's sync and clock reading; its time is taken out of the loop's wall time and out of
     the next step, so showing progress does not change what is measured.
+    `annotate(kind, index)` (bench --trace, after the timed loops) returns a context manager that
+    marks each step ("step") and its input fetch ("input") in a profiler trace.
     """
+    mark = annotate or _unmarked
     synchronize()
     start = clock()
     stamps, losses, loss = [], [], None
     for index in range(num_steps):
-        batch = next(batches)
-        fetched = clock()
-        loss = train_step(batch)
-        synchronize()
-        end = clock()
+        with mark("step", index):
+            with mark("input", index):
+                batch = next(batches)
+            fetched = clock()
+            loss = train_step(batch)
+            synchronize()
+            end = clock()
         stamps.append((fetched, end))
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)

@@ -73,7 +73,7 @@ def main(spec_path: str) -> int:
 
     measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed,
                               tensorboard=spec.get("tensorboard"), data_scan=spec.get("data_scan"),
-                              display_every=spec.get("display_every", 0))
+                              display_every=spec.get("display_every", 0), trace=spec.get("trace"))
     try:
         result = measurement.run()
     except UsageError as error:

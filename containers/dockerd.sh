@@ -9,8 +9,8 @@
 # --root DIR: a private daemon beside the shared one (tests that stop or kill a
 #   daemon must never touch the one others use): on the socket DOCKER_HOST names,
 #   with its data and exec roots, pid file (DIR/dockerd.pid) and log
-#   (DIR/dockerd.log) under DIR, no bridge and no iptables rules (containers use
-#   the host network). Its images survive a restart; so does DIR between runs.
+#   (DIR/dockerd.log) under DIR, a bridge of its own (dlbXXXXXXXX) and no iptables
+#   rules (containers use the host network). Its images survive a restart; so does DIR between runs.
 # The daemon's log goes to $DLBENCH_DOCKERD_LOG (default /var/log/dlbench-dockerd.log).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -66,10 +66,32 @@ options=()
 if [ -n "$root" ]; then
     mkdir -p "$root" "$(dirname "$sock")"
     log=$root/dockerd.log
+    # Its own bridge, never --bridge=none: a daemon without a bridge deletes the interface
+    # docker0 at start-up (libnetwork's removeDefaultBridgeInterface), breaking the shared daemon.
+    hash=$(printf '%s' "$root" | cksum | cut -d' ' -f1)
+    bridge=dlb$(printf '%08x' "$hash")
+    if ! ip link show "$bridge" >/dev/null 2>&1; then
+        ip link add "$bridge" type bridge
+        ip addr add "10.213.$((hash % 250)).1/24" dev "$bridge"
+    fi
+    ip link set "$bridge" up
     options=(--data-root "$root/data" --exec-root "$root/exec" --pidfile "$root/dockerd.pid"
-             --bridge=none --iptables=false --ip-masq=false)
+             --bridge="$bridge" --iptables=false --ip-masq=false)
 fi
-if [ -n "$root" ] && [ -f "$root/dockerd.pid" ] && kill -0 "$(cat "$root/dockerd.pid")" 2>/dev/null; then
+# running: a process that is not a zombie (a killed daemon may wait long for init to reap it)
+running() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+# A crashed daemon's pid files (its own, its containerd's): dockerd refuses to start, or waits for a
+# containerd that will never answer, while those pids have a /proc entry, zombies included.
+for pidfile in "$root/dockerd.pid" "$root/exec/containerd/containerd.pid"; do
+    if [ -n "$root" ] && [ -f "$pidfile" ] && ! running "$(cat "$pidfile")"; then
+        rm -f "$pidfile"
+    fi
+done
+if [ -n "$root" ] && [ -f "$root/dockerd.pid" ]; then
     note "the private dockerd of $root exists but does not answer yet; waiting"
 elif [ -z "$root" ] && pgrep -x dockerd >/dev/null 2>&1; then
     note "a dockerd process exists but does not answer yet; waiting"

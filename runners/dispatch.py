@@ -253,8 +253,12 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         code = runtime.exit_code(code, record)  # udocker-runc loses bench's exit code: the record's
         fault = None
         if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
+            # (a dockerd being stopped closes its API before it stops its containers: asked at once)
             fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+        if interrupted and code != 0:
+            code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
         return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
+

@@ -93,6 +93,12 @@ def throughput_vs_batch(records: list[dict], framework: str, model: str, path: P
             errs.append(summary.ci or 0.0)
         ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
     _oom_marks(ax, ooms, 0.0)
+    for answer in reports.max_batch_answers(records):
+        search = answer["batch_search"]
+        if search["max_batch"] is not None:
+            ax.axvline(search["max_batch"], linestyle="--", color="green",
+                       label=f"max batch {search['max_batch']} (search {search['search_id'][:reports.ID_PREFIX]})")
+            batches.append(search["max_batch"])
     _batch_axis(ax, batches)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("batch size (images per step per worker)")
@@ -177,3 +183,54 @@ def runtime_overhead(rows: list[reports.RuntimeRow], title: str, path: Path) -> 
     ax.set_title(title, fontsize=9)
     ax.set_ylim(0, max([m + e for m, e in zip(means, errors)] + [1.0]) * 1.3)
     return _finish(fig, [ax], path)
+
+
+LOSS_COLOURS = {"exposed_communication": "#C44E52", "input_wait": "#8172B2", "straggler_wait": "#CCB974",
+                "compute": "#4C72B0", "idle": "#8C8C8C"}
+
+
+def scaling_loss(losses: list[reports.ScalingLoss], title: str, path: Path) -> Path:
+    """Stacked bar per worker count: the lost ms per step split into its parts; a black tick marks
+    the measured loss T(N) - T(1), so a gap between bar top and tick is what the split misses."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    labels = [str(loss.workers) for loss in losses]
+    positive = [0.0] * len(losses)
+    negative = [0.0] * len(losses)
+    for name in reports.LOSS_PARTS:
+        values = [1e3 * (loss.parts[name] or 0.0) for loss in losses]
+        if not any(values):
+            continue
+        bottoms = [positive[i] if v >= 0 else negative[i] for i, v in enumerate(values)]
+        ax.bar(labels, values, bottom=bottoms, color=LOSS_COLOURS[name], edgecolor="black", label=reports.LOSS_LABELS[name])
+        for i, v in enumerate(values):
+            if v >= 0:
+                positive[i] += v
+            else:
+                negative[i] += v
+    ax.scatter(labels, [1e3 * loss.loss for loss in losses], marker="_", s=900, color="black", zorder=5,
+               label="measured T(N) − T(1)")
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("workers")
+    ax.set_ylabel("lost time per step (ms)")
+    ax.set_title(title, fontsize=9)
+    return _finish(fig, [ax], path, legend_below=True)
+
+
+def network(rows: list[tuple[str, list[dict]]], what: str, path: Path, link_gbps: float | None = None) -> Path:
+    """busbw (what="busbw_gbps") or latency (what="time_s") vs message size, one line per
+    (backend, world) series; --link-gbps draws the theoretical link speed on the busbw plot."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, series in rows:
+        xs = [row["bytes"] for row in series]
+        ys = [row[what] * (1e6 if what == "time_s" else 1.0) for row in series]
+        ax.plot(xs, ys, marker="o", label=label)
+    if link_gbps is not None and what == "busbw_gbps":
+        ax.axhline(link_gbps / 8, color="red", linestyle="--", label=f"link {link_gbps:g} Gbit/s = {link_gbps / 8:g} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)" if what == "busbw_gbps" else "time per operation (µs)")
+    ax.set_title("bus bandwidth vs message size" if what == "busbw_gbps" else "latency vs message size", fontsize=10)
+    return _finish(fig, [ax], path, legend_below=True)

@@ -17,20 +17,77 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from benchmarks.comm.record import is_comm
+from benchmarks.distributed import strategies
 from benchmarks.errors import UsageError
 from benchmarks.stats import Stats, t_halfwidth
 
-from . import runtimes, store
+from . import columnar, runtimes, store
 
 ID_PREFIX = 8  # run_id characters shown in tables
 
 # -- reading stores ------------------------------------------------------------------------------
 
+# The record fields the tables, plots and the gate read: all runners.columnar keeps of a record.
+FIELDS = (
+    "run_id", "timestamp_utc", "status", "kind", "error.kind", "error.message",
+    *(f"config.{name}" for name in ("framework", "model", "batch_size", "image_size", "precision", "compile", "xla",
+                                    "data", "strategy", "num_ps", "ps_placement", "device")),
+    "world.workers", "world.hosts", "world.launcher",
+    *(f"provenance.{name}" for name in ("hostname", "cpu_model", "cpu_count", "container_runtime", "requested_runtime",
+                                        "image", "dlbench_version", "python")),
+    *(f"provenance.framework.{name}" for name in ("name", "version", "device_kind", "device_name", "cuda_version",
+                                                  "cudnn_version")),
+    "throughput.images_per_sec", "throughput.ci95_halfwidth", "throughput.ci_method",
+    *(f"memory.{name}" for name in ("allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
+                                    "host_rss_peak_bytes")),
+    "step_time_s.mean", "input_wait_s.mean", "model.parameters",
+    "flops", "energy", "batch_search", "trace",  # whole sections (null in most records)
+)
+SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 
-def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
-    """The bench records of one kind in the given stores (plain JSONL or sweep envelopes, runners.store):
-    training runs (kind "train") or `bench comm` runs (kind "comm"); stores may hold both."""
-    warn = warn or (lambda message: print(f"benchrun: warning: {message}", file=sys.stderr))
+
+def print_warning(message: str) -> None:
+    print(f"benchrun: warning: {message}", file=sys.stderr)
+
+
+def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train", *,
+         where: Iterable[str] = (), since: str | None = None, until: str | None = None) -> list[dict]:
+    """The bench records of one kind in the given stores (files, or directories of *.jsonl;
+    plain JSONL or sweep envelopes): training runs (kind "train") or `bench comm` runs (kind
+    "comm"); stores may hold both. Read through DuckDB (runners.columnar): each record holds
+    only FIELDS; a run_id seen twice counts once; `where` ("field=value[,value...]", see
+    WHERE_FIELDS) and since/until (timestamps as columnar.timestamp returns) select records.
+    `bench comm` records are few and shaped otherwise (benchmarks/comm/record.py): they are
+    read whole, in Python, parsing only the lines that mention "comm" (`where` does not apply)."""
+    if kind == "comm":
+        return _comm_records(paths, warn or print_warning, since, until)
+    return list(columnar.records(paths, FIELDS, SHARED, kind=kind, where=conditions(where), since=since, until=until,
+                                 warn=warn or print_warning))
+
+
+def _comm_records(paths, warn: Callable[[str], None], since: str | None, until: str | None) -> list[dict]:
+    seen, out = set(), []
+    for path in columnar.store_files(paths):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", store.StoreWarning)
+            try:
+                found = list(store.iter_records(path, mentioning=b'"comm"'))
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        for warning in caught:
+            warn(str(warning.message))
+        for record in found:
+            if (is_comm(record) and record.get("run_id") not in seen and (not since or record.get("timestamp_utc", "") >= since)
+                    and (not until or record.get("timestamp_utc", "") < until)):
+                seen.add(record.get("run_id"))
+                out.append(record)
+    return out
+
+
+def load_python(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
+    """The reader before runners.columnar: whole records, parsed in Python (runners.store). Kept
+    as the reference the columnar reader is tested against (tests/test_reports.py)."""
+    warn = warn or print_warning
     records = []
     for path in paths:
         if not Path(path).is_file():
@@ -85,7 +142,28 @@ def device_kind(record: dict) -> str:
     return framework.get("device_kind") or record["config"]["device"]
 
 
+_KEYS: dict[tuple, tuple] = {}  # (id(config), id(world), id(provenance)) -> (the three, key, {fields: tuple})
+
+
 def key_of(record: dict) -> dict:
+    """The record's configuration (KEY_FIELDS). Remembered per (config, world, provenance) objects,
+    which runners.columnar shares between records: a report asks this of every record many times.
+    The returned dict is shared: read it, do not change it."""
+    return _key_entry(record)[1]
+
+
+def _key_entry(record: dict) -> tuple:
+    parts = (record["config"], record["world"], record["provenance"])
+    ident = tuple(map(id, parts))
+    entry = _KEYS.get(ident)
+    if entry is None:  # an entry holds its parts alive, so equal ids there mean the same objects
+        if len(_KEYS) > 100_000:  # records not sharing these objects (the Python reader): bounded
+            _KEYS.clear()
+        entry = _KEYS[ident] = (parts, _key(record), {})
+    return entry
+
+
+def _key(record: dict) -> dict:
     config = record["config"]
     return {
         **{name: config[name] for name in ("framework", "model", "batch_size", "image_size", "precision",
@@ -98,8 +176,41 @@ def key_of(record: dict) -> dict:
 
 
 def key_tuple(record: dict, fields: Iterable[str] = KEY_FIELDS) -> tuple:
-    key = key_of(record)
-    return tuple(key[name] for name in fields)
+    _, key, tuples = _key_entry(record)
+    fields = tuple(fields)
+    found = tuples.get(fields)
+    if found is None:
+        found = tuples[fields] = tuple(key[name] for name in fields)
+    return found
+
+
+# --where: key fields (and status, hostname) as SQL over a record `r` of runners.columnar, equal to
+# key_of's values (tests/test_reports.py checks that on varied records), so filters run in DuckDB.
+WHERE_FIELDS = {
+    **{name: f"r.config.{name}" for name in ("framework", "model", "batch_size", "image_size", "precision", "data",
+                                             "strategy", "num_ps", "ps_placement")},
+    "compile": "coalesce(nullif(r.config.compile, ''), CASE WHEN r.config.xla THEN 'xla' ELSE 'none' END)",
+    "workers": "r.world.workers",
+    "device_kind": "coalesce(nullif(r.provenance.framework.device_kind, ''), r.config.device)",
+    "runtime": "coalesce(nullif(r.provenance.requested_runtime, ''), CASE WHEN r.provenance.container_runtime = 'none' "
+               f"THEN '{BASELINE_RUNTIME}' ELSE r.provenance.container_runtime END)",
+    "status": "r.status",
+    "hostname": "r.provenance.hostname",
+}
+
+
+def conditions(where: Iterable[str]) -> list[tuple[str, list]]:
+    """--where FIELD=VALUE[,VALUE...] (repeatable: all must hold; commas: any value) as SQL for columnar.scan."""
+    out = []
+    for text in where:
+        name, sep, values = text.partition("=")
+        name, values = name.strip(), [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not name or not values:
+            raise UsageError(f"--where expects FIELD=VALUE[,VALUE...], got {text!r}")
+        if name not in WHERE_FIELDS:
+            raise UsageError(f"--where: unknown field {name!r} (choices: {', '.join(WHERE_FIELDS)})")
+        out.append((f"CAST({WHERE_FIELDS[name]} AS VARCHAR) IN ({', '.join('?' * len(values))})", values))
+    return out
 
 
 def describe(key: dict, fields: Iterable[str] | None = None) -> str:
@@ -202,12 +313,23 @@ def varying(keys: Iterable[dict], exclude: Iterable[str] = ()) -> list[str]:
 
 
 def environment(records: list[dict]) -> list[tuple[str, str]]:
+    # every value below depends on a record's provenance, world, config and status only: count
+    # records per distinct (those objects, status) once, then weigh (columnar shares the objects)
+    weights: dict[tuple, list] = {}
+    for record in records:
+        ident = (id(record["provenance"]), id(record["world"]), id(record["config"]), record["status"])
+        entry = weights.get(ident)
+        if entry is None:
+            weights[ident] = [record, 1]
+        else:
+            entry[1] += 1
+
     def values(get) -> str:
         counts: dict[str, int] = defaultdict(int)
-        for record in records:
+        for record, weight in weights.values():
             for value in get(record):
                 if value not in (None, ""):
-                    counts[str(value)] += 1
+                    counts[str(value)] += weight
         return "; ".join(f"{value} ({count})" for value, count in sorted(counts.items())) or "none"
 
     def fw(record, *names):
@@ -393,5 +515,237 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
     return [(dict(zip(KEY_FIELDS, key)), rs[0]) for key, rs in group(ok(records)).items() if len(rs) == 1]
 
 
+def max_batch_answers(records: Iterable[dict]) -> list[dict]:
+    """The final probe record of each --find-max-batch search (batch_search.final), by search."""
+    return [r for r in records if (r.get("batch_search") or {}).get("final")]
+
+
 def failures(records: list[dict]) -> list[dict]:
     return [r for r in records if r["status"] != "ok"]
+
+
+# -- why it does not scale: the lost time per step, split (docs/reports.md) -------------------------
+
+LOSS_PARTS = ("exposed_communication", "input_wait", "straggler_wait", "compute", "idle")
+LOSS_LABELS = {"exposed_communication": "exposed communication", "input_wait": "input wait",
+               "straggler_wait": "straggler wait", "compute": "compute slowdown", "idle": "idle (other)"}
+LOSS_TOLERANCE = 0.05  # of T(N): how far the parts' sum may miss the measured loss and still "add up"
+GRADIENT_BYTES_PER_PARAMETER = 4  # float32 gradients (autocast keeps master gradients in float32)
+
+
+@dataclass
+class Predicted:
+    """All-reduce of the model's gradients as the comm microbenchmark predicts it."""
+
+    seconds: float
+    nbytes: int
+    busbw_gbps: float
+    how: str  # "gradients" (the buckets measured as such) or "allreduce at SIZE"
+    run: str  # the comm record's run_id prefix
+
+
+@dataclass
+class ScalingLoss:
+    key: dict  # the N-worker configuration
+    workers: int
+    t_n: float  # mean step time at N (timed loop), s
+    t_1: float  # the same at 1 worker
+    parts: dict[str, float | None]  # LOSS_PARTS -> s per step; None where not measurable
+    traced: bool  # both sides have usable traces (else only input wait and the remainder)
+    predicted: Predicted | None
+    overlap_fraction: float | None  # communication hidden under compute, at N
+    stretch: tuple[float | None, float | None]  # traced step / timed step at N and at 1 (profiler overhead)
+    runs: str
+    baseline_runs: str
+
+    @property
+    def loss(self) -> float:
+        return self.t_n - self.t_1
+
+    @property
+    def explained(self) -> float:
+        return sum(v for v in self.parts.values() if v is not None)
+
+    @property
+    def residual(self) -> float:
+        """Measured loss minus the sum of the parts: what the split does not account for."""
+        return self.loss - self.explained
+
+    @property
+    def adds_up(self) -> bool:
+        return abs(self.residual) <= LOSS_TOLERANCE * self.t_n
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def traced_ranks(record: dict) -> list[dict]:
+    """The per-rank trace summaries of a record that has them for every training rank (else [])."""
+    ranks = ((record.get("trace") or {}).get("ranks")) or []
+    usable = [r for r in ranks if r and r.get("steps")]
+    return usable if usable and len(usable) == len(ranks) else []
+
+
+def trace_parts(record: dict) -> dict | None:
+    """Per-step parts from a record's traces. Per profiled step, the slowest rank (most compute) is
+    the one the others wait for, so the step is its step: straggler wait = its compute - the median
+    rank's compute, compute = the median rank's, exposed communication and idle = its own (it waits
+    least for the others, so its exposed communication is the transfer itself). These add up to its
+    step minus its traced input fetch. The profiler stretches traced steps, so every part is scaled
+    by timed step / traced step (`stretch` = the inverse, shown in the report)."""
+    ranks = traced_ranks(record)
+    if not ranks:
+        return None
+    num_steps = min(len(r["steps"]) for r in ranks)
+    per_step = []
+    for index in range(num_steps):
+        steps = [r["steps"][index] for r in ranks]
+        computes = [s["compute_s"] for s in steps]
+        slowest = max(steps, key=lambda s: s["compute_s"])
+        per_step.append({
+            "step": slowest["step_s"],
+            "straggler_wait": slowest["compute_s"] - _median(computes),
+            "exposed_communication": slowest["exposed_communication_s"],
+            "compute": _median(computes),
+            "idle": slowest["idle_s"],
+        })
+    traced_step = _mean([p["step"] for p in per_step])
+    scale = record["step_time_s"]["mean"] / traced_step
+    parts = {name: scale * _mean([p[name] for p in per_step]) for name in per_step[0] if name != "step"}
+    parts["stretch"] = 1 / scale
+    fractions = [r["overlap_fraction"] for r in ranks if r.get("overlap_fraction") is not None]
+    parts["overlap_fraction"] = _mean(fractions) if fractions else None
+    return parts
+
+
+def gradient_bytes(record: dict) -> int | None:
+    parameters = (record.get("model") or {}).get("parameters")
+    return parameters * GRADIENT_BYTES_PER_PARAMETER if parameters else None
+
+
+def predicted_allreduce(record: dict, comm_records: list[dict]) -> Predicted | None:
+    """The gradient all-reduce time at this world size from `bench comm` records of the same
+    framework, device kind and backend: its `gradients` row for the same model when there is one,
+    else the all-reduce row nearest in size (at or above the gradient bytes) at its busbw."""
+    from benchmarks.comm.cli import default_backend
+    from benchmarks.comm.metrics import bus_factor, format_size
+
+    nbytes = gradient_bytes(record)
+    workers = record["world"]["workers"]
+    kind = device_kind(record)
+    backend = default_backend(record["config"]["framework"], record["config"]["strategy"], kind, lambda: kind == "gpu")
+    matching = [c for c in comm_records if c["status"] == "ok" and c.get("correct")
+                and c["config"]["framework"] == record["config"]["framework"] and device_kind(c) == kind]
+    if nbytes is None:
+        return None
+    for comm in sorted(matching, key=lambda c: c["timestamp_utc"], reverse=True):
+        rows = [row for row in comm["results"] if row["backend"] == backend and row["ranks"] == workers]
+        exact = [row for row in rows if row["op"] == "gradients" and comm["config"]["model"] == record["config"]["model"]]
+        if exact:
+            row = exact[0]
+            return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "gradient buckets", comm["run_id"][:ID_PREFIX])
+        sized = sorted((row for row in rows if row["op"] == "allreduce" and row["busbw_gbps"] > 0), key=lambda r: r["bytes"])
+        if sized:
+            row = next((r for r in sized if r["bytes"] >= nbytes), sized[-1])
+            algbw = row["busbw_gbps"] / bus_factor("allreduce", workers) * 1e9
+            return Predicted(nbytes / algbw, nbytes, row["busbw_gbps"], f"all-reduce busbw at {format_size(row['bytes'])}",
+                             comm["run_id"][:ID_PREFIX])
+    return None
+
+
+def _twin(key: dict, candidates: dict[tuple, list[dict]]) -> list[dict]:
+    """The 1-worker records of the same configuration (same strategy first, else strategy none)."""
+    for strategy in (key["strategy"], strategies.DEFAULT):
+        twin = {**key, "workers": 1, "strategy": strategy}
+        for other_key, rs in candidates.items():
+            other = dict(zip(KEY_FIELDS, other_key))
+            if all(other[f] == twin[f] for f in KEY_FIELDS if f not in ("num_ps", "ps_placement")):
+                return rs
+    return []
+
+
+def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[ScalingLoss]:
+    """For every multi-worker configuration with a 1-worker twin: T(N) - T(1) per step, split."""
+    groups = group(ok(records))
+    out = []
+    for key_values, members in groups.items():
+        key = dict(zip(KEY_FIELDS, key_values))
+        if key["workers"] < 2:
+            continue
+        twins = ok(_twin(key, groups))
+        if not twins:
+            continue
+        t_n = _mean([r["step_time_s"]["mean"] for r in members])
+        t_1 = _mean([r["step_time_s"]["mean"] for r in twins])
+        input_wait = _mean([r["input_wait_s"]["mean"] for r in members]) - _mean([r["input_wait_s"]["mean"] for r in twins])
+        traced_n = [p for p in map(trace_parts, members) if p]
+        traced_1 = [p for p in map(trace_parts, twins) if p]
+        parts: dict[str, float | None] = {name: None for name in LOSS_PARTS}
+        parts["input_wait"] = input_wait
+        overlap = None
+        if traced_n:
+            at_n = {name: _mean([p[name] for p in traced_n]) for name in ("exposed_communication", "straggler_wait", "compute", "idle")}
+            if traced_1:
+                at_1 = {name: _mean([p[name] for p in traced_1]) for name in ("exposed_communication", "compute", "idle")}
+            else:  # no trace at 1 worker: its whole step but the input wait counts as compute
+                at_1 = {"exposed_communication": 0.0, "idle": 0.0,
+                        "compute": t_1 - _mean([r["input_wait_s"]["mean"] for r in twins])}
+            parts.update(exposed_communication=at_n["exposed_communication"] - at_1["exposed_communication"],
+                         straggler_wait=at_n["straggler_wait"], compute=at_n["compute"] - at_1["compute"],
+                         idle=at_n["idle"] - at_1["idle"])
+            overlaps = [p["overlap_fraction"] for p in traced_n if p["overlap_fraction"] is not None]
+            overlap = _mean(overlaps) if overlaps else None
+        stretch = tuple(_mean([p["stretch"] for p in side]) if side else None for side in (traced_n, traced_1))
+        out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_allreduce(members[0], comm_records),
+                               overlap, stretch, ids(members), ids(twins)))
+    return out
+
+
+def verdict(loss: ScalingLoss) -> str:
+    """One sentence: the largest share of the lost time, with the microbenchmark's view of it."""
+    from benchmarks.comm.metrics import format_size
+
+    where = f"at {loss.workers} workers"
+    measured = {name: value for name, value in loss.parts.items() if value is not None}
+    if loss.loss <= 0:
+        parts = ", ".join(f"{LOSS_LABELS[name]} {1e3 * value:+.1f} ms" for name, value in measured.items())
+        return (f"{where} a step takes no longer than at 1 worker ({1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms): "
+                f"nothing is lost (parts: {parts}).")
+    if not loss.traced:
+        return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input wait "
+                f"and the rest is not split (no --trace records on both sides).")
+    name = max(measured, key=lambda n: measured[n])
+    sentence = f"{where}, {100 * measured[name] / loss.loss:.0f}% of the lost {1e3 * loss.loss:.1f} ms/step is {LOSS_LABELS[name]}"
+    if name == "exposed_communication" and loss.predicted is not None:
+        p = loss.predicted
+        sentence += (f" (all-reduce of {format_size(p.nbytes)} at {p.busbw_gbps:.2f} GB/s busbw: "
+                     f"{1e3 * p.seconds:.1f} ms predicted, {fmt_fraction(loss.overlap_fraction)} of it hidden under compute)")
+    elif loss.parts.get("exposed_communication") is not None and name != "exposed_communication":
+        sentence += f"; exposed communication is {100 * loss.parts['exposed_communication'] / loss.loss:.0f}%"
+    return sentence + "."
+
+
+def fmt_fraction(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def network_series(comm_records: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """(op, label) -> rows by size, for all-reduce and ping-pong, from the latest ok record of
+    each (framework, backend, op, world size, device kind)."""
+    latest: dict[tuple, tuple[str, list[dict]]] = {}
+    for comm in sorted((c for c in comm_records if c["status"] == "ok"), key=lambda c: c["timestamp_utc"]):
+        for op in ("allreduce", "pingpong"):
+            for backend in sorted({row["backend"] for row in comm["results"] if row["op"] == op}):
+                rows = sorted((row for row in comm["results"] if row["op"] == op and row["backend"] == backend),
+                              key=lambda row: row["bytes"])
+                world = comm["world"]["workers"]
+                label = f"{op} {comm['config']['framework']}/{backend} n={world} {device_kind(comm)} ({comm['run_id'][:ID_PREFIX]})"
+                latest[(comm["config"]["framework"], backend, op, world, device_kind(comm))] = (label, rows)
+    return {(key[2], label): rows for key, (label, rows) in sorted(latest.items())}

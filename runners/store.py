@@ -30,39 +30,76 @@ def is_envelope(obj: dict) -> bool:
     return isinstance(obj, dict) and "sweep" in obj and "record" in obj
 
 
-def _lines(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    data = Path(path).read_bytes()
-    lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # tail: after the last newline (b"" when the file ends cleanly)
-    for number, raw in enumerate(complete, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            if number == len(complete) and not tail:
-                warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning, stacklevel=3)
+def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) per line, streamed: memory stays one line, whatever the store's size.
+    With `mentioning`, complete lines without those bytes are passed over unparsed (and unchecked)."""
+    with open(path, "rb") as f:
+        number = 0
+        for raw in f:
+            number += 1
+            if not raw.endswith(b"\n"):  # bytes after the last newline: a write cut short
+                if raw.strip():
+                    warnings.warn(f"{path}: line {number} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)
                 return
-            raise ValueError(f"{path}: line {number} is not valid JSON: {error}") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}: line {number} is not a JSON object")
-        yield number, obj
-    if tail.strip():
-        warnings.warn(f"{path}: line {len(complete) + 1} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)
+            if not raw.strip() or (mentioning is not None and mentioning not in raw):
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                if not f.read(1):  # the last line, complete but not JSON
+                    warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning, stacklevel=3)
+                    return
+                raise ValueError(f"{path}: line {number} is not valid JSON: {error}") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{path}: line {number} is not a JSON object")
+            yield number, obj
 
 
-def iter_entries(path: str | os.PathLike) -> Iterator[dict]:
-    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}."""
-    for _, obj in _lines(path):
+def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:
+    """(the warning `_lines` gives for this store's torn last line, the length in bytes of what
+    comes before that line), or None when the last line is sound. Reads only the tail, plus a
+    newline count when torn, so a columnar reader can drop that line under exactly these rules."""
+    with open(path, "rb") as f:
+        size = start = f.seek(0, os.SEEK_END)
+        blocks, newlines = [], 0
+        while start > 0 and newlines < 2:  # enough for the tail and the last complete line
+            step = min(start, 1 << 20)
+            start -= step
+            f.seek(start)
+            blocks.append(f.read(step))
+            newlines += blocks[-1].count(b"\n")
+        lines = b"".join(reversed(blocks)).split(b"\n")
+        tail = lines[-1]
+        last = lines[-2] if len(lines) > 2 or (len(lines) == 2 and start == 0) else None  # a whole line
+        if tail.strip():
+            message, keep = "is incomplete (torn write): skipped", size - len(tail)
+        elif not tail and last is not None and last.strip():
+            try:
+                json.loads(last)
+                return None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                message, keep = "is not valid JSON (torn write?): skipped", size - len(last) - 1
+        else:
+            return None
+        f.seek(0)
+        newlines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+    number = newlines + 1 if tail.strip() else newlines
+    return f"{path}: line {number} {message}", keep
+
+
+def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
+    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}
+    (with `mentioning`: the lines holding those bytes)."""
+    for _, obj in _lines(path, mentioning):
         if is_envelope(obj):
             yield {"sweep": obj["sweep"], "record": obj["record"], "error": obj.get("error")}
         else:
             yield {"sweep": None, "record": obj, "error": None}
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[dict]:
+def iter_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
     """The bench records in a plain or sweep JSONL store, in file order (envelopes without a record skipped)."""
-    for entry in iter_entries(path):
+    for entry in iter_entries(path, mentioning):
         if entry["record"] is not None:
             yield entry["record"]
 

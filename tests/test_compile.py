@@ -9,9 +9,10 @@ import pytest
 from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL, "--json", "--display-every", "0"]
-# What a compiled run may change: its speed, its numerics in the last bits, and the compile fields.
+# What a compiled run may change: its speed (and the energy that speed took), its numerics in the
+# last bits, and the compile fields.
 SPEED_AND_IDENTITY = ("run_id", "timestamp_utc", "throughput", "step_time_s", "input_wait_s", "repeats", "ranks",
-                      "memory", "duration_s", "final_loss", "compile")
+                      "memory", "energy", "duration_s", "final_loss", "compile")
 
 FLOP_RATES = ("achieved_flops_per_sec", "mfu")  # speed, in FLOP/s
 

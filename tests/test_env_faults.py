@@ -22,6 +22,7 @@ from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 from infra.tmpfs import fill, small_fs
 
 from benchmarks import durable
+from benchmarks.processes import parent
 from runners.commands.sweep import pending_name
 
 pytestmark = pytest.mark.slow
@@ -61,12 +62,6 @@ def environ(pid: int) -> bytes:
         return Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return b""
-
-
-def parent(pid: int) -> int | None:
-    from benchmarks.processes import parent as parent_of
-
-    return parent_of(pid)
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -162,3 +157,84 @@ def test_slurm_node_dies_mid_run(private_slurm):
     assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
     assert "node2" in record["error"]["message"]
     wait_for(lambda: not marked(marker), 30, "ranks left behind")
+
+
+# --- the Docker daemon goes away mid-run (a private daemon: the shared one is never touched) ----
+
+# The TensorFlow image: a third of the torch image's size to load into the private daemon.
+LONG_TF = ["--framework", "tensorflow", *LONG[2:]]
+
+
+def docker_env(daemon, marker: str) -> dict:
+    # DLBENCH_* variables are forwarded into the container: its processes carry the marker too
+    return {**os.environ, **daemon.env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "DLBENCH_TEST_MARK": marker}
+
+
+def nothing_left_once_back(daemon, marker: str) -> None:
+    """The daemon comes back: it removes the run's --rm container; no process of the run is left."""
+    daemon.start()
+    wait_for(lambda: not marked(marker), 60, "processes of the run left after the daemon came back")
+    left = daemon.docker("ps", "-aq", "--filter", "name=^/?dlbench-").stdout.split()
+    assert not left, daemon.docker("ps", "-a").stdout
+
+
+def test_docker_daemon_killed_mid_run(private_dockerd, dlbench_images):
+    """dockerd crashes (SIGKILL) while bench trains in its container: benchrun ends with the record
+    (failed, error kind environment, 'docker daemon went away'), one line, exit 6."""
+    marker = uuid.uuid4().hex
+    argv = [sys.executable, "-m", "runners", "run", "--runtime", "docker", "--image", dlbench_images["tensorflow"], "--", *LONG_TF]
+    run = subprocess.Popen(argv, env=docker_env(private_dockerd, marker), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        stderr = read_until(run.stderr, "bench: step ", 300)
+        private_dockerd.kill(signal.SIGKILL)
+        out, rest = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    stderr += rest
+    try:
+        assert run.returncode == 6, stderr[-3000:]
+        (line,) = error_lines(stderr)
+        print(line)
+        assert line.startswith("benchrun: error: the run failed: docker daemon went away ("), line
+        record = validate_record(last_json_line(out))
+        assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
+        assert record["error"]["message"].startswith("docker daemon went away")
+        assert record["provenance"]["requested_runtime"] == "docker" and record["config"]["num_batches"] == 5000
+    finally:
+        nothing_left_once_back(private_dockerd, marker)
+
+
+def test_docker_daemon_stopped_mid_sweep_the_sweep_goes_on(private_dockerd, dlbench_images, tmp_path):
+    """dockerd is stopped (SIGTERM: it stops its containers) during the 1st of 2 points: the point is
+    stored as failed (environment), the 2nd is tried and stored the same way while the daemon is
+    away, the sweep ends with exit 1; both points stay to run, and nothing is left once it is back."""
+    marker = uuid.uuid4().hex
+    plan = tiny_plan(framework=["tensorflow"], batch_size=[1, 2], runtime=["docker"], image=[dlbench_images["tensorflow"]])
+    plan["bench"].update(num_batches=5000, num_warmup_batches=1)
+    plan = write_plan(tmp_path / "plan.yaml", plan)
+    store_path = tmp_path / "sweep.jsonl"
+    argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
+    env = docker_env(private_dockerd, marker)
+    sweep = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        logs = tmp_path / "sweep.jsonl.logs"
+        wait_for(lambda: any("bench: step " in p.read_text(errors="replace") for p in logs.glob("*.log")),
+                 300, "the first point's progress", step=0.2)
+        private_dockerd.kill(signal.SIGTERM)
+        out, err = sweep.communicate(timeout=300)
+    finally:
+        sweep.kill()
+    try:
+        assert sweep.returncode == 1, err[-3000:]
+        assert "Traceback" not in err, err
+        entries = lines(store_path)
+        assert [e["sweep"]["point"]["batch_size"] for e in entries] == [1, 2]
+        for entry in entries:
+            record = validate_record(entry["record"])
+            assert record["status"] == "failed" and record["error"]["kind"] == "environment", record["error"]
+            assert record["error"]["message"].startswith("docker daemon went away"), record["error"]
+        dry = subprocess.run([*argv, "--dry-run"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert dry.returncode == 0 and "2 to run, 0 already in" in dry.stderr, dry.stderr
+    finally:
+        nothing_left_once_back(private_dockerd, marker)

@@ -84,7 +84,7 @@ def test_report_files(report):
     assert "is incomplete (torn write): skipped" in result.stderr
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "runtimes-1.png", "scaling-1.png", "scaling-2.png",
-                    "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png"]
+                    "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png", *(f"why-{i}.png" for i in (1, 2, 3, 4))]
     for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in md
@@ -289,21 +289,48 @@ def test_tensorboard_without_writer(tmp_path, monkeypatch, capsys):
 def test_report_axes_precision_compile_and_flops_columns(real_record, tmp_path):
     R = RecordFactory(real_record)
 
-    def with_axes(ips: float, gflops: float | None, precision: str = "fp32", compile: str | None = None) -> dict:
+    def with_axes(ips: float, gflops: float | None, precision: str = "fp32", compile: str | None = None,
+                  per_joule: float | None = None) -> dict:
         r = R(ips)
         r["config"].update(precision=precision, compile=compile)
         r["flops"] = {**r["flops"], "achieved_flops_per_sec": None if gflops is None else gflops * 1e9}
+        if per_joule is not None:  # as on a host with RAPL
+            r["energy"] = {**r["energy"], "source": "rapl", "scope": "cpu-packages", "joules": 10.0, "average_watts": 5.0,
+                           "images_per_joule": per_joule, "unavailable_reason": None}
         return validate_record(r)
 
     # eager fp32: 2.0 and 4.0 GFLOP/s -> 3.0 ± 12.706 * 1.414 / sqrt(2) = 12.7; compiled and bf16 single records
-    store = write(tmp_path / "axes.jsonl", [with_axes(10.0, 2.0), with_axes(12.0, 4.0), with_axes(20.0, 6.0, compile="default"),
+    store = write(tmp_path / "axes.jsonl", [with_axes(10.0, 2.0), with_axes(12.0, 4.0), with_axes(20.0, 6.0, compile="default", per_joule=0.25),
                                              with_axes(15.0, None, precision="amp-bf16")])
     out = tmp_path / "report"
     result = benchrun("report", store, "--out", out)
     assert result.returncode == 0, result.stderr
     md = (out / "report.md").read_text()
-    assert "| model FLOP/s | MFU |" in md
+    assert "| model FLOP/s | MFU | images/J |" in md
     eager = table_row(md, "| precision=fp32, compile=none |")
-    assert "| 3.0 ± 12.7 GFLOP/s | n/a |" in eager  # CPU: no MFU
-    assert "| 6.0 ± n/a GFLOP/s |" in table_row(md, "| precision=fp32, compile=default |")
-    assert "| n/a | n/a |" in table_row(md, "| precision=amp-bf16, compile=none |")  # null stays n/a, never 0
+    assert "| 3.0 ± 12.7 GFLOP/s | n/a | n/a |" in eager  # CPU: no MFU; no RAPL here: no energy
+    assert "| 6.0 ± n/a GFLOP/s | n/a | 0.250 ± n/a |" in table_row(md, "| precision=fp32, compile=default |")
+    assert "| n/a | n/a | n/a |" in table_row(md, "| precision=amp-bf16, compile=none |")  # null stays n/a, never 0
+
+
+@pytest.mark.slow
+def test_report_marks_the_largest_batch_that_fits(real_record, tmp_path):
+    R = RecordFactory(real_record)
+    outcomes = [(2, 5.0), (4, 8.0), (8, None), (6, 9.0), (7, None)]  # doubled to 8 (oom), bisected: 6 fits, 7 does not
+    records = []
+    for probe, (batch, ips) in enumerate(outcomes, 1):
+        r = R(ips, batch=batch) if ips is not None else R(None, status="oom", batch=batch, error="can't allocate memory")
+        final = probe == len(outcomes)
+        r["batch_search"] = {"search_id": "ab" * 16, "probe": probe, "phase": "double" if probe <= 3 else "bisect",
+                             "largest_fit": max(b for b, v in outcomes[:probe] if v is not None),
+                             "smallest_oom": min((b for b, v in outcomes[:probe] if v is None), default=None),
+                             "final": final, "max_batch": 6 if final else None,
+                             "stop_reason": "batch 6 fits and 7 runs out of memory" if final else None, "time_budget_s": 60.0}
+        records.append(validate_record(r))
+    out = tmp_path / "report"
+    result = benchrun("report", write(tmp_path / "search.jsonl", records), "--out", out)
+    assert result.returncode == 0, result.stderr
+    md = (out / "report.md").read_text()
+    assert "Largest batch that fits (bench --find-max-batch; green dashed line): 6 (search abababab: " \
+           "batch 6 fits and 7 runs out of memory, 5 probes)" in md
+    assert "Out of memory at: batch 7" in md

@@ -219,3 +219,23 @@ def test_launch_times_and_table_from_mllog_stamps(tmp_path):
     assert "| local | 2 | 2.00 ± 12.71 | - | - | 11.00 ± 12.71 | - | - |" in md
     assert "| udocker | 2 | 3.00 ± 12.71 | +1.00 | 0.553 | 15.00 ± 12.71 | +4.00 | 0.106 |" in md
     assert "| podman | 1 | n/a | - | - | n/a | - | - |" in md
+
+
+def test_a_docker_daemon_that_is_not_there_is_a_fault_recorded_for_the_run(tmp_path, monkeypatch):
+    """The daemon gone before the run: dispatch records the run as failed (error kind environment)
+    without starting anything, so a sweep stores the point and goes on; benchrun run exits 6."""
+    if not runtimes.get("docker").available():
+        pytest.skip("no docker client")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/gone.sock")
+    assert runtimes.get("docker").fault().startswith("docker daemon went away (Cannot connect to the Docker daemon")
+    request = dispatch.RunRequest(["--framework", "torch", "--model", "alexnet", "--image-size", "64"], runtime="docker")
+    outcome = dispatch.run(request)
+    assert outcome.exit_code == 6 and outcome.command == [] and outcome.fault.startswith("docker daemon went away")
+    record = outcome.record
+    assert record["status"] == "failed" and record["error"]["kind"] == "environment"
+    assert record["config"]["model"] == "alexnet" and record["provenance"]["requested_runtime"] == "docker"
+    result = benchrun("run", "--runtime", "docker", "--", "--framework", "torch", "--model", "alexnet",
+                      env={"DOCKER_HOST": f"unix://{tmp_path}/gone.sock"})
+    assert result.returncode == 6 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("benchrun: error: the run failed: docker daemon went away (")
+    assert json.loads(result.stdout)["error"]["kind"] == "environment"

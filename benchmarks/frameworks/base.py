@@ -104,6 +104,13 @@ class Framework(ABC):
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
                                 keep_losses=self.keep_losses, **display)
 
+    trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace)
+
+    def profile_steps(self, batches: Iterator, num_steps: int, path) -> None:
+        """Run `num_steps` steps under the framework's own profiler (bench --trace, after the timed
+        loops), marked with timing.run_steps' `annotate`, and write its trace to `path`."""
+        raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this version")
+
     @abstractmethod
     def parameter_checksum(self) -> str:
         """Digest of all trainable parameters, to check replicas ended identical."""

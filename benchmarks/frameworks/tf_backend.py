@@ -277,6 +277,29 @@ class TensorFlowFramework(Framework):
         if getattr(self, "hvd", None) is not None:
             self.hvd.shutdown()  # finalizes MPI: mpirun fails a rank that exits without it
 
+    trace_suffix = ".xplane.pb"  # the TensorFlow profiler's XSpace (TensorBoard's profile plugin reads it)
+
+    def profile_steps(self, batches, num_steps: int, path) -> None:
+        """tf.profiler writes into a log directory of its own; its one XSpace file is moved to `path`."""
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from ..trace import annotation
+
+        logdir = tempfile.mkdtemp(prefix=".tf-profile-", dir=Path(path).parent)
+        try:
+            tf.profiler.experimental.start(logdir)
+            try:
+                self.timed_loop(batches, num_steps,
+                                annotate=lambda kind, index: tf.profiler.experimental.Trace(annotation(kind, index)))
+            finally:
+                tf.profiler.experimental.stop()
+            (written,) = Path(logdir).rglob("*.xplane.pb")
+            shutil.move(str(written), str(path))
+        finally:
+            shutil.rmtree(logdir, ignore_errors=True)
+
     def synchronize(self) -> None:
         if self.gpus:  # CPU ops of a tf.function call complete before it returns
             tf.test.experimental.sync_devices()

@@ -276,6 +276,18 @@ class TorchFramework(Framework):
             self.compile_state["graphs_at_end"] = compilation.dynamo_counts()[1]  # more: it recompiled later
         return super().record_sections()
 
+    trace_suffix = ".pt.trace.json"  # HTA's and TensorBoard's name for torch.profiler traces
+
+    def profile_steps(self, batches, num_steps: int, path) -> None:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        from ..trace import annotation
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as profiler:
+            self.timed_loop(batches, num_steps, annotate=lambda kind, index: record_function(annotation(kind, index)))
+        profiler.export_chrome_trace(str(path))
+
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -284,7 +296,17 @@ class TorchFramework(Framework):
         return float(loss.float().item())
 
     def is_out_of_memory(self, error: BaseException) -> bool:
-        return isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+        return (isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)) or looks_like_oom(str(error))
+                or self._onednn_out_of_address_space(error))
+
+    @staticmethod
+    def _onednn_out_of_address_space(error: BaseException) -> bool:
+        """oneDNN reports a failed allocation only as "could not create a primitive"; near the
+        `ulimit -v` limit that is an out-of-memory (the supervisor's rule for native crashes)."""
+        from ..memory import near_address_space_limit
+        from ..supervisor import AS_LIMIT_NEAR
+
+        return "could not create a primitive" in str(error) and near_address_space_limit(AS_LIMIT_NEAR) is not None
 
     def reset_peak_memory(self) -> None:
         if self.device.type == "cuda":

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from benchmarks.errors import UsageError, choices
 
 from .. import reports
+from .report import add_selection, selection
 
 # metric -> (higher is better, unit scale, unit)
 METRICS = {
@@ -28,10 +29,11 @@ METRICS = {
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="regression gate: compare NEW against BASE, exit 1 on a regression",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("base", help="baseline store (bench JSONL or sweep store)")
-    p.add_argument("new", help="store to check")
+    p.add_argument("base", help="baseline store (bench JSONL, sweep store, or a directory of them)")
+    p.add_argument("new", help="store to check (the same kinds)")
     p.add_argument("--threshold", default="5%", help="allowed change, e.g. 5%% or 0.5%% (default: 5%%)")
     p.add_argument("--metrics", default=",".join(METRICS), help=f"comma-separated, from {choices(METRICS)} (default: all)")
+    add_selection(p)
     p.set_defaults(run=run)
 
 
@@ -103,7 +105,8 @@ def run(args) -> int:
     unknown = [m for m in metrics if m not in METRICS]
     if unknown or not metrics:
         raise UsageError(f"unknown metric {', '.join(unknown) or '(none)'} (choices: {choices(METRICS)})")
-    base, new = reports.load([args.base]), reports.load([args.new])
+    chosen = selection(args)  # the same selection on both sides
+    base, new = reports.load([args.base], **chosen), reports.load([args.new], **chosen)
     for path, records in ((args.base, base), (args.new, new)):
         if not records:  # a gate that passes on nothing would hide a broken pipeline
             raise UsageError(f"no records in {path}: nothing to compare")

@@ -1,40 +1,32 @@
-"""`benchrun export`: every record of one or more stores as one CSV row.
+"""`benchrun export`: every record of one or more stores as one row, CSV and/or Parquet.
 
-    benchrun export RESULTS.jsonl [MORE.jsonl ...] --csv OUT.csv
+    benchrun export RESULTS.jsonl [MORE.jsonl DIR ...] --csv OUT.csv [--parquet OUT.parquet]
 
 Columns are fixed and documented in docs/reports.md (COLUMNS below); a value
-that does not apply is an empty cell, never 0.
+that does not apply is an empty cell (CSV) or null (Parquet), never 0. Rows
+come from DuckDB (runners.columnar) and stream to the file: memory does not
+grow with the store. Each file is written beside its target and renamed into
+place once complete.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 from pathlib import Path
 
-from .. import reports
+from benchmarks.errors import UsageError
 
-
-def _get(record: dict, path: str):
-    value = record
-    for part in path.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _mean_wait_fraction(record: dict):
-    repeats = record.get("repeats") or []
-    return sum(r["input_wait_fraction"] for r in repeats) / len(repeats) if repeats else None
-
+from .. import columnar, reports
+from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
                  "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
 
-# column name -> how to read it from a record (dotted path into the record, or a function)
-COLUMNS: dict[str, object] = {
+# column name -> a dotted path into the record, or (SQL over the record `r` of runners.columnar, the paths it reads)
+COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "run_id": "run_id",
     "timestamp_utc": "timestamp_utc",
     "status": "status",
@@ -52,8 +44,9 @@ COLUMNS: dict[str, object] = {
     "step_time_s.p90": "step_time_s.p90",
     "step_time_s.jitter": "step_time_s.jitter",
     "input_wait_s.mean": "input_wait_s.mean",
-    "input_wait_fraction": _mean_wait_fraction,
-    "repeats.count": lambda r: len(r.get("repeats") or []),
+    "input_wait_fraction": ("list_sum(list_transform(r.repeats, lambda x: x.input_wait_fraction)) "
+                            "/ nullif(len(r.repeats), 0)", ("repeats.input_wait_fraction",)),  # mean over repeats
+    "repeats.count": ("coalesce(len(r.repeats), 0)", ("repeats.input_wait_fraction",)),
     "memory.allocator_peak_bytes": "memory.allocator_peak_bytes",
     "memory.reserved_peak_bytes": "memory.reserved_peak_bytes",
     "memory.device_peak_bytes": "memory.device_peak_bytes",
@@ -65,12 +58,14 @@ COLUMNS: dict[str, object] = {
     "flops.forward_per_image": "flops.forward_per_image",
     "flops.achieved_flops_per_sec": "flops.achieved_flops_per_sec",
     "flops.mfu": "flops.mfu",
+    "energy.joules": "energy.joules",
+    "energy.images_per_joule": "energy.images_per_joule",
     "world.workers": "world.workers",
     "world.processes": "world.processes",
     "world.num_ps": "world.num_ps",
     "world.nodes": "world.nodes",
     "world.launcher": "world.launcher",
-    "world.hosts": lambda r: ";".join(r["world"]["hosts"]),
+    "world.hosts": ("array_to_string(r.world.hosts, ';')", ("world.hosts",)),
     "replicas.in_sync": "replicas.in_sync",
     "duration_s": "duration_s",
     "provenance.hostname": "provenance.hostname",
@@ -91,32 +86,66 @@ COLUMNS: dict[str, object] = {
 }
 
 
-def row(record: dict) -> list:
-    values = []
-    for getter in COLUMNS.values():
-        value = getter(record) if callable(getter) else _get(record, getter)
-        values.append("" if value is None else value)
-    return values
+def projection() -> tuple[list[str], list[str]]:
+    """(record paths to read, one SQL expression per column)."""
+    fields, select = [], []
+    for column in COLUMNS.values():
+        if isinstance(column, str):
+            fields.append(column)
+            select.append("r." + ".".join(f'"{part}"' for part in column.split(".")))
+        else:
+            select.append(column[0])
+            fields.extend(column[1])
+    return fields, select
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="flatten records to CSV (columns: docs/reports.md)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stores", nargs="+", help="bench JSONL files or sweep stores")
-    p.add_argument("--csv", required=True, help="CSV file to write (replaced)")
+    p = sub.add_parser("export", help="flatten records to CSV and/or Parquet (columns: docs/reports.md)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
+    p.add_argument("--csv", help="CSV file to write (replaced)")
+    p.add_argument("--parquet", help="Parquet file to write (replaced): the same columns, typed (pandas, Polars, Spark)")
+    add_selection(p)
     p.set_defaults(run=run)
+
+
+def _partial(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return target.with_name(f".{target.name}.partial")
 
 
 def run(args) -> int:
     from benchmarks.durable import check_file
 
-    check_file(args.csv, "--csv")
-    records = reports.load(args.stores)
-    target = Path(args.csv)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        writer.writerows(row(record) for record in records)
-    print(f"wrote {len(records)} records, {len(COLUMNS)} columns to {target}")
+    if not args.csv and not args.parquet:
+        raise UsageError("export needs --csv OUT.csv and/or --parquet OUT.parquet")
+    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if path:
+            check_file(path, flag)
+    fields, select = projection()
+    chosen = selection(args)
+    chosen["where"] = reports.conditions(chosen["where"])
+    written = []
+    with columnar.scan(args.stores, fields, select, warn=reports.print_warning, **chosen) as con:
+        count = con.execute("SELECT count(*) FROM records").fetchone()[0]
+        if args.csv:
+            target = Path(args.csv)
+            partial = _partial(target)
+            with partial.open("w", newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(COLUMNS)
+                result = con.execute("SELECT * FROM records")
+                while batch := result.fetchmany(columnar.BATCH):
+                    writer.writerows(["" if value is None else value for value in row] for row in batch)
+            os.replace(partial, target)
+            written.append(str(target))
+        if args.parquet:
+            target = Path(args.parquet)
+            partial = _partial(target)
+            names = ", ".join(f'c{i} AS "{name}"' for i, name in enumerate(COLUMNS))
+            con.execute(f"COPY (SELECT {names} FROM records) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
+                        "(FORMAT parquet)")
+            os.replace(partial, target)
+            written.append(str(target))
+    print(f"wrote {count} records, {len(COLUMNS)} columns to {' and '.join(written)}")
     return 0

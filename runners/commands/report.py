@@ -26,9 +26,29 @@ MiB = 1024 * 1024
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stores", nargs="+", help="bench JSONL files or sweep stores")
+    p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
     p.add_argument("--out", required=True, help="directory for report.md, report.html and the PNGs (created)")
+    p.add_argument("--link-gbps", type=float, metavar="GBIT",
+                   help="draw this theoretical link speed (Gbit/s) on the network section's busbw plot")
+    add_selection(p)
     p.set_defaults(run=run)
+
+
+def add_selection(p) -> None:
+    """--where/--since/--until, shared by report, compare and export (docs/reports.md)."""
+    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
+                   help=f"only records whose FIELD is one of the VALUEs; repeatable, all must hold "
+                        f"(fields: {', '.join(reports.WHERE_FIELDS)})")
+    p.add_argument("--since", metavar="DATE", help="only records with timestamp_utc >= DATE (ISO date or date-time, UTC)")
+    p.add_argument("--until", metavar="DATE", help="only records with timestamp_utc < DATE")
+
+
+def selection(args) -> dict:
+    """load()'s keyword arguments from add_selection's options."""
+    from ..columnar import timestamp
+
+    return {"where": args.where, "since": args.since and timestamp(args.since, "--since"),
+            "until": args.until and timestamp(args.until, "--until")}
 
 
 class Document:
@@ -115,17 +135,19 @@ def _missing(items) -> list[str]:
     return [f"{_short(key, key)}: {why} — runs {reports.ids(rs)}" for key, why, rs in items]
 
 
-EFFICIENCY_HEADERS = ("model FLOP/s", "MFU")
+EFFICIENCY_HEADERS = ("model FLOP/s", "MFU", "images/J")
 
 
 def efficiency_cells(records: list[dict], kind: str) -> list[str]:
-    """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU) and MFU, mean ± CI; n/a where
-    no record has them (a CPU has no MFU; records before schema 1.7 no FLOPs)."""
+    """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU), MFU and images per joule, mean ± CI;
+    n/a where no record has them (a CPU has no MFU, a host without RAPL no energy, older records neither)."""
     rate = reports.metric(records, "flops", "achieved_flops_per_sec")
     mfu = reports.metric(records, "flops", "mfu")
+    per_joule = reports.metric(records, "energy", "images_per_joule")
     scale, unit = (1e12, "TFLOP/s") if kind == "gpu" else (1e9, "GFLOP/s")
     return ["n/a" if rate is None else f"{rate.text(scale, 1)} {unit}",
-            "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%"]
+            "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%",
+            "n/a" if per_joule is None else per_joule.text(1, 3)]
 
 
 def section_environment(doc: Document, records: list[dict]) -> None:
@@ -154,12 +176,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
                 doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
                                   "(memory kinds that are null in every record are omitted)")
         rows = []
+        shown = reports.varying([reports.key_of(r) for r in good], ("batch_size", "framework", "model"))
         for key, rs in reports.group(good).items():
             k = dict(zip(reports.KEY_FIELDS, key))
             tp = reports.throughput(rs)
             mems = [reports.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
-            rows.append([k["batch_size"], _short(k, reports.varying([reports.key_of(r) for r in good],
-                                                                  ("batch_size", "framework", "model"))) or "-",
+            rows.append([k["batch_size"], _short(k, shown) or "-",
                          tp.n, tp.text(), tp.method,
                          *("n/a" if m is None else m.text(MiB, 0) for m in mems),
                          *efficiency_cells(rs, k["device_kind"]), tp.ids])
@@ -167,6 +189,12 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
             doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",
                        *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), *EFFICIENCY_HEADERS, "runs"],
                       sorted(rows, key=lambda r: r[0]))
+        answers = reports.max_batch_answers(members)
+        if answers:
+            doc.para("Largest batch that fits (bench --find-max-batch; green dashed line): " + "; ".join(
+                f"{a['batch_search']['max_batch'] if a['batch_search']['max_batch'] is not None else 'none'} "
+                f"(search {a['batch_search']['search_id'][:reports.ID_PREFIX]}: {a['batch_search']['stop_reason']}, "
+                f"{a['batch_search']['probe']} probes)" for a in answers))
         if ooms:
             doc.para("Out of memory at: " + "; ".join(
                 f"batch {r['config']['batch_size']} ({r['run_id'][:reports.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
@@ -217,6 +245,67 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
                   [[k["num_ps"], workers, k["strategy"], k["ps_placement"] if strategies.get(k["strategy"]).uses_ps else "-",
                     k["batch_size"], "TRUE" if data == "real" else "FALSE", s.text(), s.n, s.ids]
                    for workers, data, k, s in rows])
+
+
+def section_why(doc: Document, records: list[dict], comm_records: list[dict], out: Path) -> None:
+    """Why it does not scale: T(N) - T(1) per step split into its parts (reports.scaling_loss)."""
+    doc.heading("Why it does not scale")
+    doc.para("For every multi-worker configuration with a 1-worker twin (same configuration, same strategy, else "
+             "strategy none): the lost time per step T(N) − T(1) (timed-loop mean step times) split into exposed "
+             "communication, input wait, straggler wait, compute slowdown and idle, in ms per step. Input wait comes "
+             "from the timed loops; the other parts from `bench --trace` summaries (scaled to the timed step), so "
+             "they need --trace records. Predicted all-reduce: the model's float32 gradients at the busbw of a "
+             f"`bench comm` record of the same world size and backend. The parts add up when they miss the measured "
+             f"loss by at most {100 * reports.LOSS_TOLERANCE:.0f}% of T(N); otherwise the table says by how much.")
+    losses = reports.scaling_loss(records, comm_records)
+    if not losses:
+        doc.para("No multi-worker configuration has its 1-worker twin in these stores.")
+        return
+    ms = lambda v: "n/a" if v is None else f"{1e3 * v:.1f}"  # noqa: E731
+    families: dict[tuple, list[reports.ScalingLoss]] = defaultdict(list)
+    for loss in losses:
+        families[tuple((f, loss.key[f]) for f in reports.without("workers"))].append(loss)
+    for index, (family_items, members) in enumerate(families.items()):
+        title = _short(dict(family_items), ("framework", "model", "batch_size", "image_size", "strategy", "data",
+                                            "device_kind", "runtime"))
+        doc.heading(title, 3)
+        members.sort(key=lambda loss: loss.workers)
+        rows = []
+        for loss in members:
+            p = loss.predicted
+            check = "adds up" if loss.adds_up else "does NOT add up"
+            rows.append([loss.workers, ms(loss.t_1), ms(loss.t_n), ms(loss.loss),
+                         *(ms(loss.parts[name]) for name in reports.LOSS_PARTS),
+                         "n/a" if p is None else f"{ms(p.seconds)} ({p.how}, comm {p.run})",
+                         reports.fmt_fraction(loss.overlap_fraction),
+                         " | ".join("n/a" if x is None else f"{x:.2f}" for x in loss.stretch),
+                         f"{ms(loss.residual)} ({100 * loss.residual / loss.t_n:+.1f}% of T(N)): {check}",
+                         f"{loss.runs} | {loss.baseline_runs}"])
+        doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{reports.LOSS_LABELS[n]} ms" for n in reports.LOSS_PARTS),
+                   "predicted all-reduce ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
+        doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
+        doc.bullets([reports.verdict(loss) for loss in members])
+
+
+def section_network(doc: Document, comm_records: list[dict], out: Path, link_gbps: float | None) -> None:
+    """busbw and latency vs message size per backend and world, from `bench comm` records."""
+    doc.heading("Network")
+    series = reports.network_series(comm_records)
+    if not series:
+        doc.para("No `bench comm` records with all-reduce or ping-pong rows in these stores.")
+        return
+    doc.para("From `bench comm` records (nccl-tests definitions: algbw = bytes / time, busbw = algbw × 2(n−1)/n for "
+             "all-reduce; ping-pong: one-way time = half the round trip). One line per operation, backend and world "
+             "size; the latest record of each is shown." + (f" Dashed: the link speed given, {link_gbps:g} Gbit/s."
+                                                            if link_gbps else ""))
+    allreduce = [(label, rows) for (op, label), rows in series.items() if op == "allreduce"]
+    everything = [(label, rows) for (_, label), rows in series.items()]
+    if allreduce:
+        doc.image(plots.network(allreduce, "busbw_gbps", out / "network-busbw.png", link_gbps), "all-reduce busbw vs message size")
+    doc.image(plots.network(everything, "time_s", out / "network-latency.png"), "time per operation vs message size")
+    doc.table(["series", "bytes", "time µs", "algbw GB/s", "busbw GB/s"],
+              [[label, row["bytes"], f"{1e6 * row['time_s']:.1f}", f"{row['algbw_gbps']:.3f}", f"{row['busbw_gbps']:.3f}"]
+               for label, rows in everything for row in rows])
 
 
 def section_io(doc: Document, records: list[dict]) -> None:
@@ -280,7 +369,8 @@ def section_quality(doc: Document, records: list[dict]) -> None:
         doc.para("None: every record has status ok.")
 
 
-def build(records: list[dict], stores: list[str], out: Path) -> Document:
+def build(records: list[dict], stores: list[str], out: Path, comm_records: list[dict] = (),
+          link_gbps: float | None = None) -> Document:
     doc = Document()
     doc.heading("dlbench report", 1)
     doc.para(f"{len(records)} records from {', '.join(stores)}. Throughput is total images/sec "
@@ -288,6 +378,8 @@ def build(records: list[dict], stores: list[str], out: Path) -> Document:
     section_environment(doc, records)
     section_batch(doc, records, out)
     section_scaling(doc, records, out)
+    section_why(doc, records, list(comm_records), out)
+    section_network(doc, list(comm_records), out, link_gbps)
     section_io(doc, records)
     section_runtimes(doc, records, out)
     section_quality(doc, records)
@@ -300,12 +392,18 @@ def run(args) -> int:
     from benchmarks.durable import check_dir
 
     check_dir(args.out, "--out")
-    records = reports.load(args.stores)
-    if not records:
-        raise UsageError(f"no records in {', '.join(args.stores)}")
+    if args.link_gbps is not None and not args.link_gbps > 0:
+        raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
+    chosen = selection(args)
+    records = reports.load(args.stores, **chosen)
+    comm_records = reports.load(args.stores, warn=lambda message: None, kind="comm", since=chosen["since"],
+                                until=chosen["until"])
+    if not records and not comm_records:
+        selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
+        raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = build(records, args.stores, out)
+    doc = build(records, args.stores, out, comm_records, args.link_gbps)
     (out / "report.md").write_text(doc.markdown())
     (out / "report.html").write_text(doc.html("dlbench report"))
     print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {sum(1 for b in doc.blocks if b[0] == 'img')} plots "

@@ -26,6 +26,7 @@ RUNTIMES = {
     "cscs-ce": "runners.runtimes.cscs_ce:CscsCeRuntime",
     "udocker": "runners.runtimes.udocker:UdockerRuntime",
     "udocker-runc": "runners.runtimes.udocker:UdockerRuncRuntime",
+    "podman-hpc": "runners.runtimes.podman_hpc:PodmanHpcRuntime",
 }
 
 

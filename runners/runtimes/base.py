@@ -106,6 +106,7 @@ class Runtime(ABC):
     uses_image = True  # False: runs on the host (local); no image to name or prepare
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
     setup_s = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
+    install_hint: str | None = None  # how to get the binary, named when it is missing
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:
@@ -116,7 +117,8 @@ class Runtime(ABC):
 
     def require(self) -> None:
         if not self.available():
-            raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH")
+            hint = f" ({self.install_hint})" if self.install_hint else ""
+            raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH{hint}")
 
     def prepare(self, image: str) -> str:
         """Make `image` runnable: check its name, require the binary, then import it (cached, idempotent).
@@ -153,6 +155,11 @@ class Runtime(ABC):
         """Let whoever runs bench inside write the record into the host's results directory."""
         if self.runs_as_image_user:
             host_dir.chmod(0o777)  # the image's user (uid 1000) writes the record
+
+    def shares_container(self, mpi: bool) -> bool:
+        """True: the ranks of a node share one container the runtime itself names and removes
+        (podman-hpc --mpi); the rank wrapper then replaces itself with the runtime's command."""
+        return False
 
     def bench_command(self, spec) -> list[str]:
         """How a rank starts bench, given the run's ContainerSpec: the per-rank container wrapper

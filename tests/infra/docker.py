@@ -1,13 +1,18 @@
-"""A running Docker engine for the container tests, started by the project's own script.
+"""A running Docker engine for the container tests, started by the project's own script, and a
+private one (`private_dockerd`) for tests that stop or kill a daemon.
 
 Skips (loudly) only where Docker cannot exist: not root, or no apt to install it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import signal
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -34,3 +39,85 @@ def docker():
         p = subprocess.run([str(ENSURE_PACKAGES), *HOST_PACKAGES], capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"could not install {HOST_PACKAGES}: {p.stderr.strip()}"
     return "docker"
+
+
+class PrivateDockerd:
+    """A dockerd of a test's own, beside the shared one (which others use and must never be stopped):
+    started by containers/dockerd.sh --root on a socket under a temp dir, its data and exec roots under
+    ~/.cache/dlbench/private-dockerd-NAME, so images loaded once survive between runs. Killing and
+    restarting it is the test's business; one test session at a time holds it (a file lock)."""
+
+    def __init__(self, name: str):
+        from .cache import CACHE
+
+        self.name = name
+        self.root = CACHE / f"private-dockerd-{name}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.root / "lock", "w")  # close-on-exec: the daemon does not inherit it
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="dlb-dockerd-"))
+        self.env = {"DOCKER_HOST": f"unix://{self.socket_dir}/docker.sock"}
+
+    def docker(self, *args: str, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", *args], env={**os.environ, **self.env}, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
+
+    def start(self) -> None:
+        p = subprocess.run([str(DOCKERD), "--root", str(self.root)], env={**os.environ, **self.env},
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, f"private dockerd did not start: {p.stderr.strip()}"
+
+    def pid(self) -> int:
+        return int((self.root / "dockerd.pid").read_text())
+
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
+        """Signal the daemon and wait until it is gone (SIGKILL: a crash; SIGTERM: a stop)."""
+        from benchmarks.processes import alive
+
+        pid = self.pid()
+        os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while alive(pid):
+            assert time.monotonic() < deadline, f"private dockerd {pid} still alive {timeout:g} s after signal {sig}"
+            time.sleep(0.1)
+
+    def load(self, image: str) -> None:
+        """`docker save IMAGE` from the shared daemon into this one, once per image id."""
+        from .cache import once
+        from .images import image_id
+
+        wanted = image_id(image)
+
+        def build() -> str:
+            save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            load = self.docker("load", stdin=save.stdout)
+            save.stdout.close()
+            assert save.wait() == 0 and load.returncode == 0, f"docker save | load failed: {load.stderr[-2000:]}"
+            self.docker("image", "prune", "-f")  # earlier ids of the image, now untagged
+            return wanted
+
+        def there(text: str) -> bool:
+            return self.docker("image", "inspect", "-f", "{{.Id}}", image).stdout.strip() == text
+
+        once(f"private-dockerd-{self.name}-image", wanted[-16:], build, there)
+
+    def close(self) -> None:
+        if (self.root / "dockerd.pid").exists():
+            from benchmarks.processes import alive
+
+            if alive(self.pid()):
+                self.kill(signal.SIGTERM)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self._lock.close()
+
+
+@pytest.fixture(scope="module")
+def private_dockerd(docker, dlbench_images):
+    """A private dockerd holding the TensorFlow image (the smaller one); stopped at the end of the module."""
+    daemon = PrivateDockerd("env-faults")
+    try:
+        daemon.start()
+        daemon.load(dlbench_images["tensorflow"])
+        yield daemon
+    finally:
+        daemon.close()

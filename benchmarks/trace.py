@@ -1,0 +1,196 @@
+"""bench --trace: where a profiled step's time goes, from the framework profiler's own trace.
+
+The trace window runs after the timed loops (never inside them): K steps, each marked by
+timing.run_steps' `annotate` hook as `ProfilerStep#i` with its input fetch as `dlbench/input`.
+A step's time splits, with no part counted twice, into
+
+    compute  + input  + exposed communication  + idle  =  step
+
+compute = time the training thread spends in framework ops (communication ops excluded),
+input = the batch fetch, exposed communication = communication that overlaps neither,
+idle = the rest (the training thread waiting with nothing in flight that the trace shows).
+`overlap` = communication hidden under compute.
+
+TensorFlow's profiler writes an XSpace (.xplane.pb); its host plane is read here (the
+TensorFlow protobuf, no extra package) into the same events: ops of the executor threads are
+compute. GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
+comm/comp overlap over the kernels), when it is installed. HTA 0.5.0 cannot analyse CPU-only
+traces (its breakdown indexes GPU kernels and fails; its overlap is NaN), so CPU traces are
+split here from the profiler's events: CPU ops of the training thread and the communication
+events (gloo/NCCL/c10d, on any thread) as intervals. No framework is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+STEP_PREFIX = "ProfilerStep#"  # torch.profiler's own step name: HTA finds steps by it too
+STEP_NAME = "ProfilerStep"  # how steps are found: TensorFlow's TraceMe keeps the name before '#'
+XPLANE_SUFFIX = ".xplane.pb"  # TensorFlow profiler's XSpace
+INPUT = "dlbench/input"
+PARTS = ("step_s", "compute_s", "communication_s", "exposed_communication_s", "overlap_s", "input_s", "idle_s")
+# Profiler event names of collectives (torch.distributed's c10d ops, gloo/NCCL's own spans).
+# Specific names only: a step function's own name may contain "allreduce".
+COMM_MARKERS = ("c10d::", "gloo:", "nccl:", "ncclKernel", "ncclDevKernel", "record_param_comms",
+                # TensorFlow: collective ops (MultiWorkerMirroredStrategy), NCCL ops, cross-task tensors
+                ":CollectiveReduce", ":CollectiveGather", ":CollectiveBcast", ":NcclAllReduce", ":_Recv", ":_Send",
+                "RecvTensor")
+
+
+def annotation(kind: str, index: int) -> str:
+    """The trace name of a marked region (timing.run_steps' annotate kinds). TensorFlow's TraceMe
+    reads '#...' as metadata, so its steps are named `ProfilerStep`."""
+    return f"{STEP_PREFIX}{index}" if kind == "step" else INPUT
+
+
+def is_comm(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker.lower() in lowered for marker in COMM_MARKERS)
+
+
+# -- intervals -------------------------------------------------------------------------------------
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by possibly overlapping [start, end) intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+def clip(intervals: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    return [(max(a, start), min(b, end)) for a, b in intervals if b > start and a < end]
+
+
+def split_step(start: float, end: float, compute, comm, inputs) -> dict:
+    """One step's parts, in seconds, from interval lists in microseconds (Chrome trace units)."""
+    compute, comm, inputs = clip(compute, start, end), clip(comm, start, end), clip(inputs, start, end)
+    busy = union_length(compute + inputs)
+    everything = union_length(compute + inputs + comm)
+    input_s = union_length(inputs)
+    comm_s = union_length(comm)
+    compute_only = union_length(compute)
+    seconds = 1e-6
+    return {
+        "step_s": (end - start) * seconds,
+        "compute_s": (busy - input_s) * seconds,
+        "communication_s": comm_s * seconds,
+        "exposed_communication_s": (everything - busy) * seconds,
+        "overlap_s": (comm_s + compute_only - union_length(compute + comm)) * seconds,
+        "input_s": input_s * seconds,
+        "idle_s": (end - start - everything) * seconds,
+    }
+
+
+# -- CPU traces: the profiler's own events -----------------------------------------------------------
+
+
+def load_events(path: str | Path) -> list[dict]:
+    with open(path) as handle:
+        return [e for e in json.load(handle).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+
+
+def has_gpu_kernels(events: list[dict]) -> bool:
+    return any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
+
+
+def event_steps(events: list[dict]) -> list[dict]:
+    """Per step of the window, its parts: the CPU breakdown from the trace's events. Compute is the
+    training thread's ops (torch: autograd runs there on a CPU), or any thread's where the events
+    say so (`any_thread`: TensorFlow runs a step's ops on its executor threads)."""
+    steps = sorted((e for e in events if e["name"].startswith(STEP_NAME)), key=lambda e: e["ts"])
+    if not steps:
+        raise ValueError(f"no {STEP_NAME} regions in the trace")
+    main = steps[0]["tid"]  # the training thread
+    span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
+    comm = [span(e) for e in events if is_comm(e["name"])]
+    compute = [span(e) for e in events if e.get("cat") == "cpu_op" and (e.get("tid") == main or e.get("any_thread"))
+               and not is_comm(e["name"])]
+    inputs = [span(e) for e in events if e["name"] == INPUT]
+    return [split_step(*span(step), compute, comm, inputs) for step in steps]
+
+
+def load_xspace(path: str | Path) -> tuple[list[dict], bool]:
+    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds): the host plane's
+    TraceMe regions (steps, input) and the ops its executor threads ran ("name:OpType"); and
+    whether it has GPU planes (whose kernels this host-side split does not see)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(Path(path).read_bytes())
+    events = []
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        for line in plane.lines:
+            executor = line.name.startswith("tf_")
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                op = executor and ":" in name
+                events.append({"name": name, "ph": "X", "tid": line.id, "cat": "cpu_op" if op else "user_annotation",
+                               "any_thread": op, "ts": line.timestamp_ns / 1e3 + event.offset_ps / 1e6,
+                               "dur": event.duration_ps / 1e6})
+    return events, any(plane.name.startswith("/device:GPU") for plane in space.planes)
+
+
+# -- GPU traces: HolisticTraceAnalysis ---------------------------------------------------------------
+
+
+def hta_steps(path: Path, rank: int, num_steps: int, cpu_steps: list[dict]) -> list[dict]:
+    """GPU breakdown from HTA over the whole window, spread evenly over its steps: HTA reports
+    totals per rank, not per step. Input time comes from the CPU markers."""
+    from hta.trace_analysis import TraceAnalysis
+
+    analysis = TraceAnalysis(trace_files={rank: str(path)}, trace_dir=str(path.parent))
+    row = analysis.get_temporal_breakdown(visualize=False).iloc[0]
+    overlap_pct = float(analysis.get_comm_comp_overlap(visualize=False).iloc[0]["comp_comm_overlap_pctg"])
+    micro = 1e-6 / num_steps
+    step_s = sum(s["step_s"] for s in cpu_steps) / num_steps
+    compute = float(row["compute_time(us)"]) * micro
+    comm = float(row["non_compute_time(us)"]) * micro  # HTA: communication + memory copies
+    overlap = comm * overlap_pct / 100 if overlap_pct == overlap_pct else 0.0
+    input_s = sum(s["input_s"] for s in cpu_steps) / num_steps
+    exposed = max(comm - overlap, 0.0)
+    step = {"step_s": step_s, "compute_s": compute, "communication_s": comm, "exposed_communication_s": exposed,
+            "overlap_s": overlap, "input_s": input_s, "idle_s": max(step_s - compute - exposed - input_s, 0.0)}
+    return [dict(step) for _ in range(num_steps)]
+
+
+# -- the summary ------------------------------------------------------------------------------------
+
+
+def mean_step(steps: list[dict]) -> dict:
+    return {part: sum(step[part] for step in steps) / len(steps) for part in PARTS}
+
+
+def summarize(path: str | Path, rank: int) -> dict:
+    """The per-rank summary written next to the trace and carried in the record (trace.ranks[])."""
+    path = Path(path)
+    source, note = "profiler-events", None
+    if path.name.endswith(XPLANE_SUFFIX):
+        events, on_gpu = load_xspace(path)
+        if on_gpu:
+            note = "TensorFlow on a GPU: host-side split (op launch times), GPU kernels not analysed"
+    else:
+        events = load_events(path)
+    steps = event_steps(events)
+    if has_gpu_kernels(events):
+        try:
+            steps, source = hta_steps(path, rank, len(steps), steps), "hta"
+        except ImportError:
+            note = "GPU trace, but HolisticTraceAnalysis is not installed: CPU-side breakdown"
+    mean = mean_step(steps)
+    return {
+        "rank": rank,
+        "trace_file": path.name,
+        "source": source,
+        "note": note,
+        "steps": steps,
+        "mean": mean,
+        "overlap_fraction": mean["overlap_s"] / mean["communication_s"] if mean["communication_s"] > 0 else None,
+    }

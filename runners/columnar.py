@@ -1,0 +1,342 @@
+"""Read result stores through DuckDB: the JSONL stays the write format, reading scales.
+
+`benchrun report`, `compare` and `export` need a few dozen of a record's fields,
+not its per-step times. DuckDB parses the JSONL in C++ on every core, keeps only
+those fields (a projection built from the record's JSON Schema), de-duplicates by
+run_id and filters by time out of core (spilling to a temporary directory), and
+hands back slim records: dicts shaped like the full record, holding only the
+fields asked for. The tables are computed from them by the same Python code
+(runners.reports, benchmarks.stats) as before, so the numbers are the same.
+
+Store semantics are runners.store's, exactly: plain records and sweep envelopes
+may be mixed; an envelope without a record is skipped; only a store's last line
+may be torn (skipped with a warning, store.torn_tail); an unreadable line before
+it is corruption (the error names the line, found by store.iter_entries).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+
+from benchmarks.errors import UsageError
+
+from . import store
+
+SCHEMA = Path(__file__).resolve().parent.parent / "benchmarks" / "schema" / "result-1.json"
+EXTRA_TYPES = {"kind": "VARCHAR"}  # comm records (benchmarks.comm.record) share stores with training records
+BATCH = 20_000  # rows fetched from DuckDB at a time
+MAX_LINE = 32 << 20  # longest store line DuckDB reads (its buffers are a few times this)
+MEMORY_LIMIT = os.environ.get("DLBENCH_DUCKDB_MEMORY", "512MB")  # beyond this DuckDB spills to disk
+
+# -- the projection: dotted record paths -> a DuckDB STRUCT type, from the JSON Schema ----------
+
+
+@cache
+def _schema() -> dict:
+    return json.loads(SCHEMA.read_text())
+
+
+def _resolve(node: dict) -> dict:
+    """Follow $ref and drop the null branch of `X | None`."""
+    while True:
+        if "$ref" in node:
+            node = _schema()["$defs"][node["$ref"].rsplit("/", 1)[1]]
+        elif "anyOf" in node:
+            branches = [b for b in node["anyOf"] if b.get("type") != "null"]
+            if len(branches) != 1:
+                raise ValueError(f"no single type in {node}")
+            node = branches[0]
+        else:
+            return node
+
+
+SCALARS = {"string": "VARCHAR", "integer": "BIGINT", "number": "DOUBLE", "boolean": "BOOLEAN"}
+
+
+def _tree(paths: Iterable[str]) -> dict:
+    tree: dict = {}
+    for path in paths:
+        node = tree
+        for part in path.split("."):
+            node = node.setdefault(part, {})
+    return tree
+
+
+def _type(node: dict, tree: dict, where: str) -> str:
+    """The DuckDB type of `node` holding the paths in `tree`; an empty tree at an object: all of it."""
+    try:
+        node = _resolve(node)
+    except ValueError:
+        if tree:
+            raise
+        return "JSON"  # several types (a union): kept as JSON text
+    if node.get("type") == "array":
+        return _type(node["items"], tree, where) + "[]"
+    if not tree and node.get("type") == "object" and node.get("properties"):
+        tree = {name: {} for name in node["properties"]}
+    if tree:
+        fields = []
+        for name, sub in tree.items():
+            if name not in node.get("properties", {}):
+                raise ValueError(f"{where}.{name} is not in the record schema")
+            fields.append(f'"{name}" {_type(node["properties"][name], sub, f"{where}.{name}")}')
+        return f"STRUCT({', '.join(fields)})"
+    return SCALARS.get(node.get("type"), "JSON")  # free-form values: JSON text
+
+
+def columns(paths: Iterable[str]) -> dict[str, str]:
+    """Top-level field -> DuckDB type holding just `paths` (dotted; through arrays too)."""
+    root = _schema()
+    return {name: EXTRA_TYPES[name] if name in EXTRA_TYPES else _type(root["properties"][name], sub, name)
+            for name, sub in _tree(paths).items()}
+
+
+# -- stores and filters ----------------------------------------------------------------------------
+
+
+def store_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; a directory stands for every *.jsonl under it (sorted). Each is opened
+    once here, so an unreadable one is named before any reading starts."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+            if not found:
+                raise UsageError(f"{str(path)!r} is a directory without *.jsonl stores")
+        elif path.is_file():
+            found = [path]
+        else:
+            raise UsageError(f"{str(path)!r} is not a file or a directory")
+        for file in found:
+            try:
+                open(file, "rb").close()
+            except OSError as error:
+                raise UsageError(f"{str(file)!r} cannot be read ({error.strerror})") from None
+        files.extend(found)
+    return files
+
+
+def timestamp(text: str, flag: str) -> str:
+    """--since/--until (ISO date or date-time, UTC unless it says otherwise) in the records'
+    timestamp_utc form, so that string order is time order."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{flag} expects an ISO date or date-time like 2026-11-01 or 2026-11-01T12:00, got {text!r}") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment.isoformat(timespec="milliseconds")
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def _fields(cols: dict[str, str]) -> str:
+    return ", ".join(f'"{name}" {kind}' for name, kind in cols.items())
+
+
+def _spec(cols: dict[str, str]) -> str:
+    both = {"sweep": "STRUCT(attempt BIGINT)", "record": f"STRUCT({_fields(cols)})", **cols}
+    return "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in both.items()) + "}"
+
+
+def _load_file(con, index: int, path: Path, cols: dict[str, str], select: list[str], where: list[tuple[str, list]],
+               warn: Callable[[str], None], tmp: str) -> None:
+    """One store into the `rows` table, checked as runners.store reads it: its torn last line
+    dropped with store.torn_tail's warning; any other unreadable line an error."""
+    import duckdb
+
+    pack = "struct_pack(" + ", ".join(f'"{name}" := "{name}"' for name in cols) + ")"
+    chosen = " AND ".join(f"({sql})" for sql, _ in where) or "true"
+    insert = f"""
+        INSERT INTO rows SELECT {index}, bad, r IS NOT NULL AND NOT bad AND (r.run_id IS NULL OR r.status IS NULL
+               OR r.config.framework IS NULL OR r.config.model IS NULL), r.run_id, r.timestamp_utc,
+               r.kind IS NOT DISTINCT FROM 'comm', r IS NULL, coalesce({chosen}, false), {", ".join(select)}
+        FROM (SELECT sweep IS NULL AND record IS NULL AND run_id IS NULL AND status IS NULL AND config IS NULL AS bad,
+                     CASE WHEN sweep IS NOT NULL THEN record ELSE {pack} END AS r
+              FROM read_json(?, format='newline_delimited', columns={_spec(cols)}, ignore_errors=true,
+                             maximum_object_size={MAX_LINE}))"""
+    params = [p for _, ps in where for p in ps]
+    torn = store.torn_tail(path)
+    try:
+        con.execute(insert, params + [str(path)])
+    except duckdb.InvalidInputException:
+        if not torn:
+            raise
+        # the torn line itself is what DuckDB cannot take (longer than MAX_LINE): read what precedes it
+        con.execute("DELETE FROM rows WHERE file = ?", [index])
+        with open(path, "rb") as source, tempfile.NamedTemporaryFile(suffix=".jsonl", dir=tmp) as sound:
+            shutil.copyfileobj(io.BufferedReader(_Prefix(source, torn[1])), sound)
+            sound.flush()
+            con.execute(insert, params + [sound.name])
+        torn = (torn[0], None)
+    if torn and torn[1] is not None:  # the last line of this file: skipped, whatever DuckDB made of it
+        con.execute("DELETE FROM rows WHERE rowid = (SELECT max(rowid) FROM rows WHERE file = ?)", [index])
+    bad, unlike = con.execute("SELECT count(*) FILTER (WHERE bad), count(*) FILTER (WHERE unlike) FROM rows "
+                              "WHERE file = ?", [index]).fetchone()
+    if bad:
+        import warnings
+
+        try:  # where and why, in runners.store's words
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", store.StoreWarning)
+                for _ in store.iter_entries(path):
+                    pass
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    if bad or unlike:
+        raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
+                         "(needs run_id, status, config.framework, config.model)")
+    if torn:
+        warn(torn[0])
+
+
+class _Prefix(io.RawIOBase):
+    """The first `size` bytes of a file."""
+
+    def __init__(self, f, size: int):
+        self.f, self.left = f, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)[:self.left]
+        n = self.f.readinto(view) if len(view) else 0
+        self.left -= n
+        return n
+
+
+@contextmanager
+def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[str], *, kind: str = "train",
+         since: str | None = None, until: str | None = None, where: Iterable[tuple[str, list]] = (),
+         warn: Callable[[str], None]):
+    """A DuckDB connection whose view `records` has one row per record of `kind` in the stores:
+    the `select` expressions (SQL over `r`, the record holding only `fields`, dotted paths) as
+    columns c0, c1, ...; in store order, de-duplicated by run_id (the first seen wins), with
+    since <= timestamp_utc < until and every (SQL condition over `r`, parameters) of `where`."""
+    import duckdb
+
+    files = store_files(paths)
+    cols = columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields])
+    select, where = list(select), list(where)
+    with tempfile.TemporaryDirectory(prefix="dlbench-scan-") as tmp:
+        con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "temp_directory": tmp,
+                                     "preserve_insertion_order": True})
+        try:
+            con.execute("SET enable_progress_bar = false")
+            empty = f"(SELECT NULL::STRUCT({_fields(cols)}) AS r)"
+            types = [row[1] for row in con.execute(
+                f"DESCRIBE SELECT {', '.join(f'{e} AS c{i}' for i, e in enumerate(select))} FROM {empty}").fetchall()]
+            con.execute("CREATE TABLE rows (file INTEGER, bad BOOLEAN, unlike BOOLEAN, run_id VARCHAR, timestamp_utc VARCHAR, "
+                        "comm BOOLEAN, envelope_only BOOLEAN, chosen BOOLEAN, "
+                        + ", ".join(f"c{i} {kind}" for i, kind in enumerate(types)) + ")")
+            for index, path in enumerate(files):
+                try:
+                    _load_file(con, index, path, cols, select, where, warn, tmp)
+                except OSError as error:
+                    raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
+                except duckdb.Error as error:  # one line naming the store
+                    raise UsageError(f"{str(path)!r} cannot be read as a store: {str(error).splitlines()[0]}") from None
+            # later copies of a run (the same record in two stores, or a store given twice) go
+            con.execute("DELETE FROM rows WHERE rowid IN (SELECT rowid FROM rows WHERE NOT envelope_only QUALIFY "
+                        "row_number() OVER (PARTITION BY run_id ORDER BY rowid) > 1)")
+            conditions, params = ["NOT envelope_only", "comm = ?", "chosen"], [kind == "comm"]
+            if since:
+                conditions.append("timestamp_utc >= ?")
+                params.append(since)
+            if until:
+                conditions.append("timestamp_utc < ?")
+                params.append(until)
+            con.execute(f"DELETE FROM rows WHERE NOT ({' AND '.join(conditions)})", params)
+            con.execute(f"CREATE VIEW records AS SELECT {', '.join(f'c{i}' for i in range(len(select)))} FROM rows")
+            yield con
+        finally:
+            con.close()
+
+
+class SlimRecord(Mapping):
+    """A record (or one of its flat sections) holding only some fields, read like the record's dict
+    (r["config"], r.get("trace")): slots instead of a dict, half the memory at a million records."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str):
+        try:
+            return getattr(self, key)
+        except (AttributeError, TypeError):
+            raise KeyError(key) from None
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+    def __iter__(self):
+        return iter(self.__slots__)
+
+    def __len__(self) -> int:
+        return len(self.__slots__)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Callable[[tuple], SlimRecord]]:
+    """(SELECT expressions, row -> slim record). Objects named in `share` come as JSON text, parsed
+    once per distinct value and shared; other flat objects as their fields plus a null flag (short
+    text interned); anything else as JSON."""
+    select, lines = [], []
+    env = {"loads": json.loads, "intern": sys.intern, "text": _intern_or_none}
+    unique = {"run_id", "timestamp_utc"}
+    for name, kind in cols.items():
+        at = len(select)
+        if name in share:
+            select.append(f'to_json(r."{name}")')
+            env[f"cache_{name}"] = {}
+            lines.append(f'r.{name} = None if row[{at}] is None else (cache_{name}.get(row[{at}]) '
+                         f'or cache_{name}.setdefault(row[{at}], loads(row[{at}])))')
+        elif kind.startswith("STRUCT(") and kind.endswith(")") and all(
+                f.split('" ', 1)[1] in SCALARS.values() for f in kind[7:-1].split(", ")):  # flat: fields and a flag
+            fields = [f.split('" ', 1) for f in kind[7:-1].split(", ")]
+            select.append(f'r."{name}" IS NULL')
+            select.extend(f'r."{name}"."{field[1:]}"' for field, _ in fields)
+            env[f"Flat_{name}"] = type(f"Flat_{name}", (SlimRecord,), {"__slots__": tuple(f[1:] for f, _ in fields)})
+            lines.append(f"if row[{at}]:\n        r.{name} = None\n    else:\n        r.{name} = o = Flat_{name}()")
+            lines.extend(f"    o.{field[1:]} = " + (f"text(row[{at + 1 + i}])" if t == "VARCHAR" else f"row[{at + 1 + i}]")
+                         for i, (field, t) in enumerate(fields))
+        elif kind.startswith("STRUCT(") or kind.endswith("]") or kind == "JSON":
+            select.append(f'to_json(r."{name}")')
+            lines.append(f"r.{name} = None if row[{at}] is None else loads(row[{at}])")
+        else:
+            select.append(f'r."{name}"')
+            lines.append(f"r.{name} = row[{at}]" if name in unique or kind != "VARCHAR" else f"r.{name} = text(row[{at}])")
+    env["Record"] = type("Record", (SlimRecord,), {"__slots__": tuple(cols)})
+    source = "def build(row):\n    r = Record()\n" + "".join(f"    {line}\n" for line in lines) + "    return r\n"
+    exec(source, env)  # noqa: S102 - generated from the record schema's field names
+    return select, env["build"]
+
+
+def _intern_or_none(value):
+    return None if value is None else sys.intern(value)
+
+
+def records(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str] = (), **filters) -> Iterator[SlimRecord]:
+    """Slim records (dicts shaped like records, holding only `fields`) from `scan`, in store order.
+    Top-level objects named in `share` are one dict per distinct value, shared between records:
+    a million records of a few hundred configurations fit in memory."""
+    fields = list(fields)
+    cols = columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields])
+    select, build = _builder(cols, set(share))
+    with scan(paths, fields, select, **filters) as con:
+        result = con.execute("SELECT * FROM records")
+        while batch := result.fetchmany(BATCH):
+            yield from map(build, batch)
