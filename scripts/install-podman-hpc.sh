@@ -152,8 +152,8 @@ EOF
 chmod 0755 "$PREFIX/bin/podman-hpc"
 step "podman-hpc infohpc" "$PREFIX/bin/podman-hpc" infohpc
 touch "$PREFIX/.complete"
-for old in "$CACHE"/podman-hpc-*; do  # earlier versions of this install
-    [ "$old" = "$PREFIX" ] || [ ! -f "$old/.complete" ] || rm -rf "$old"
+for old in "$CACHE"/podman-hpc-*/; do  # earlier versions of this install, or one killed half-way (we hold the lock)
+    [ "${old%/}" = "$PREFIX" ] || rm -rf "$old"
 done
 log "installed in $PREFIX"
 done_line

@@ -19,6 +19,7 @@ import pytest
 
 from infra import podman_hpc
 from infra.helpers import ROOT, SCHEMA, benchrun, last_json_line, python_env, validate_record
+from infra.slurm import free_port_base
 
 from runners import runtimes
 from runners.runtimes.base import Mount
@@ -164,12 +165,15 @@ def test_real_run_with_read_only_data(podman_hpc_bin, tf_image, tmp_path):
         subprocess.run(["rm", "-rf", str(data)])
 
 
-ALLREDUCE = [*TINY, "--strategy", "allreduce"]
+def allreduce() -> list[str]:
+    """TF allreduce over 2 ranks, on ports free now (other checkouts' tests share this host's defaults)."""
+    base = free_port_base(3, start=20000, stop=30000)
+    return [*TINY, "--strategy", "allreduce", "--rendezvous-port", str(base), "--worker-port", str(base + 1)]
 
 
 @pytest.mark.slow
 def test_srun_one_node_mpi_shared_run(podman_hpc_bin, tf_image, slurm_single):
-    record = run_podman_hpc(podman_hpc_bin, "--mpi", "--launcher", "srun", "-n", "2", "--", *ALLREDUCE,
+    record = run_podman_hpc(podman_hpc_bin, "--mpi", "--launcher", "srun", "-n", "2", "--", *allreduce(),
                             environ={**slurm_single["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
                                      "DLBENCH_COORDINATOR": "127.0.0.1"})
     assert len(record["ranks"]) == 2 and record["replicas"]["in_sync"] and record["world"]["nodes"] == 1
@@ -177,7 +181,7 @@ def test_srun_one_node_mpi_shared_run(podman_hpc_bin, tf_image, slurm_single):
 
 @pytest.mark.slow
 def test_srun_two_emulated_nodes(podman_hpc_bin, tf_image, slurm_two_nodes):
-    record = run_podman_hpc(podman_hpc_bin, "--launcher", "srun", "-n", "2", "--launcher-arg=--nodes=2", "--", *ALLREDUCE,
+    record = run_podman_hpc(podman_hpc_bin, "--launcher", "srun", "-n", "2", "--launcher-arg=--nodes=2", "--", *allreduce(),
                             environ={**slurm_two_nodes["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
                                      "DLBENCH_COORDINATOR": "127.0.0.1"})
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
