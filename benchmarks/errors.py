@@ -57,3 +57,24 @@ def report_internal_error(prog: str, error: BaseException) -> int:
 
 def choices(values) -> str:
     return ", ".join(str(v) for v in values)
+
+
+def main_entry(prog: str, load_main) -> None:
+    """`python -m` for bench and benchrun: load the CLI, run its main(), exit with its code.
+
+    Ctrl-C while the CLI still loads is an interrupt like any other (one line, exit 130). Exit 130
+    is left through os._exit: a KeyboardInterrupt that passed through exec() of a string
+    (dataclasses and pydantic build their classes so) makes CPython 3.11 end by SIGINT even
+    when it was caught. Everything is written by then (records fsynced; stdio flushed here)."""
+    try:
+        main = load_main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    else:
+        code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -1,5 +1,10 @@
-import sys
+from benchmarks.errors import main_entry
 
-from .cli import main
 
-sys.exit(main())
+def _load():
+    from .cli import main
+
+    return main
+
+
+main_entry("benchrun", _load)

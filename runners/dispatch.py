@@ -225,6 +225,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             runtime.write_run_files(container_spec(request, runtime, results, image), results)
         spec = launch_spec(request, results, image, runtime)
         deadline = host_deadline(request.timeout_s)
+        if deadline is not None:
+            deadline += runtime.setup_s
         interrupted = []
 
         def on_sigint(signum, frame):
@@ -248,6 +250,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
+        code = runtime.exit_code(code, record)  # udocker-runc loses bench's exit code: the record's
         fault = None
         if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
             # (a dockerd being stopped closes its API before it stops its containers: asked at once)
@@ -255,5 +258,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+        if interrupted and code != 0:
+            code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
         return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
 

@@ -713,9 +713,11 @@ def verdict(loss: ScalingLoss) -> str:
     from benchmarks.comm.metrics import format_size
 
     where = f"at {loss.workers} workers"
-    if loss.loss <= 0:
-        return f"{where} a step takes no longer than at 1 worker ({1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms): nothing is lost."
     measured = {name: value for name, value in loss.parts.items() if value is not None}
+    if loss.loss <= 0:
+        parts = ", ".join(f"{LOSS_LABELS[name]} {1e3 * value:+.1f} ms" for name, value in measured.items())
+        return (f"{where} a step takes no longer than at 1 worker ({1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms): "
+                f"nothing is lost (parts: {parts}).")
     if not loss.traced:
         return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input wait "
                 f"and the rest is not split (no --trace records on both sides).")

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.comm import metrics
 from benchmarks.comm import record as comm_record
 from benchmarks.comm.cli import default_backend
-from infra.helpers import ROOT, bench, last_json_line
+from infra.helpers import ROOT, bench, last_json_line, needs_module
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
 SMALL_COMM = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1"]
@@ -172,7 +172,7 @@ def run_launch(*args, timeout=300):
 
 
 def test_two_ranks_tensorflow_collective(tmp_path):
-    pytest.importorskip("tensorflow")
+    needs_module("tensorflow")
     store = tmp_path / "store.jsonl"
     result = run_launch("--launcher", "local", "-n", "2", "--timeout", "240", "--", "--framework", "tensorflow", "comm",
                         *SMALL_COMM, "--ops", "allreduce,pingpong", "--output", str(store))

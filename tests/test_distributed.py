@@ -35,6 +35,11 @@ def assert_honest_totals(record, workers):
     slowest = max(r["wall_time_s"] for r in ranks)
     assert record["throughput"]["images_per_sec"] == pytest.approx(images / slowest)
     assert record["replicas"]["in_sync"] and record["replicas"]["expected_in_sync"]
+    assert record["flops"]["devices"] == workers  # MFU divides by every worker's device
+    assert record["flops"]["achieved_flops_per_sec"] == pytest.approx(
+        3 * record["flops"]["forward_per_image"] * record["throughput"]["images_per_sec"])
+    energy = record["energy"]  # measured, or null with the reason: never 0
+    assert (energy["joules"] is None) == (energy["unavailable_reason"] is not None) and energy["joules"] != 0
 
 
 @pytest.mark.parametrize("launcher", ["local", "torchrun"])

@@ -36,10 +36,12 @@ def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120) -> s
 
 
 def records(stdout: str) -> list[dict]:
-    """JSON records on stdout; horovodrun prefixes each rank's lines with `[R]<stdout>:`."""
+    """JSON records on stdout; horovodrun tags each rank's output with `[R]<stdout>:`. Under --mpi,
+    Open MPI's --tag-output tags every chunk it forwards, so a record longer than its buffer carries
+    `[1,R]<stdout>:` in the middle too (seen in CI): strip the tags wherever they are."""
     out = []
     for line in stdout.splitlines():
-        line = re.sub(r"^\[[\d,]+\]<stdout>:", "", line).strip()  # [R] gloo, [1,R] under --mpi
+        line = re.sub(r"\[[\d,]+\]<stdout>:", "", line).strip()  # [R] gloo, [1,R] under --mpi
         if line.startswith("{"):
             out.append(json.loads(line))
     return out

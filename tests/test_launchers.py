@@ -79,3 +79,13 @@ def test_missing_launcher_binary_is_a_usage_error(capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(ROOT / "no-such-dir"))
     assert main(["launch", "--launcher", "horovodrun", "--", "--framework", "torch"]) == 2
     assert "needs 'horovodrun', which is not on PATH" in capsys.readouterr().err
+
+
+def test_srun_names_the_node_that_failed_not_the_survivor():
+    srun = launchers.get("srun")
+    assert srun.fault() is None
+    srun.said.extend(["bench: step 3/5000 (repeat 1): 4.1 images/sec", "srun: error: Node failure on node2",
+                      "slurmstepd-node1: error: *** STEP 7.0 ON node1 CANCELLED AT 2026-11-23T17:23:42 DUE TO NODE FAILURE ***",
+                      "srun: error: Node failure on node2", "srun: error: node1: task 0: Terminated"])
+    assert srun.fault() == "Slurm node node2 failed during the run (srun: Node failure on node2)"
+    assert launchers.get("local").fault() is None

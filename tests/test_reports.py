@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun, last_json_line, validate_record
+from infra.helpers import ROOT, bench, benchrun, import_tensorflow, last_json_line, validate_record
 from infra.records import RecordFactory
 
 MiB = 1024 * 1024
@@ -259,7 +259,7 @@ def test_tensorboard_scalars(tmp_path):
                    "--tensorboard", str(logdir))
     assert result.returncode == 0, result.stderr
     record = validate_record(last_json_line(result.stdout))
-    import tensorflow as tf
+    tf = import_tensorflow()
 
     scalars: dict[str, dict[int, float]] = {}
     for raw in tf.data.TFRecordDataset([str(p) for p in logdir.glob("events.out.tfevents.*")]):

@@ -196,3 +196,46 @@ def test_compare_runtimes_and_report_print_the_same_numbers(real_record, tmp_pat
     report = (tmp_path / "report" / "report.md").read_text()
     for row in rows:
         assert row in report
+
+
+def test_launch_times_and_table_from_mllog_stamps(tmp_path):
+    log = tmp_path / "run.log"
+    stamp = ':::MLLOG {{"time_ms": {}, "key": "{}", "value": {}}}'
+    log.write_text("\n".join([
+        "bench: a plain line", stamp.format(1000500, "init_start", "null"), stamp.format(1001000, "init_start", "null"),
+        stamp.format(1010000, "epoch_start", 0) + "\r", stamp.format(1012000, "epoch_start", 0),
+        stamp.format(1020000, "epoch_start", 1), ":::MLLOG {torn"]) + "\n")
+    # two ranks: the latest counts; repeat 1's epoch_start and the torn line are ignored; CRLF (udocker R1) read
+    assert compare_runtimes.launch_times(log, issued=1000.0) == {"bench_up_s": 1.0, "first_step_s": 12.0}
+    assert compare_runtimes.launch_times(tmp_path / "none.log", 0.0) == {"bench_up_s": None, "first_step_s": None}
+    doc = compare_runtimes.Document()
+    compare_runtimes.section_launch(doc, {
+        "local": [{"bench_up_s": 1.0, "first_step_s": 10.0}, {"bench_up_s": 3.0, "first_step_s": 12.0}],
+        "udocker": [{"bench_up_s": 2.0, "first_step_s": 14.0}, {"bench_up_s": 4.0, "first_step_s": 16.0}],
+        "podman": [{"bench_up_s": None, "first_step_s": None}]})
+    # by hand: t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; Welch with n = 2 + 2 (df = 2):
+    # p = 1 - t / sqrt(2 + t^2); bench up t = 1 / sqrt(2) -> 0.553; first step t = 4 / sqrt(2) -> 0.106
+    md = doc.markdown()
+    assert "| local | 2 | 2.00 ± 12.71 | - | - | 11.00 ± 12.71 | - | - |" in md
+    assert "| udocker | 2 | 3.00 ± 12.71 | +1.00 | 0.553 | 15.00 ± 12.71 | +4.00 | 0.106 |" in md
+    assert "| podman | 1 | n/a | - | - | n/a | - | - |" in md
+
+
+def test_a_docker_daemon_that_is_not_there_is_a_fault_recorded_for_the_run(tmp_path, monkeypatch):
+    """The daemon gone before the run: dispatch records the run as failed (error kind environment)
+    without starting anything, so a sweep stores the point and goes on; benchrun run exits 6."""
+    if not runtimes.get("docker").available():
+        pytest.skip("no docker client")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/gone.sock")
+    assert runtimes.get("docker").fault().startswith("docker daemon went away (Cannot connect to the Docker daemon")
+    request = dispatch.RunRequest(["--framework", "torch", "--model", "alexnet", "--image-size", "64"], runtime="docker")
+    outcome = dispatch.run(request)
+    assert outcome.exit_code == 6 and outcome.command == [] and outcome.fault.startswith("docker daemon went away")
+    record = outcome.record
+    assert record["status"] == "failed" and record["error"]["kind"] == "environment"
+    assert record["config"]["model"] == "alexnet" and record["provenance"]["requested_runtime"] == "docker"
+    result = benchrun("run", "--runtime", "docker", "--", "--framework", "torch", "--model", "alexnet",
+                      env={"DOCKER_HOST": f"unix://{tmp_path}/gone.sock"})
+    assert result.returncode == 6 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("benchrun: error: the run failed: docker daemon went away (")
+    assert json.loads(result.stdout)["error"]["kind"] == "environment"

@@ -94,17 +94,18 @@ def test_docker_real_with_read_only_data(tmp_path, public_dataset):
     assert containers() == before
 
 
-def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
-    docker_up(TF_IMAGE)
+def timeout_and_sigint_leave_no_container(runtime, containers, env=None, start_s=60):
+    """A run stopped by --timeout, then one stopped by Ctrl-C: bench records timeout / interrupted,
+    benchrun exits 4 / 130, and `containers()` (this runtime's dlbench containers) is empty after each."""
     long_run = [*TINY_TF[:-4], "--num-batches", "100000"]
     t0 = time.monotonic()
-    result, record = benchrun_run("--runtime", "docker", "--timeout", "25", "--", *long_run)
+    result, record = benchrun_run("--runtime", runtime, "--timeout", "25", "--", *long_run, env=env)
     assert record is not None and record["status"] == "timeout" and result.returncode == 4, result.stderr[-2000:]
-    assert time.monotonic() - t0 < 120 and not containers()
+    assert time.monotonic() - t0 < 120 + start_s and not containers()
 
-    proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", "docker", "--", *long_run],
-                            cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", runtime, "--", *long_run],
+                            cwd=ROOT, env=python_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + start_s
     while not containers() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert containers(), "the container never started"
@@ -114,6 +115,11 @@ def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert last_json_line(out)["status"] == "interrupted"
     assert not containers(), "a container was left after SIGINT"
+
+
+def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
+    docker_up(TF_IMAGE)
+    timeout_and_sigint_leave_no_container("docker", containers)
 
 
 def test_podman_real(tmp_path):

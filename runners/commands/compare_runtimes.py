@@ -11,19 +11,31 @@ with a 95% t-interval over the runs, overhead versus `local` and a Welch t-test
 p-value against it. Written to --out: records.jsonl (the records, unchanged),
 compare.md (the table), compare.png (bars with 95% error bars) and compare.csv
 (one row per run, with the record's run_id).
+
+Launch overhead, per runtime: bench runs with --mllog, and the wall-clock times of its
+`init_start` (bench is up: runtime started, Python and bench imported) and of the first timed
+step (`epoch_start` of repeat 0: model built, warm-up done) are taken against the moment
+benchrun issued the run (the same host clock inside every container; the latest rank counts).
+Each run's stdout (bench's lines, the MLLOG lines) is kept in logs/ beside the records.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import json
+import os
+import sys
+import time
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
+from benchmarks.stats import t_halfwidth
 
 from .. import dispatch, reports, runtimes
-from .report import Document, section_runtimes
+from .report import Document, fmt_p, section_runtimes
 from .run import add_runtime_options, request
 
 
@@ -44,11 +56,77 @@ def throughput(record: dict | None) -> float | None:
     return record["throughput"].get("images_per_sec")
 
 
-def summary(records: list[dict], out: Path, no_record: list[str] = ()) -> str:
-    """compare.md and compare.png: `benchrun report`'s runtime section over these records, and
-    the runs that did not finish; returns the Markdown."""
+MLLOG = ":::MLLOG "
+LAUNCH_EVENTS = {"init_start": "bench_up_s", "epoch_start": "first_step_s"}  # MLLOG key -> column
+
+
+@contextlib.contextmanager
+def stdout_to(path: Path):
+    """This process's fd 1 (inherited by the run's processes) into `path` for the block."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def launch_times(log: Path, issued: float) -> dict[str, float | None]:
+    """Seconds from `issued` (epoch) to bench's init_start and first timed step in the run's MLLOG
+    lines (the latest rank); None where the run never got there."""
+    latest: dict[str, float] = {}
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith(MLLOG):
+            continue
+        try:
+            event = json.loads(line[len(MLLOG):])
+        except ValueError:
+            continue
+        key = event.get("key")
+        if key in LAUNCH_EVENTS and (key != "epoch_start" or event.get("value") == 0):
+            latest[key] = max(latest.get(key, 0.0), event["time_ms"] / 1000)
+    return {column: (latest[key] - issued if key in latest else None) for key, column in LAUNCH_EVENTS.items()}
+
+
+def section_launch(doc: Document, launches: dict[str, list[dict]]) -> None:
+    """Per runtime: time from benchrun issuing the run to bench up and to the first timed step."""
+    base = runtimes.BARE
+    doc.heading("Launch overhead", 3)
+    doc.para("Seconds from benchrun issuing the run to bench's `init_start` (runtime started, Python and "
+             "bench imported) and to its first timed step (`epoch_start` of repeat 0: model built, warm-up "
+             "done), from the MLLOG wall-clock stamps; mean ± 95% t-interval over the runs; Δ = difference of "
+             f"means against `{base}`, p = Welch's t-test against `{base}`.")
+
+    def summary_of(runs: list[dict], column: str) -> reports.Summary | None:
+        values = [t[column] for t in runs if t[column] is not None]
+        return reports.Summary(values, [], t_halfwidth(values), "t-interval over runs") if values else None
+
+    rows = []
+    for name, runs in launches.items():
+        cells = [name, len(runs)]
+        for column in LAUNCH_EVENTS.values():
+            this, ref = summary_of(runs, column), summary_of(launches.get(base, []), column)
+            compared = this is not None and ref is not None and name != base
+            cells += ["n/a" if this is None else this.text(), f"{this.mean - ref.mean:+.2f}" if compared else "-",
+                      fmt_p(reports.welch_p(ref, this)) if compared else "-"]
+        rows.append(cells)
+    doc.table(["runtime", "runs", "to bench up (s)", "Δ", "p", "to first timed step (s)", "Δ", "p"], rows)
+
+
+def summary(records: list[dict], out: Path, no_record: list[str] = (),
+            launches: dict[str, list[dict]] | None = None) -> str:
+    """compare.md and compare.png: `benchrun report`'s runtime section over these records, the launch
+    overhead, and the runs that did not finish; returns the Markdown."""
     doc = Document()
     section_runtimes(doc, records, out, chart_name=lambda index: "compare.png" if index == 0 else f"compare-{index + 1}.png")
+    if launches:
+        section_launch(doc, launches)
     failed = [f"{reports.runtime_of(r)}: run {r['run_id'][:reports.ID_PREFIX]} {r['status']}: "
               f"{(r['error'] or {}).get('message', '')}" for r in records if r["status"] != "ok"]
     if failed or no_record:
@@ -65,11 +143,16 @@ def run(args) -> int:
     for name in names:
         runtimes.get(name).require()  # unknown or missing: one line, before anything runs
     requests = {name: request(args, name) for name in names}
+    for req in requests.values():
+        if "--mllog" not in req.bench_args:
+            req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
     for req in requests.values():  # convert/load images once, up front
         dispatch.prepare(req, runtimes.get(req.runtime))  # cached: later runs reuse it
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    launches: dict[str, list[dict]] = {name: [] for name in names}
+    (out / "logs").mkdir(exist_ok=True)
     records: list[dict] = []
     no_record: list[str] = []
     rows_csv = []
@@ -77,8 +160,13 @@ def run(args) -> int:
         for name in names:
             req = requests[name]
             req.run_id = dispatch.RunRequest([]).run_id  # a fresh container name per run
-            outcome = dispatch.run(req)
+            log = out / "logs" / f"round{round_}-{name}-{req.run_id}.log"
+            issued = time.time()
+            with stdout_to(log):
+                outcome = dispatch.run(req)
             record = outcome.record
+            launch = launch_times(log, issued)
+            launches[name].append(launch)
             if record is not None:
                 append_or_fallback(out / "records.jsonl", record, f"dlbench-record-{record['run_id']}.jsonl")
                 records.append(record)
@@ -91,9 +179,12 @@ def run(args) -> int:
             rows_csv.append({"round": round_, "runtime": name, "run_id": (record or {}).get("run_id", ""),
                              "status": (record or {}).get("status", f"no record (exit {outcome.exit_code})"),
                              "images_per_sec": "" if value is None else f"{value:.4f}",
-                             "container_runtime": prov.get("container_runtime", ""), "image": prov.get("image") or ""})
+                             "container_runtime": prov.get("container_runtime", ""), "image": prov.get("image") or "",
+                             **{column: "" if t is None else f"{t:.3f}" for column, t in launch.items()}})
+            first_step = launch["first_step_s"]
             print(f"compare-runtimes: round {round_}/{args.repeats} {name}: "
-                  f"{'failed' if value is None else f'{value:.2f} img/s'}", flush=True)
+                  f"{'failed' if value is None else f'{value:.2f} img/s'}"
+                  f"{'' if first_step is None else f', first timed step after {first_step:.1f} s'}", flush=True)
             if outcome.interrupted:
                 break
         if outcome.interrupted:
@@ -103,7 +194,7 @@ def run(args) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows_csv[0]))
         writer.writeheader()
         writer.writerows(rows_csv)
-    table = summary(records, out, no_record)
+    table = summary(records, out, no_record, launches)
     (out / "compare.md").write_text(table)
     print(table, end="")
     return 130 if outcome.interrupted else (0 if all(samples.values()) else 1)

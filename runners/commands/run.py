@@ -44,7 +44,7 @@ def add_runtime_options(p) -> None:
     p.add_argument("--data-dir", help="host ImageFolder directory, mounted read-only; bench gets --data-dir")
     p.add_argument("--timeout", type=float, help="seconds; bench stops itself, the host removes what is left")
     p.add_argument("--gpus", action="store_true", help="give the container the GPUs (--gpus all, --nv, ...)")
-    p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich)")
+    p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich, podman-hpc --mpi: one shared container per node)")
     p.add_argument("--edf-annotation", action="append", default=[], metavar="KEY=VALUE",
                    help="cscs-ce: an [annotations] entry of the run's EDF, e.g. com.hooks.cxi.enabled=true (repeatable)")
 

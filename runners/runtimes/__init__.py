@@ -24,6 +24,9 @@ RUNTIMES = {
     "enroot": "runners.runtimes.enroot:EnrootRuntime",
     "pyxis": "runners.runtimes.pyxis:PyxisRuntime",
     "cscs-ce": "runners.runtimes.cscs_ce:CscsCeRuntime",
+    "udocker": "runners.runtimes.udocker:UdockerRuntime",
+    "udocker-runc": "runners.runtimes.udocker:UdockerRuncRuntime",
+    "podman-hpc": "runners.runtimes.podman_hpc:PodmanHpcRuntime",
 }
 
 

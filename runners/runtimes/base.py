@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
@@ -104,6 +105,8 @@ class Runtime(ABC):
     runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts
     uses_image = True  # False: runs on the host (local); no image to name or prepare
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
+    setup_s = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
+    install_hint: str | None = None  # how to get the binary, named when it is missing
 
     # ---- availability and images -------------------------------------------------
     def executable(self) -> str:
@@ -114,7 +117,8 @@ class Runtime(ABC):
 
     def require(self) -> None:
         if not self.available():
-            raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH")
+            hint = f" ({self.install_hint})" if self.install_hint else ""
+            raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH{hint}")
 
     def prepare(self, image: str) -> str:
         """Make `image` runnable: check its name, require the binary, then import it (cached, idempotent).
@@ -151,6 +155,11 @@ class Runtime(ABC):
         """Let whoever runs bench inside write the record into the host's results directory."""
         if self.runs_as_image_user:
             host_dir.chmod(0o777)  # the image's user (uid 1000) writes the record
+
+    def shares_container(self, mpi: bool) -> bool:
+        """True: the ranks of a node share one container the runtime itself names and removes
+        (podman-hpc --mpi); the rank wrapper then replaces itself with the runtime's command."""
+        return False
 
     def bench_command(self, spec) -> list[str]:
         """How a rank starts bench, given the run's ContainerSpec: the per-rank container wrapper
@@ -225,6 +234,19 @@ class Runtime(ABC):
         """Variables the runtime's own binary needs in its environment (not the container's)."""
         return {}
 
+    # ---- one rank's run ---------------------------------------------------------------
+    def start_client(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+        """Start the runtime's client process for one rank."""
+        return subprocess.Popen(command, env=env)
+
+    def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
+        """Stop the run: SIGTERM so bench records 'interrupted' (the Docker/Podman clients forward it), then SIGKILL."""
+        proc.send_signal(signum)
+
+    def exit_code(self, code: int, record: dict | None) -> int:
+        """The run's exit code, given the client's and bench's record (for clients that lose bench's code)."""
+        return code
+
     # ---- clean-up and faults -----------------------------------------------------------
     def remove(self, name: str, prefix: bool = False) -> None:
         """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
@@ -283,6 +305,26 @@ class DockerCliRuntime(Runtime):
                 run_quiet([self.executable(), "rm", "-f", *found])
         except subprocess.TimeoutExpired:  # a daemon that hangs
             pass
+
+
+def safe_name(image: str) -> str:
+    """An image reference as a file or container name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", image).strip("-.")
+
+
+def last_line(text: str) -> str:
+    """The message a failed tool ended with (its last non-empty line)."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no message)"
+
+
+def docker_image_id(image: str, why: str) -> str:
+    """The local Docker engine's id of `image`; a one-line error saying `why` it is needed when it has none."""
+    docker = shutil.which("docker")
+    found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
+    if found is None or found.returncode != 0:
+        raise UsageError(f"image {image!r} not found in the local Docker engine ({why})")
+    return found.stdout.strip()
 
 
 def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

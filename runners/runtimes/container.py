@@ -6,6 +6,7 @@ rank time it forwards the launcher's variables present in this rank's
 environment (RANK, SLURM_*, OMPI_*, PMI_*, DLBENCH_*, HOROVOD_*, ...), gives
 the container a unique name (`NAME-r<rank>-<pid>`), and removes it on exit,
 Ctrl-C, SIGTERM (timeouts) or an error (`docker rm -f` in a finally path).
+A runtime whose ranks share one container per node (podman-hpc --mpi) is exec'd instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
+from benchmarks.errors import EXIT_USAGE, UsageError
 from benchmarks.processes import CLIENT_GRACE_S, exit_code
 
 from . import get
@@ -55,7 +57,9 @@ def rank_name(base: str, environ=os.environ) -> str:
 
 def argv_for(spec: ContainerSpec, argv: list[str], environ=os.environ) -> tuple[list[str], str | None]:
     runtime = get(spec.runtime)
-    name = rank_name(spec.name, environ) if spec.name and runtime.removes_container else None
+    name = None
+    if spec.name and runtime.removes_container:  # a shared container carries the run's name (a label)
+        name = spec.name if runtime.shares_container(spec.mpi) else rank_name(spec.name, environ)
     env: dict[str, str | None] = {key: None for key in forwarded_names(environ)}
     env.update(spec.env)
     return runtime.command(spec.image, argv, env=env, mounts=spec.mounts, workdir=spec.workdir,
@@ -74,18 +78,22 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
     """Run argv in the container; the exit code is the container command's (128+N for a signal)."""
     runtime = get(spec.runtime)
     command, name = argv_for(spec, argv)
+    if runtime.shares_container(spec.mpi):
+        # The node's ranks must have one parent (podman-hpc names the shared container after it);
+        # the runtime removes that container, benchrun whatever a killed run left (Runtime.remove).
+        os.execvpe(command[0], command, {**os.environ, **runtime.host_env()})
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     proc = None
     try:
-        proc = subprocess.Popen(command, env={**os.environ, **runtime.host_env()})
+        proc = runtime.start_client(command, {**os.environ, **runtime.host_env()})
         return exit_code(proc.wait())
     except (KeyboardInterrupt, _Stop):
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # the docker/podman client forwards it: bench records 'interrupted'
+            runtime.signal_client(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
             try:
                 proc.wait(timeout=CLIENT_GRACE_S)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
-                proc.kill()
+                runtime.signal_client(proc, signal.SIGKILL)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -96,5 +104,9 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
 def main(args: list[str]) -> int:
     if len(args) < 3 or args[1] != "--":
         print("usage: python -m runners.runtimes SPEC_JSON -- PROGRAM [ARGS...]", file=sys.stderr)
-        return 2
-    return execute(ContainerSpec.from_json(args[0]), args[2:])
+        return EXIT_USAGE
+    try:
+        return execute(ContainerSpec.from_json(args[0]), args[2:])
+    except UsageError as error:  # e.g. a rank's environment the runtime cannot express: one line
+        print(f"benchrun: error: {error}", file=sys.stderr)
+        return EXIT_USAGE

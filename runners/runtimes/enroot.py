@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, run_quiet
+from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
 
 STORE_ENV = "DLBENCH_ENROOT_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-enroot"
@@ -46,24 +46,6 @@ def store() -> Path:
     return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
 
-def safe_name(image: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", image).strip("-.")
-
-
-def docker_image_id(image: str) -> str:
-    docker = shutil.which("docker")
-    found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
-    if found is None or found.returncode != 0:
-        raise UsageError(f"image {image!r} not found in the local Docker engine "
-                         f"(enroot import dockerd:// needs it: make images, or give a .sqsh file)")
-    return found.stdout.strip()
-
-
-def last_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else "(no message)"
-
-
 def squashfs_for(image: str, enroot: str) -> Path:
     """The image as a squashfs file: a given .sqsh as it is, a Docker image imported once per image id.
 
@@ -74,7 +56,7 @@ def squashfs_for(image: str, enroot: str) -> Path:
         if not path.is_file():
             raise UsageError(f"squashfs image {image} does not exist")
         return path
-    image_id = docker_image_id(image)
+    image_id = docker_image_id(image, "enroot import dockerd:// needs it: make images, or give a .sqsh file")
     target = store() / f"{safe_name(image)}.sqsh"
     stamp = target.with_suffix(".id")
     if target.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:

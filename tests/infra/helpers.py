@@ -51,6 +51,29 @@ def benchrun_record(*args, env: dict | None = None, timeout: float = 600):
     return result, (json.loads(lines[-1]) if lines else None)
 
 
+def needs_module(name: str) -> None:
+    """Skip unless `name` is installed, without importing it into the test process (importing
+    TensorFlow here before torch makes a later torchvision import segfault in triton)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")
+
+
+def import_tensorflow():
+    """TensorFlow for a test that reads its files in process: torch first, when installed
+    (platform notes: TensorFlow imported before torch/torchvision segfaults in triton)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        import torchvision  # noqa: F401  (pulls torch and triton in the order that works)
+    import tensorflow
+
+    return tensorflow
+
+
 def validate_record(record: dict) -> dict:
     jsonschema.validate(record, SCHEMA)
     return record

@@ -1,0 +1,185 @@
+"""`podman-hpc` (NERSC, Perlmutter's primary runtime): Podman with images squashed onto the file system.
+
+An image from the local Docker engine is imported once per image id: `podman-hpc pull
+docker-daemon:IMAGE` (its own automatic migrate fails on the transport-prefixed name), `podman-hpc
+migrate IMAGE` (the squashed, read-only copy runs use), `podman-hpc rmi IMAGE` (the read-write copy).
+An image podman-hpc holds without a squashed copy is refused: runs use migrated images. Each rank:
+
+    podman-hpc run --rm --name dlbench-ID --network=host --ipc=host [--gpu --nccl] -e NAME \\
+        -v SRC:/results -v DATA:/data:ro -w /results --entrypoint bench IMAGE ...
+
+`--mpi` (our --mpi) loads podman-hpc's MPI module, which turns the run into a shared run: one
+container per node (`sleep infinity`, named by podman-hpc after the ranks' parent, so the rank
+wrapper execs podman-hpc), each rank `podman exec`'d into it; the container carries the label
+dlbench.run=NAME so benchrun can remove what a killed run left. That module adds `--privileged`
+(podman-hpc's documented MPI mode, for the host's MPI devices). scripts/install-podman-hpc.sh
+installs podman-hpc where the site has none (docs/runtimes.md).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from benchmarks.errors import UsageError
+
+from .base import DockerCliRuntime, Mount, run_quiet
+from .enroot import last_line
+
+LABEL = "dlbench.run"
+IMPORT_TIMEOUT_S = 3600
+MIGRATE_HINT = "podman-hpc migrate needs a static mksquashfs >= 4.6 as its mksquashfs_bin: scripts/install-podman-hpc.sh"
+STORE_INDEXES = ("overlay-images/images.json", "overlay-layers/layers.json")
+
+
+def squash_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where podman-hpc keeps squashed images: $SQUASH_DIR, else $SCRATCH/storage (its own rule)."""
+    return Path(environ.get("SQUASH_DIR") or f"{environ.get('SCRATCH', '/tmp')}/storage")
+
+
+class SquashSnapshot:
+    """The squash store as it was before an import, to put back if the import fails half-way:
+    entries created since are removed (a half-written squashfs among them), the indexes restored."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.paths = self._paths()
+        self.indexes = {rel: (root / rel).read_bytes() for rel in STORE_INDEXES if (root / rel).is_file()}
+
+    def _paths(self) -> set[str]:
+        found = set()
+        for top, dirs, files in os.walk(self.root):
+            found.update(os.path.relpath(os.path.join(top, n), self.root) for n in (*dirs, *files))
+        return found
+
+    def restore(self) -> None:
+        for rel in sorted(self._paths() - self.paths, key=len, reverse=True):
+            path = self.root / rel
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        for rel, content in self.indexes.items():
+            (self.root / rel).write_bytes(content)
+
+
+class PodmanHpcRuntime(DockerCliRuntime):
+    name = "podman-hpc"
+    binary = "podman-hpc"
+    install_hint = "install it: eval \"$(scripts/install-podman-hpc.sh)\""
+
+    def gpu_options(self) -> list[str]:
+        return ["--gpu", "--nccl"]  # podman-hpc's modules: the host's NVIDIA libraries/devices, its NCCL setup
+
+    def mpi_options(self) -> list[str]:
+        return ["--mpi"]
+
+    def shares_container(self, mpi: bool) -> bool:
+        return mpi  # the MPI module's shared run: one container per node
+
+    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
+                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
+                name: str | None = None, mpi: bool = False) -> list[str]:
+        if not mpi:
+            return super().command(image, argv, env=env, mounts=mounts, workdir=workdir, gpus=gpus, name=name)
+        # Shared run: podman-hpc names the container and starts it with `sleep infinity` (so no
+        # ENTRYPOINT: `--entrypoint=`), then `podman exec`s argv; the label names it for clean-up.
+        # The MPI module sets host network and IPC itself (a second --network is refused).
+        head = super().command(image, ["-"], env=env, mounts=mounts, workdir=workdir, gpus=gpus, mpi=True)[:-3]
+        start, base = 1 + len(self.subcommand), self.base_options(image)
+        label = ["--label", f"{LABEL}={name}"] if name else []
+        return [*head[:start], *head[start + len(base):], *label, "--entrypoint=", image, *argv]
+
+    # ---- images ---------------------------------------------------------------------
+    def squashed_id(self, image: str) -> str | None:
+        """The id of the squashed (migrated, read-only) image `image` names, if there is one."""
+        listed = run_quiet([self.executable(), "images", "--format", "{{.Id}} {{.ReadOnly}}", image])
+        ids = [line.split()[0] for line in listed.stdout.splitlines() if line.split()[1:] == ["true"]]
+        return ids[0] if listed.returncode == 0 and ids else None
+
+    def has_image(self, image: str) -> bool:
+        return run_quiet([self.executable(), "image", "exists", image]).returncode == 0
+
+    def import_image(self, image: str) -> str:
+        """The migrated image: reused while its id is the local Docker image's, else imported from Docker."""
+        docker = shutil.which("docker")
+        found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
+        docker_id = found.stdout.strip().removeprefix("sha256:") if found and found.returncode == 0 else None
+        squashed = self.squashed_id(image)
+        if squashed and (docker_id is None or squashed == docker_id):
+            return image
+        if docker_id is None:
+            if self.has_image(image):
+                raise UsageError(f"image {image!r} is in podman-hpc's storage but not migrated: "
+                                 f"run `podman-hpc migrate {image}` (runs use the squashed copy)")
+            raise UsageError(f"image {image!r} not found: not migrated for podman-hpc (podman-hpc images) and not in "
+                             f"a local Docker engine to import from (make images; or podman-hpc pull IMAGE, then migrate)")
+        with open(Path(tempfile.gettempdir()) / f"dlbench-podman-hpc-import-{os.getuid()}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one import at a time: the snapshot below is then exact
+            if self.squashed_id(image) != docker_id:
+                self.migrate_from_docker(image, docker_id)
+        return image
+
+    def migrate_from_docker(self, image: str, image_id: str) -> None:
+        """pull docker-daemon: + migrate + rmi; on any failure the squash store is put back as it was."""
+        exe = self.executable()
+        store = squash_dir()
+        snapshot = SquashSnapshot(store) if store.is_dir() else None
+        migrated = False
+        try:
+            pull = self._step([exe, "pull", f"docker-daemon:{image}"])
+            if pull.returncode != 0:
+                raise UsageError(f"podman-hpc pull docker-daemon:{image} failed: {last_line(pull.stderr)}")
+            migrate = self._step([exe, "migrate", image])
+            migrated = self.squashed_id(image) == image_id
+            if not migrated:  # podman-hpc migrate exits 0 even when it failed
+                raise UsageError(f"podman-hpc migrate {image} made no squashed image "
+                                 f"({last_line(migrate.stderr + migrate.stdout)}; {MIGRATE_HINT})")
+        finally:
+            if not migrated:
+                if snapshot is not None:
+                    snapshot.restore()
+                elif store.is_dir():
+                    shutil.rmtree(store, ignore_errors=True)  # podman-hpc created it for this import
+            run_quiet([exe, "rmi", image], timeout=300)  # the read-write copy: runs use the squashed one
+
+    def _step(self, argv: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=IMPORT_TIMEOUT_S)
+
+    # ---- clean-up ---------------------------------------------------------------------
+    def remove(self, name: str, prefix: bool = False) -> None:
+        """The rank's named container, or a shared run's container (labelled with the run's name);
+        then, when podman-hpc has no other container, the squashfs mounts a killed run left."""
+        listed = run_quiet([self.executable(), "ps", "-a", "--format", "json"])
+        try:
+            containers = json.loads(listed.stdout) if listed.returncode == 0 and listed.stdout.strip() else []
+        except json.JSONDecodeError:
+            return
+        found = [c["Id"] for c in containers
+                 if (c.get("Labels") or {}).get(LABEL) == name
+                 or any(n == name or (prefix and n.startswith(name)) for n in c.get("Names") or [])]
+        if found:
+            run_quiet([self.executable(), "rm", "-f", *found])
+        if listed.returncode == 0 and all(c["Id"] in found for c in containers):  # no other container, starting or not
+            unmount_squashes(squash_dir())
+
+
+def unmount_squashes(store: Path) -> None:
+    """Unmount squashfuse mounts under podman-hpc's squash store. Its fuse-overlayfs-wrap mounts an
+    image's squashfs at container start and leaves a helper to unmount it at the end; a run killed
+    with its process group (Ctrl-C, timeout) kills that helper too, and the mount stays."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    for fields in (line.split() for line in mounts):
+        if len(fields) > 2 and fields[2].startswith("fuse.squashfuse") and fields[1].startswith(f"{store}/"):
+            if run_quiet(["umount", fields[1]]).returncode != 0 and shutil.which("fusermount"):
+                run_quiet(["fusermount", "-u", fields[1]])

@@ -1,0 +1,198 @@
+"""`udocker`: containers with nothing installed by an admin; proot (P1) mode, or runc (R1) as `udocker-runc`.
+
+The image is loaded into udocker's repository once per Docker image id (`docker save` to a
+temporary tarball, `udocker load -i TAR`, the tarball deleted); a `.tar` made by `docker save`
+elsewhere is loaded as it is (the unprivileged case: no Docker access needed). Each rank then
+runs in its own container, created from the loaded image and removed when it ends:
+
+    [UDOCKER_DEFAULT_EXECUTION_MODE=R1] udocker run --rm --name=NAME --pull=never --nobanner \\
+        --user=root -e K=V -v /host/results:/results -v /host/data:/data -w /results \\
+        --entrypoint=bench IMAGE ARGS...
+
+(`--pull=never`: never a registry; a container a killed rank left is removed by name with
+`udocker rm -f`). udocker passes no host environment: each rank variable's value is set with -e.
+`--user=root` runs bench as the caller (proot fakes root; rootless runc maps the caller to root),
+so the results directory needs no opening. **Read-only data cannot be enforced**: udocker has no
+read-only volume option, proot binds read-write, and udocker's runc spec binds every `-v`
+read-write; the data are the host's files, mounted, and bench only reads them.
+
+udocker (Python) dies on SIGTERM while proot ignores it: the client starts in its own process
+group, and a stop sends SIGTERM to that group's processes but udocker itself, so bench records
+'interrupted' and udocker returns when bench has ended. R1 without a terminal returns 1
+whatever the container's exit code (udocker 1.3.17 returns its Popen object), so udocker-runc's
+exit code is the record's. Install: scripts/install-udocker.sh; details in docs/runtimes.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
+
+from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
+
+STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
+LOAD_TIMEOUT_S = 3600
+
+
+def repository() -> Path:
+    """udocker's repository, where udocker itself puts it."""
+    return Path(os.environ.get("UDOCKER_DIR") or Path.home() / ".udocker")
+
+
+def store() -> Path:
+    return Path(os.environ.get(STORE_ENV) or repository() / "dlbench")
+
+
+def tags_in(tar: Path) -> list[str]:
+    """The repo:tag names a `docker save` tarball holds (its manifest.json); none if unreadable."""
+    try:
+        with tarfile.open(tar) as archive:
+            manifest = json.load(archive.extractfile("manifest.json"))
+        return [tag for entry in manifest for tag in entry.get("RepoTags") or []]
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, tarfile.TarError):
+        return []
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (from /proc: no dependency for a user's own venv)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path("/proc", entry, "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+            if int(fields[2]) == pgid:
+                members.append(int(entry))
+    return members
+
+
+class UdockerRuntime(Runtime):
+    name = "udocker"
+    binary = "udocker"
+    removes_container = True
+    setup_s = 120  # each run creates its container (the image unpacked) and removes it: more host grace
+    execmode = "P1"  # proot
+
+    @property
+    def subcommand(self) -> tuple[str, ...]:
+        return (*self.root_option(), "run", "--rm")
+
+    def root_option(self) -> list[str]:
+        return ["--allow-root"] if os.geteuid() == 0 else []  # udocker refuses root without it
+
+    def udocker(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return run_quiet([self.executable(), *self.root_option(), *args], timeout=timeout)
+
+    # ---- the image ----------------------------------------------------------------
+    def import_image(self, image: str) -> str:
+        """The name udocker knows the image by, loaded once per Docker image id (or tarball)."""
+        if image.endswith(".tar"):
+            tar = Path(image).resolve()
+            if not tar.is_file():
+                raise UsageError(f"image tarball {image} does not exist")
+            stat = tar.stat()
+            return self._load(f"tar-{safe_name(str(tar))}", f"{tar} {stat.st_size} {stat.st_mtime_ns}", tar=tar)
+        image_id = docker_image_id(image, "udocker loads it with docker save; or give a .tar made by docker save")
+        return self._load(safe_name(image), image_id, image=image)
+
+    def _load(self, key: str, identity: str, tar: Path | None = None, image: str | None = None) -> str:
+        stamp = store() / f"{key}.loaded"
+        if stamp.is_file():
+            known, _, names = stamp.read_text().partition("\n")
+            names = names.split()
+            if known == identity and names and self.udocker("inspect", names[0]).returncode == 0:
+                return names[0]
+            stamp.unlink()
+            for name in names:
+                self.udocker("rmi", "-f", name)  # an earlier import of the same image
+        store().mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="save-", dir=store()) as tmp:
+            if tar is None:
+                tar = Path(tmp) / "image.tar"
+                saved = run_quiet(["docker", "save", "-o", str(tar), image], timeout=LOAD_TIMEOUT_S)
+                if saved.returncode != 0:
+                    raise UsageError(f"docker save {image} failed: {last_line(saved.stderr)}")
+            for name in tags_in(tar):  # a load that was cut short left these without a stamp: udocker
+                self.udocker("rmi", "-f", name)  # refuses to load over them ("tag already exist")
+            result = self.udocker("load", "-i", str(tar), timeout=LOAD_TIMEOUT_S)
+        names = [line.strip() for line in result.stdout.splitlines() if ":" in line and " " not in line.strip()]
+        if result.returncode != 0 or not names:
+            for name in names:
+                self.udocker("rmi", "-f", name)  # nothing half-loaded left behind
+            raise UsageError(f"udocker load -i {image or tar} failed: {last_line(result.stderr + result.stdout)}")
+        stamp.write_text(f"{identity}\n{' '.join(names)}\n")
+        return names[0]
+
+    # ---- one rank's run --------------------------------------------------------------
+    def host_env(self) -> dict[str, str]:
+        return {"UDOCKER_DEFAULT_EXECUTION_MODE": self.execmode}  # the mode of the container `run` creates
+
+    def start_client(self, command: list[str], env) -> subprocess.Popen:
+        return subprocess.Popen(command, env=env, process_group=0)  # its own group: what a stop signals
+
+    def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
+        """SIGTERM to the group but udocker itself (bench records it; proot ignores it, runc forwards it;
+        udocker, spared, returns when bench has ended); SIGKILL to all of it."""
+        try:
+            if signum == signal.SIGKILL:
+                os.killpg(proc.pid, signum)
+                return
+            for pid in group_members(proc.pid):
+                if pid != proc.pid:
+                    os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def remove(self, name: str, prefix: bool = False) -> None:
+        """`udocker rm -f` this rank's container (or every dlbench one starting so) if a killed run left it."""
+        for line in self.udocker("ps").stdout.splitlines()[1:]:  # CONTAINER-ID P M ['NAME', ...] IMAGE
+            if "[" not in line:
+                continue
+            try:
+                names = ast.literal_eval(line[line.index("["):line.index("]") + 1])
+            except (ValueError, SyntaxError):
+                continue
+            if any(n == name or (prefix and n.startswith(name)) for n in names):
+                self.udocker("rm", "-f", line.split()[0])
+
+    # ---- the command line ----------------------------------------------------------
+    def name_options(self, name: str) -> list[str]:
+        return [f"--name={name}"]
+
+    def base_options(self, image: str) -> list[str]:
+        return ["--pull=never", "--nobanner", "--user=root"]
+
+    def mpi_options(self) -> list[str]:
+        return []  # hybrid model: srun/mpirun start udocker per rank; PMI variables are passed with -e
+
+    def env_option(self, key: str, value: str | None) -> list[str]:
+        return ["-e", f"{key}={os.environ.get(key, '') if value is None else value}"]  # udocker takes K=V only
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return ["-v", f"{mount.source}:{mount.target}"]  # no read-only option in udocker (see above)
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return ["-w", workdir]
+
+    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
+        return [f"--entrypoint={argv[0]}", image, *argv[1:]]  # the image's ENTRYPOINT (bench), stated
+
+
+class UdockerRuncRuntime(UdockerRuntime):
+    """R1: runc (rootless where the caller is not root); its exit code is lost, so the record's is used."""
+
+    name = "udocker-runc"
+    execmode = "R1"
+
+    def exit_code(self, code: int, record: dict | None) -> int:
+        return EXIT_CODE_BY_STATUS.get(record.get("status"), code) if record else code

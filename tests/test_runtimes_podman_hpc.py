@@ -1,0 +1,278 @@
+"""podman-hpc (NERSC): its exact command lines, and real runs with podman-hpc installed by
+scripts/install-podman-hpc.sh (PyPI 1.2.2 + Debian podman + a static mksquashfs): a single run with
+the data mounted read-only, `srun -n 2` on one node (--mpi: podman-hpc's shared run) and on two
+emulated nodes, and the bad inputs (binary missing, image not importable, not migrated, a migrate
+that fails) as one line, exit 2, nothing left behind. The TensorFlow image (1.9 GB, a third of the
+torch image) is migrated once per image id; runs are tiny (64 px, batch 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from infra import podman_hpc
+from infra.helpers import ROOT, SCHEMA, benchrun, last_json_line, python_env, validate_record
+from infra.slurm import free_port_base
+
+from runners import runtimes
+from runners.runtimes.base import Mount
+from runners.runtimes.container import ContainerSpec, argv_for
+from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, squash_dir
+from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
+
+IMAGE = "dlbench-tensorflow:podman-hpc-test"
+TINY = ["--framework", "tensorflow", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
+        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
+
+
+# ---- exact command lines --------------------------------------------------------------
+
+def test_podman_hpc_argv(dirs):
+    r, d = dirs
+    cmd = runtimes.get("podman-hpc").command("dlbench-torch:latest", ["bench", "--model", "resnet50"],
+                                             env={"RANK": None, "DLBENCH_X": "1"}, mounts=mounts(dirs),
+                                             workdir="/results", name="dlbench-abc-r0-12", gpus=True)
+    assert [os.path.basename(cmd[0]), *cmd[1:]] == [
+        "podman-hpc", "run", "--rm", "--name", "dlbench-abc-r0-12", "--network=host", "--ipc=host", "--gpu", "--nccl",
+        "-e", "RANK", "-e", "DLBENCH_X=1", "-v", f"{r}:/results", "-v", f"{d}:/data:ro", "-w", "/results",
+        "--entrypoint", "bench", "dlbench-torch:latest", "--model", "resnet50"]
+
+
+def test_podman_hpc_mpi_is_a_shared_run_labelled_with_the_run(dirs):
+    r, d = dirs
+    spec = ContainerSpec(runtime="podman-hpc", image="dlbench-torch:latest", name="dlbench-abc", mounts=mounts(dirs),
+                         workdir="/results", mpi=True)
+    cmd, name = argv_for(spec, ["bench", "--model", "resnet50"], environ={"SLURM_PROCID": "1", "RANK": "1"})
+    # No --name (podman-hpc names the node's container), no ENTRYPOINT (it runs `sleep infinity`,
+    # each rank is `podman exec`'d), no --network (the MPI module's own): the run's name is a label.
+    assert name == "dlbench-abc" and "--name" not in cmd
+    assert [os.path.basename(cmd[0]), *cmd[1:]] == [
+        "podman-hpc", "run", "--rm", "--mpi", "-e", "RANK", "-e", "SLURM_PROCID",
+        "-v", f"{r}:/results", "-v", f"{d}:/data:ro", "-w", "/results", "--label", f"{LABEL}=dlbench-abc",
+        "--entrypoint=", "dlbench-torch:latest", "bench", "--model", "resnet50"]
+    assert runtimes.get("podman-hpc").shares_container(True) and not runtimes.get("podman-hpc").shares_container(False)
+
+
+def test_squash_snapshot_restores_the_store(tmp_path):
+    store = tmp_path / "storage"
+    (store / "overlay-images").mkdir(parents=True)
+    (store / "overlay" / "l").mkdir(parents=True)
+    (store / "overlay-images" / "images.json").write_text("[]")
+    (store / "overlay" / "l" / "OLD.squash").write_text("kept")
+    snapshot = SquashSnapshot(store)
+    (store / "overlay-images" / "images.json").write_text('[{"id": "half"}]')
+    (store / "overlay" / "l" / "NEW.squash").write_text("half-written")
+    (store / "overlay" / "abc" / "diff").mkdir(parents=True)
+    snapshot.restore()
+    assert sorted(str(p.relative_to(store)) for p in store.rglob("*")) == [
+        "overlay", "overlay-images", "overlay-images/images.json", "overlay/l", "overlay/l/OLD.squash"]
+    assert (store / "overlay-images" / "images.json").read_text() == "[]"
+    assert squash_dir({"SCRATCH": "/s"}) == Path("/s/storage") and squash_dir({"SQUASH_DIR": "/q"}) == Path("/q")
+
+
+def test_dry_run_shows_podman_hpc_under_srun(tmp_path):
+    for name in ("podman-hpc", "srun"):  # found on PATH, never run by a dry run
+        (tmp_path / name).write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / name).chmod(0o755)
+    out = benchrun("run", "--dry-run", "--runtime", "podman-hpc", "--mpi", "--gpus", "--launcher", "srun", "-n", "2",
+                   "--", "--model", "resnet50", env={"PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    assert out.returncode == 0, out.stderr
+    argv = out.stdout.split()
+    start = argv.index("podman-hpc")
+    assert argv[0] == "srun" and argv[start:start + 6] == ["podman-hpc", "run", "--rm", "--gpu", "--nccl", "--mpi"]
+    assert "--entrypoint=" in argv and "runners.runtimes" not in out.stdout
+
+
+def test_missing_podman_hpc_is_one_line_exit_2(tmp_path):
+    out = benchrun("run", "--runtime", "podman-hpc", "--", "--model", "resnet50",
+                   env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "runtime 'podman-hpc' needs 'podman-hpc'" in out.stderr and "scripts/install-podman-hpc.sh" in out.stderr
+
+
+# ---- real runs --------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def podman_hpc_bin():
+    return podman_hpc.install()
+
+
+@pytest.fixture(scope="session")
+def tf_image(podman_hpc_bin, dlbench_images):
+    """This checkout's TF image under a tag of its own (other checkouts on the machine retag :latest)."""
+    subprocess.run(["docker", "tag", dlbench_images["tensorflow"], IMAGE], check=True)
+    return podman_hpc.imported(IMAGE, podman_hpc_bin)
+
+
+def leftovers(bin_dir) -> list[str]:
+    """Containers of ours podman-hpc still has (named dlbench-*, labelled, or shared runs: uid-*-pid-*),
+    and squashfs mounts of its store (podman-hpc's own unmount helper dies with a killed run)."""
+    out = subprocess.run(["podman-hpc", "ps", "-a", "--format", "json"], capture_output=True, text=True,
+                         env=podman_hpc.env(bin_dir)).stdout
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+              if line.split()[1].startswith(f"{squash_dir()}/")]
+    return [n for c in json.loads(out or "[]") for n in c.get("Names") or []
+            if n.startswith(("dlbench-", "uid-")) or LABEL in (c.get("Labels") or {})] + mounts
+
+
+def run_podman_hpc(bin_dir, *args, environ=None, timeout=900):
+    result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE, *args],
+                            cwd=ROOT,
+                            env={**podman_hpc.env(bin_dir), **(environ or {})}, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    record = last_json_line(result.stdout)
+    if record.get("schema_version") == SCHEMA["properties"]["schema_version"]["const"]:
+        validate_record(record)
+    assert record["status"] == "ok", record.get("error")
+    assert record["provenance"]["requested_runtime"] == "podman-hpc"
+    assert record["provenance"]["container_runtime"] == "podman"  # podman-hpc runs podman containers
+    assert not leftovers(bin_dir)
+    return record
+
+
+@pytest.mark.slow
+def test_real_run_with_read_only_data(podman_hpc_bin, tf_image, tmp_path):
+    data = Path("/tmp") / f"dlbench-phpc-data-{os.getpid()}"  # world-readable: the image's user reads it
+    made = subprocess.run([sys.executable, "-m", "benchmarks", "make-dataset", str(data), "--images", "8",
+                           "--classes", "2", "--min-size", "64", "--max-size", "80"], cwd=ROOT, env=python_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    try:
+        for path in [data, *data.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        record = run_podman_hpc(podman_hpc_bin, "--data-dir", str(data), "--", *TINY)
+        assert record["config"]["data_dir"] == "/data" and record["config"]["data"] == "real"
+        assert record["throughput"]["images_per_sec"] > 0
+        # The same mounts, a shell instead of bench: the data is read-only, the results directory is not.
+        results = tmp_path / "results"
+        results.mkdir(mode=0o777)
+        results.chmod(0o777)
+        cmd = runtimes.get("podman-hpc").command(
+            tf_image, ["sh", "-c", "touch /results/ok && touch /data/x"], mounts=[
+                Mount(str(results), "/results", readonly=False), Mount(str(data), "/data")], workdir="/results")
+        tried = subprocess.run(cmd, capture_output=True, text=True, env=podman_hpc.env(podman_hpc_bin), timeout=300)
+        assert tried.returncode != 0 and "Read-only file system" in tried.stderr, tried.stderr
+        assert (results / "ok").exists() and not (data / "x").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(data)])
+
+
+def allreduce() -> list[str]:
+    """TF allreduce over 2 ranks, on ports free now (other checkouts' tests share this host's defaults)."""
+    base = free_port_base(3, start=20000, stop=30000)
+    return [*TINY, "--strategy", "allreduce", "--rendezvous-port", str(base), "--worker-port", str(base + 1)]
+
+
+@pytest.mark.slow
+def test_srun_one_node_mpi_shared_run(podman_hpc_bin, tf_image, slurm_single):
+    record = run_podman_hpc(podman_hpc_bin, "--mpi", "--launcher", "srun", "-n", "2", "--", *allreduce(),
+                            environ={**slurm_single["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
+                                     "DLBENCH_COORDINATOR": "127.0.0.1"})
+    assert len(record["ranks"]) == 2 and record["replicas"]["in_sync"] and record["world"]["nodes"] == 1
+
+
+@pytest.mark.slow
+def test_srun_two_emulated_nodes(podman_hpc_bin, tf_image, slurm_two_nodes):
+    record = run_podman_hpc(podman_hpc_bin, "--launcher", "srun", "-n", "2", "--launcher-arg=--nodes=2", "--", *allreduce(),
+                            environ={**slurm_two_nodes["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
+                                     "DLBENCH_COORDINATOR": "127.0.0.1"})
+    assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+LONG = [*TINY[:-4], "--num-batches", "100000", "--num-threads", "1"]
+
+
+@pytest.mark.slow
+def test_timeout_leaves_no_container(podman_hpc_bin, tf_image):
+    result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
+                             "--timeout", "20", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 4 and last_json_line(result.stdout)["status"] == "timeout", result.stderr[-2000:]
+    assert not leftovers(podman_hpc_bin)
+
+
+@pytest.mark.slow
+def test_sigint_of_a_shared_run_leaves_no_container(podman_hpc_bin, tf_image):
+    """--mpi: the node's container is podman-hpc's (uid-*-pid-*); benchrun removes it by its label."""
+    proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
+                             "--mpi", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not leftovers(podman_hpc_bin) and time.monotonic() < deadline:  # the container (and its mount)
+        time.sleep(1)
+    assert leftovers(podman_hpc_bin), "the shared container never started"
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130 and last_json_line(out)["status"] == "interrupted", err[-2000:]
+    assert not leftovers(podman_hpc_bin)
+
+
+# ---- bad input, for real: one line, exit 2, nothing left behind ----------------------------
+
+@pytest.fixture()
+def small_image(podman_hpc_bin, docker):
+    """A one-file Docker image (no libc): enough to pull and migrate, quick to do both."""
+    image = f"dlbench-phpc-test:{os.getpid()}"
+    made = subprocess.run(f"tar -C {ROOT}/scripts -c ensure-packages.sh | docker import - {image}", shell=True,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    yield image
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+    subprocess.run(["podman-hpc", "rmi", "-f", image], capture_output=True, env=podman_hpc.env(podman_hpc_bin))
+    subprocess.run(["podman-hpc", "rmsqi", image], capture_output=True, env=podman_hpc.env(podman_hpc_bin))
+
+
+def store_state(bin_dir):
+    store = squash_dir()
+    files = sorted(str(p) for p in store.rglob("*")) if store.is_dir() else []
+    indexes = [(store / rel).read_text() if (store / rel).is_file() else None
+               for rel in ("overlay-images/images.json", "overlay-layers/layers.json")]
+    images = subprocess.run(["podman-hpc", "images", "-a", "--format", "{{.ID}}"], capture_output=True, text=True,
+                            env=podman_hpc.env(bin_dir)).stdout.split()
+    return files, indexes, sorted(images), leftovers(bin_dir)
+
+
+def refused(bin_dir, image, message, **environ):
+    out = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", image, "--",
+                          *TINY], cwd=ROOT, env={**podman_hpc.env(bin_dir), **environ}, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.slow
+def test_image_not_importable(podman_hpc_bin):
+    before = store_state(podman_hpc_bin)
+    refused(podman_hpc_bin, "dlbench-no-such-image:0", "not migrated for podman-hpc (podman-hpc images) and not in "
+                                                       "a local Docker engine")
+    assert store_state(podman_hpc_bin) == before
+
+
+@pytest.mark.slow
+def test_image_pulled_but_not_migrated(podman_hpc_bin, small_image):
+    phpc = podman_hpc.env(podman_hpc_bin)
+    pulled = subprocess.run(["podman-hpc", "pull", f"docker-daemon:{small_image}"], capture_output=True, text=True,
+                            env=phpc)
+    assert pulled.returncode == 0, pulled.stderr
+    subprocess.run(["docker", "rmi", small_image], capture_output=True, check=True)  # only podman-hpc has it now
+    before = store_state(podman_hpc_bin)
+    refused(podman_hpc_bin, small_image, f"run `podman-hpc migrate {small_image}`")
+    assert store_state(podman_hpc_bin) == before
+
+
+@pytest.mark.slow
+def test_failed_migrate_leaves_nothing(podman_hpc_bin, small_image):
+    before = store_state(podman_hpc_bin)
+    # A dynamic binary as mksquashfs: podman-hpc runs it inside the image (no libc there), migrate fails.
+    refused(podman_hpc_bin, small_image, f"podman-hpc migrate {small_image} made no squashed image",
+            PODMANHPC_MKSQUASHFS_BIN="/bin/true")
+    assert store_state(podman_hpc_bin) == before
