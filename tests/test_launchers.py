@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from infra.helpers import ROOT
+from infra.slurm import require_mpich
 from runners import launchers
 from runners.cli import main
 
@@ -69,6 +70,7 @@ def test_benchrun_bad_input(capsys, args, expected):
 
 
 def test_benchrun_dry_run_counts_chief_and_ps(capsys):
+    require_mpich()  # the launcher must exist even for --dry-run; a fresh machine installs it here
     assert main(["launch", "--launcher", "mpich", "-n", "2", "--num-ps", "1", "--bench-command", "bench", "--dry-run",
                  "--", "--framework", "tf", "--strategy", "ps"]) == 0
     out = capsys.readouterr().out.strip()
