@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from infra.helpers import run, validate_record
+from infra.helpers import ports, run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
 TINY = ["--strategy", "horovod", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
+        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json", *ports()]
 RUN_TIMEOUT = 300
 DURATIONS: dict[str, float] = {}
 
