@@ -31,7 +31,7 @@ from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data dire
 XDIST_GROUP = "container-engines"
 
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
-TINY = ["--framework", "tensorflow", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
+TINY = ["--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
         "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 
 
