@@ -13,6 +13,8 @@ RESULTS    ?= results/local.jsonl
 # finish in about a minute on 2 CPU cores. Override with RUN_ARGS=...
 RUN_ARGS   ?= --model resnet50 --batch-size 8 --num-warmup-batches 2 --num-batches 8 --repeats 2
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (tests/infra/parallel.py says what may run side by side); 0 = one process
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test venv clean
 
@@ -31,7 +33,7 @@ $(VENV_DIR)/.complete:
 	  || { cat $(VENV_DIR)/install.log; exit 1; }
 	$(VENV_DIR)/bin/pip install --quiet -r requirements-dev.txt >> $(VENV_DIR)/install.log 2>&1 \
 	  || { tail -50 $(VENV_DIR)/install.log; exit 1; }
-	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest"
+	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest, xdist"
 	touch $@
 
 run: venv
@@ -39,7 +41,7 @@ run: venv
 	@echo "record appended to $(RESULTS)"
 
 test: venv
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -10,7 +10,7 @@ import pytest
 
 from infra.helpers import bench
 
-pytest_plugins = ["infra.slurm", "infra.docker", "infra.images", "infra.records", "infra.phases"]
+pytest_plugins = ["infra.slurm", "infra.docker", "infra.images", "infra.records", "infra.phases", "infra.parallel"]
 
 
 @pytest.fixture(scope="session")

@@ -10,16 +10,15 @@ import time
 import psutil
 import pytest
 
-from infra.helpers import ROOT, benchrun, validate_record
+from infra.helpers import ROOT, benchrun, ports, validate_record
 
 TINY = ["--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 pytestmark = pytest.mark.slow
 
 
-def launch(launcher, n, bench_args, num_ps=0, port=None):
+def launch(launcher, n, bench_args, num_ps=0):
     extra = ["--num-ps", str(num_ps)] if num_ps else []
-    ports = ["--rendezvous-port", str(port)] if port else []
-    result = benchrun("launch", "--launcher", launcher, "-n", str(n), *extra, "--", *bench_args, *TINY, *ports, "--json")
+    result = benchrun("launch", "--launcher", launcher, "-n", str(n), *extra, "--", *bench_args, *TINY, *ports(), "--json")
     assert result.returncode == 0, result.stderr[-4000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, "exactly one record per run, from process 0"
@@ -88,7 +87,7 @@ def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
          "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output)],
+         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     root = psutil.Process(proc.pid)

@@ -3,7 +3,7 @@
 The session fixture (tests/infra/images.py) builds both once per run through
 `make images-horovod`, and not at all when their inputs are unchanged (BuildKit
 layer cache otherwise: seconds when little changed, ~10 min cold). Every run is two ranks of
-a tiny ResNet-50 inside one container (`--network=host --ipc=host`), started
+a tiny AlexNet inside one container (`--network=host --ipc=host`), started
 by the project's launcher inside the image (`benchrun launch`), and its record
 must be a complete, schema-valid Horovod record. Tests skip only when Docker
 cannot exist here (no daemon, and no root/apt to install one).
@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from infra.helpers import run, validate_record
+from infra.helpers import ports, run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
-TINY = ["--strategy", "horovod", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
+TINY = ["--strategy", "horovod", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
+        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json", *ports()]
 RUN_TIMEOUT = 300
 DURATIONS: dict[str, float] = {}
 

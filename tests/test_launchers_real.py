@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from infra.helpers import ROOT, validate_record
+from infra.helpers import ROOT, ports, validate_record
 from infra.slurm import clean_env, require_mpich, require_openmpi
 
 pytestmark = pytest.mark.slow
 DDP = ["--framework", "torch", "--strategy", "ddp", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
-       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
+       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json", *ports()]
 
 
 def run_launch(launcher, env, *extra):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra import podman_hpc
-from infra.helpers import ROOT, SCHEMA, benchrun, last_json_line, python_env, validate_record
+from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record
 from infra.slurm import free_port_base
 
 from runners import runtimes
@@ -27,8 +27,11 @@ from runners.runtimes.container import ContainerSpec, argv_for
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, squash_dir
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
+# Their checks list the Docker/Podman engines' dlbench-* containers: one worker runs them (infra/parallel.py).
+XDIST_GROUP = "container-engines"
+
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
-TINY = ["--framework", "tensorflow", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
+TINY = ["--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
         "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 
 
@@ -193,7 +196,7 @@ LONG = [*TINY[:-4], "--num-batches", "100000", "--num-threads", "1"]
 @pytest.mark.slow
 def test_timeout_leaves_no_container(podman_hpc_bin, tf_image):
     result = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
-                             "--timeout", "20", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
+                             "--timeout", "15", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 4 and last_json_line(result.stdout)["status"] == "timeout", result.stderr[-2000:]
     assert not leftovers(podman_hpc_bin)
@@ -202,17 +205,13 @@ def test_timeout_leaves_no_container(podman_hpc_bin, tf_image):
 @pytest.mark.slow
 def test_sigint_of_a_shared_run_leaves_no_container(podman_hpc_bin, tf_image):
     """--mpi: the node's container is podman-hpc's (uid-*-pid-*); benchrun removes it by its label."""
-    proc = subprocess.Popen([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE,
-                             "--mpi", "--", *LONG], cwd=ROOT, env=podman_hpc.env(podman_hpc_bin),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not leftovers(podman_hpc_bin) and time.monotonic() < deadline:  # the container (and its mount)
-        time.sleep(1)
-    assert leftovers(podman_hpc_bin), "the shared container never started"
-    time.sleep(5)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 130 and last_json_line(out)["status"] == "interrupted", err[-2000:]
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "podman-hpc", "--image", IMAGE, "--mpi",
+                       "--", *LONG], env=podman_hpc.env(podman_hpc_bin))
+    started.wait_for("bench: building", timeout=180)  # SIGINT before bench runs leaves no record to check
+    assert leftovers(podman_hpc_bin), "bench is up but the shared container is not listed"
+    started.proc.send_signal(signal.SIGINT)
+    out, err = started.communicate(timeout=180)
+    assert started.proc.returncode == 130 and last_json_line(out)["status"] == "interrupted", err[-2000:]
     assert not leftovers(podman_hpc_bin)
 
 

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from infra.cache import CACHE, inputs_key, once
-from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, run
+from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, ports, run
 from test_runtimes import dirs  # noqa: F401 (a fixture)
-from test_runtimes_real import (DDP, TINY_TF, public_dataset, timeout_and_sigint_leave_no_container,  # noqa: F401
-                                validate_in_image)
+from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave_no_container, validate_in_image  # noqa: F401
 
 from runners import runtimes
 from runners.runtimes import udocker
@@ -27,7 +26,7 @@ from runners.runtimes.container import ContainerSpec, argv_for
 
 INSTALL = ROOT / "scripts" / "install-udocker.sh"
 REPOSITORY = CACHE / "udocker-repo"  # UDOCKER_DIR of the tests: loaded images survive between runs
-TF_IMAGE, TORCH_IMAGE = "dlbench-tensorflow:latest", "dlbench-torch:latest"
+TF_IMAGE = "dlbench-tensorflow:latest"
 
 
 def test_udocker_argv(dirs, monkeypatch):
@@ -115,9 +114,11 @@ def test_udocker_timeout_and_sigint_leave_no_container(udocker_env, dlbench_imag
 
 @pytest.mark.slow
 def test_udocker_under_srun_two_ranks(udocker_env, dlbench_images, slurm_single):
+    """Two ranks, each in a container of its own: TensorFlow all-reduce on the 1.9 GB TensorFlow image
+    (two containers of the 6 GB torch image would unpack 12 GB for one test)."""
     env = {**slurm_single["env"], **udocker_env, "DLBENCH_COORDINATOR": "127.0.0.1"}
-    out, record = benchrun_record("run", "--runtime", "udocker", "--image", TORCH_IMAGE, "--launcher", "srun", "-n", "2",
-                                "--", *DDP, env=env, timeout=1500)
+    out, record = benchrun_record("run", "--runtime", "udocker", "--image", TF_IMAGE, "--launcher", "srun", "-n", "2",
+                                "--", *TINY_TF, "--strategy", "allreduce", *ports(), env=env, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
     assert record["world"]["launcher"] == "srun" and record["provenance"]["requested_runtime"] == "udocker"

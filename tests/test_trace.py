@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import trace
-from infra.helpers import bench, benchrun, benchrun_record, last_json_line, validate_record
+from infra.helpers import bench, benchrun, benchrun_record, last_json_line, ports, validate_record
 from infra.records import RecordFactory
 from runners import reports
 
@@ -146,12 +146,12 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     splits T(2) - T(1) and the parts add up."""
     training, comm_args = PAIRS[pair]
     store, traces = tmp_path / "store.jsonl", tmp_path / "traces"
-    args = [*TINY, *training, "--trace", str(traces), "--output", str(store)]
+    args = [*TINY, *training, "--trace", str(traces), "--output", str(store), *ports()]
     for ranks in ("1", "2"):
         result = benchrun("launch", "--launcher", "local", "-n", ranks, "--", *args)
         assert result.returncode == 0, result.stderr
     if comm_args:
-        comm = benchrun("launch", "--launcher", "local", "-n", "2", "--", *comm_args, "--output", str(store))
+        comm = benchrun("launch", "--launcher", "local", "-n", "2", "--", *comm_args, "--output", str(store), *ports())
         assert comm.returncode == 0, comm.stderr
     records = reports.load([store])
     pair_records = {r["world"]["workers"]: r for r in records}

@@ -318,13 +318,19 @@ def last_line(text: str) -> str:
     return lines[-1].strip() if lines else "(no message)"
 
 
-def docker_image_id(image: str, why: str) -> str:
-    """The local Docker engine's id of `image`; a one-line error saying `why` it is needed when it has none."""
+def local_docker_id(image: str) -> str | None:
+    """The local Docker engine's id of `image` ("sha256:..."), or None (no docker, no such image)."""
     docker = shutil.which("docker")
     found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
-    if found is None or found.returncode != 0:
+    return found.stdout.strip() if found is not None and found.returncode == 0 else None
+
+
+def docker_image_id(image: str, why: str) -> str:
+    """The local Docker engine's id of `image`; a one-line error saying `why` it is needed when it has none."""
+    found = local_docker_id(image)
+    if found is None:
         raise UsageError(f"image {image!r} not found in the local Docker engine ({why})")
-    return found.stdout.strip()
+    return found
 
 
 def run_quiet(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import subprocess
 
 from benchmarks.errors import UsageError
 
-from .base import DockerCliRuntime, run_quiet
+from .base import DockerCliRuntime, last_line, local_docker_id, run_quiet
 
 
 class PodmanRuntime(DockerCliRuntime):
@@ -22,19 +22,23 @@ class PodmanRuntime(DockerCliRuntime):
     def gpu_options(self) -> list[str]:
         return ["--device", "nvidia.com/gpu=all"]  # CDI, as the NVIDIA Container Toolkit documents for Podman
 
-    def has_image(self, image: str) -> bool:
-        return run_quiet([self.executable(), "image", "exists", image]).returncode == 0
+    def image_id(self, image: str) -> str | None:
+        found = run_quiet([self.executable(), "image", "inspect", "--format", "{{.Id}}", image])
+        return found.stdout.strip().removeprefix("sha256:") if found.returncode == 0 else None
 
     def import_image(self, image: str) -> str:
-        """Podman's own image if it has one, else `docker save IMAGE | podman load`."""
-        if self.has_image(image):
+        """Podman's own copy while it is the local Docker engine's image (`docker save | podman load` keeps
+        the id), else `docker save IMAGE | podman load`: a rebuilt Docker image is loaded again, never run
+        from a stale copy."""
+        docker_id = (local_docker_id(image) or "").removeprefix("sha256:") or None
+        podman_id = self.image_id(image)
+        if podman_id is not None and docker_id in (None, podman_id):
             return image
-        docker = shutil.which("docker")
-        if docker is None or run_quiet([docker, "image", "inspect", image]).returncode != 0:
+        if docker_id is None:
             raise UsageError(f"image {image!r} not found by podman, nor in a local Docker engine to load it from")
-        save = subprocess.Popen([docker, "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         load = subprocess.run([self.executable(), "load"], stdin=save.stdout, capture_output=True, text=True)
         save.stdout.close()
         if save.wait() != 0 or load.returncode != 0:
-            raise UsageError(f"docker save {image} | podman load failed: {load.stderr.strip().splitlines()[-1:] }")
+            raise UsageError(f"docker save {image} | podman load failed: {last_line(load.stderr)}")
         return image

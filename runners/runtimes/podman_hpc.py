@@ -29,8 +29,7 @@ from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
 
-from .base import DockerCliRuntime, Mount, run_quiet
-from .enroot import last_line
+from .base import DockerCliRuntime, Mount, last_line, local_docker_id, run_quiet
 
 LABEL = "dlbench.run"
 IMPORT_TIMEOUT_S = 3600
@@ -108,9 +107,7 @@ class PodmanHpcRuntime(DockerCliRuntime):
 
     def import_image(self, image: str) -> str:
         """The migrated image: reused while its id is the local Docker image's, else imported from Docker."""
-        docker = shutil.which("docker")
-        found = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
-        docker_id = found.stdout.strip().removeprefix("sha256:") if found and found.returncode == 0 else None
+        docker_id = (local_docker_id(image) or "").removeprefix("sha256:") or None
         squashed = self.squashed_id(image)
         if squashed and (docker_id is None or squashed == docker_id):
             return image

@@ -27,10 +27,15 @@ HOST_PACKAGES = ("debootstrap", "docker-compose")
 
 @pytest.fixture(scope="session")
 def docker():
+    from .cache import CACHE
+
     argv = [str(DOCKERD)]
     if os.geteuid() == 0 and shutil.which("apt-get"):
         argv.append("--install")
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "dockerd-start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # test workers start at once: one installs/starts, the other then finds it up
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         if os.geteuid() != 0 or not shutil.which("apt-get"):
             pytest.skip(f"DOCKER UNAVAILABLE, container tests NOT run: {p.stderr.strip()}")

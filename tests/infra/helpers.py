@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +16,16 @@ import jsonschema
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())
 SMALL = ["--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "2"]
+# pytest-xdist names its workers gw0, gw1, ...; outside xdist this is worker 0.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+def ports() -> list[str]:
+    """bench's distributed ports for a multi-rank run, distinct per test worker: two workers' runs on the
+    same fixed ports would meet each other. Worker 0 keeps bench's defaults (rendezvous 2210 and the torch
+    process group on 2211, TF workers from 2220, PS from 2230, the chief on 2240)."""
+    base = 2210 + 100 * WORKER
+    return ["--rendezvous-port", str(base), "--worker-port", str(base + 10), "--ps-port", str(base + 20)]
 
 
 def _capture(argv: list, env: dict, timeout: float, cwd, **kwargs) -> subprocess.CompletedProcess:
@@ -83,3 +95,38 @@ def last_json_line(stdout: str) -> dict:
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     assert lines, f"no JSON record on stdout:\n{stdout}"
     return json.loads(lines[-1])
+
+
+class Started:
+    """A command started in the background whose stderr is read as it comes, so a test can act when the
+    program has reached a given point (`wait_for`) instead of after a guessed sleep."""
+
+    def __init__(self, argv: list, env: dict | None = None, cwd=ROOT):
+        self.proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        self.out: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                         for stream, into in ((self.proc.stderr, self.err), (self.proc.stdout, self.out))]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        """Until a line of stderr contains `text` (fails if the program ends or `timeout` passes first)."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in list(self.err)):
+            assert self.proc.poll() is None, f"ended ({self.proc.returncode}) before {text!r}:\n{''.join(self.err)[-3000:]}"
+            assert time.monotonic() < deadline, f"no {text!r} on stderr within {timeout:g} s:\n{''.join(self.err)[-3000:]}"
+            time.sleep(0.2)
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """Wait for the end; (stdout, stderr) in full."""
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return "".join(self.out), "".join(self.err)

@@ -11,6 +11,7 @@ later run or a fresh clone skips `make` altogether.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ import sys
 
 import pytest
 
-from .cache import inputs_key, once
+from .cache import CACHE, inputs_key, once
 from .helpers import ROOT, run
 
 C = ROOT / "containers"
@@ -52,9 +53,12 @@ def ensure_wheelhouse(sdist: bool = False) -> None:
     if os.environ.get("DLBENCH_TEST_WHEELHOUSE", "1") == "0":
         return
     wanted = "horovod-*.tar.gz" if sdist else "*.whl"
-    if not list((ROOT / "wheelhouse").glob(wanted)):
-        p = run(["make", "-f", C / "images.mk", "wheelhouse", f"PYTHON={sys.executable}"], timeout=1800)
-        assert p.returncode == 0, f"make wheelhouse failed:\n{p.stderr[-3000:]}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / "wheelhouse.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other test worker may be filling it right now
+        if not list((ROOT / "wheelhouse").glob(wanted)):
+            p = run(["make", "-f", C / "images.mk", "wheelhouse", f"PYTHON={sys.executable}"], timeout=1800)
+            assert p.returncode == 0, f"make wheelhouse failed:\n{p.stderr[-3000:]}"
 
 
 def wheel_list() -> str:

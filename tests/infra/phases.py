@@ -1,8 +1,11 @@
 """Where the test time goes: a per-phase summary at the end of every pytest run.
 
 Per module, the time spent in setup (fixtures: image builds, runtime installs,
-clusters), in the tests themselves, and in teardown; and the slowest fixture
+clusters), in the tests themselves, and in teardown; per pytest-xdist worker,
+how long it was busy (are the workers balanced?); and the slowest fixture
 setups by name. It reads pytest's own per-phase durations, so it costs nothing.
+Fixture times are measured where the fixture runs (a worker) and travel to the
+summary in the test report's user_properties.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ PHASES = ("setup", "call", "teardown")
 _by_module: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHASES, 0.0))
 _tests: dict[str, int] = defaultdict(int)
 _fixtures: dict[str, float] = defaultdict(float)
+_workers: dict[str, float] = defaultdict(float)
+_pending: list[tuple[str, float]] = []  # fixtures set up for the test being set up (in this process)
 _started = time.monotonic()
+FIXTURE = "phases.fixture_setup_s"
 
 
 def pytest_sessionstart(session):
@@ -27,15 +33,28 @@ def pytest_sessionstart(session):
 def pytest_runtest_logreport(report):
     module = report.nodeid.split("::")[0]
     _by_module[module][report.when] += report.duration
+    node = getattr(report, "node", None)  # the xdist worker that ran it (None without xdist)
+    _workers[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
     if report.when == "call":
         _tests[module] += 1
+    for name, value in report.user_properties:
+        if name == FIXTURE:
+            _fixtures[value[0]] += value[1]
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     start = time.monotonic()
     yield
-    _fixtures[f"{fixturedef.argname} ({fixturedef.scope})"] += time.monotonic() - start
+    _pending.append((f"{fixturedef.argname} ({fixturedef.scope})", time.monotonic() - start))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "setup" and _pending:
+        outcome.get_result().user_properties.extend((FIXTURE, pending) for pending in _pending)
+        _pending.clear()
 
 
 def _fmt(seconds: float) -> str:
@@ -50,7 +69,9 @@ def pytest_terminal_summary(terminalreporter):
     totals = {phase: sum(m[phase] for m in _by_module.values()) for phase in PHASES}
     terminalreporter.section("time per phase (tests/infra/phases.py)")
     write(f"wall {_fmt(wall)}   setup {_fmt(totals['setup'])}   tests {_fmt(totals['call'])}   "
-          f"teardown {_fmt(totals['teardown'])}")
+          f"teardown {_fmt(totals['teardown'])}" + ("   (summed over workers)" if len(_workers) > 1 else ""))
+    if len(_workers) > 1:
+        write("busy per worker: " + "   ".join(f"{worker} {_fmt(busy)}" for worker, busy in sorted(_workers.items())))
     write(f"{'module':44} {'tests':>5} {'setup':>9} {'call':>9} {'teardown':>9} {'total':>9}")
     for module, phases in sorted(_by_module.items(), key=lambda item: -sum(item[1].values())):
         write(f"{module:44} {_tests[module]:5d} {_fmt(phases['setup'])} {_fmt(phases['call'])} "
