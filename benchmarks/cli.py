@@ -131,7 +131,8 @@ def bench_parser() -> argparse.ArgumentParser:
     out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
                      "steps with the framework's profiler on every rank and write, under DIR/<run id>/, each rank's trace "
                      "(rank-R.pt.trace.json; TensorFlow: rank-R.xplane.pb) and a summary (rank-R.summary.json: compute, communication, exposed "
-                     "communication, overlap, input, idle per step), referenced by the record's `trace`; not with --strategy ps")
+                     "communication, overlap, input, idle per step), referenced by the record's `trace`; under --strategy ps every worker "
+                     "and PS process profiles itself while the chief runs K+1 steps per worker (steps marked by their stamps)")
     out.add_argument("--trace-steps", type=integer, default=3, metavar="K", help="steps profiled by --trace (default: 3)")
     out.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     return p
@@ -207,9 +208,6 @@ def run_benchmark(argv: list[str]) -> int:
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
     config = config_of(args)
-    if args.trace is not None and strategies.get(config.strategy).gathers_at_chief:
-        raise UsageError(f"--trace: under --strategy {config.strategy} the chief schedules steps that run in other "
-                         "processes, which this version does not profile; --trace works with the other strategies")
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images

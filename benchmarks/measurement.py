@@ -211,6 +211,8 @@ class Measurement:
         self.backend.setup()
         if self.backend.serves_only:
             progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
+            if self.trace is not None:
+                self._serve_trace()
             self.rendezvous.allgather("done", None, wait_forever=True)
             return None
         device = self.backend.device_info()
@@ -271,7 +273,7 @@ class Measurement:
             },
         }
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
-            local["trace"] = self._trace(batches)
+            local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
         if self.tensorboard is not None:  # after the timed loops and the memory peaks
             from . import tensorboard
 
@@ -286,7 +288,7 @@ class Measurement:
             ranks = [1 + w for w in workers]
             checksums = [local["checksum"]]  # one copy of the variables, served to every worker
             memories = [local["memory"]]
-            traces = [local.get("trace")]
+            traces = local.get("trace")  # one per worker (--trace), in worker order
         else:
             everyone = self.rendezvous.allgather("result", local) if self.rendezvous else [local]
             if self.world.rank != 0:
@@ -339,6 +341,63 @@ class Measurement:
             progress(f"warning: --trace: {type(error).__name__}: {error}")
             return {"rank": rank, "error": f"{type(error).__name__}: {error}"}
         return summary
+
+    def _trace_served(self, batches) -> list[dict]:
+        """--trace under a strategy whose chief drives the workers (PS): every serving process profiles
+        itself while the chief runs K + 1 more steps per worker (the first a lead-in: a step starts
+        where the previous one ended); each worker splits its own steps, marked by their stamps, and
+        sends its summary (trace.summarize). Failures are reported per rank; the measurement stands."""
+        steps = self.trace["steps"]
+        progress(f"tracing {steps} steps per worker after the timed loops: {self._trace_dir()}")
+        self.rendezvous.allgather("trace-start", None)
+        self.rendezvous.allgather("trace-ready", None)
+        told: dict = {"stamps": None, "error": None}
+        try:
+            by_worker, _ = self.backend.worker_stamps(batches, steps + 1)
+            told["stamps"] = [by_worker.get(worker, []) for worker in range(self._num_workers())]
+        except Exception as error:  # noqa: BLE001 - the timed loops are measured already
+            if self.backend.is_out_of_memory(error):
+                raise
+            told["error"] = f"{type(error).__name__}: {error}"
+            progress(f"warning: --trace: {told['error']}")
+        self.rendezvous.allgather("trace-stop", told)
+        results = self.rendezvous.allgather("trace-result", None)
+        workers = sorted((peer["role"]["index"], rank) for rank, peer in enumerate(self.peers)
+                         if peer["role"]["kind"] == strategies.WORKER)
+        return [results[rank] for _, rank in workers]
+
+    def _serve_trace(self) -> None:
+        """A serving process's part of _trace_served: profile between the chief's start and stop;
+        a worker then summarises its steps from the chief's stamps of them."""
+        from . import trace
+
+        role, rank = self.backend.dist.role, self.world.rank
+        path = self._trace_dir() / f"rank-{rank}{self.backend.trace_suffix}"
+        handle, error, summary = None, None, None
+        self.rendezvous.allgather("trace-start", None, wait_forever=True)  # the chief's timed loops come first
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = self.backend.start_profiler(path)
+        except Exception as failure:  # noqa: BLE001 - reported in the record; the run goes on
+            error = f"{type(failure).__name__}: {failure}"
+        self.rendezvous.allgather("trace-ready", None)
+        told = self.rendezvous.allgather("trace-stop", None, wait_forever=True)[0]
+        if handle is not None:
+            try:
+                self.backend.stop_profiler(handle, path)
+                if role.kind == strategies.WORKER:
+                    if told["error"]:
+                        raise RuntimeError(f"the chief's traced steps failed: {told['error']}")
+                    summary = {**trace.summarize(path, rank, told["stamps"][role.index]),
+                               "summary_file": f"rank-{rank}.summary.json"}
+                    (path.parent / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+            except Exception as failure:  # noqa: BLE001
+                error = f"{type(failure).__name__}: {failure}"
+        if error is not None:
+            progress(f"warning: --trace: {error}")
+        if role.kind == strategies.WORKER and summary is None:
+            summary = {"rank": rank, "error": error}
+        self.rendezvous.allgather("trace-result", summary)
 
     def _flops(self, images_per_sec: float) -> dict:
         """Counted after the timed loops (never inside one); a count that fails leaves its reason."""

@@ -38,6 +38,7 @@ def loop_from_stamps(
     images_per_step: int,
     last_loss: object = None,
     losses: list | None = None,
+    fetch_started: list[float] | None = None,
 ) -> TimedLoop:
     """The one place clock stamps become a TimedLoop, for every strategy.
 
@@ -47,11 +48,15 @@ def loop_from_stamps(
     includes its wait for input; the input wait runs from the same point to the
     fetch. `resumed`, when given, is where the next step starts instead of this
     step's end: time spent between steps on something not measured (a progress
-    line) belongs to no step. The loop's wall time is the sum of its steps."""
+    line) belongs to no step. `fetch_started`, when given, is when each step began
+    fetching its batch, where that is not right after the previous step (TF PS: a
+    worker fetches once the chief's next step reached it, after the previous
+    step's push): the input wait runs from it, and the time before it stays in
+    the step. The loop's wall time is the sum of its steps."""
     steps, waits, begin = [], [], start
-    for stamp in stamps:
+    for index, stamp in enumerate(stamps):
         fetched, end = stamp[0], stamp[1]
-        waits.append(fetched - begin)
+        waits.append(fetched - (begin if fetch_started is None else max(begin, fetch_started[index])))
         steps.append(end - begin)
         begin = stamp[2] if len(stamp) > 2 else end
     return TimedLoop(

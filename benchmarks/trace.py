@@ -13,7 +13,15 @@ idle = the rest (the training thread waiting with nothing in flight that the tra
 
 TensorFlow's profiler writes an XSpace (.xplane.pb); its host plane is read here (the
 TensorFlow protobuf, no extra package) into the same events: ops of the executor threads are
-compute. GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
+compute, and a `_Recv` of a variable read on another task (a pull from a parameter server)
+is communication from its start to its completion (the executor's async start/done pair).
+
+Under --strategy ps the chief schedules each worker's steps, so no step marker runs on the
+worker: its steps come from the stamps the step takes on the worker's clock (fetch start and
+end, end, and `pushed`: when the parameter servers had applied the step's gradients, seen
+through a probe named PUSHED), on the same wall clock as the profiler's events. A step runs
+from the previous step's end to its own end, as in the timed loop, and the push of the
+previous step's gradients (transfer and the PS's update) is communication at its head. GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
 comm/comp overlap over the kernels), when it is installed. HTA 0.5.0 cannot analyse CPU-only
 traces (its breakdown indexes GPU kernels and fails; its overlap is NaN), so CPU traces are
 split here from the profiler's events: CPU ops of the training thread and the communication
@@ -23,19 +31,30 @@ events (gloo/NCCL/c10d, on any thread) as intervals. No framework is imported he
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's own step name: HTA finds steps by it too
 STEP_NAME = "ProfilerStep"  # how steps are found: TensorFlow's TraceMe keeps the name before '#'
 XPLANE_SUFFIX = ".xplane.pb"  # TensorFlow profiler's XSpace
 INPUT = "dlbench/input"
+PUSH = "dlbench/push"  # PS: the previous step's gradients pushed and applied (from the step's stamps)
+PUSHED = "dlbench_pushed"  # PS: the name of the probe op whose arrival on the worker stamps `pushed`
+PULL_SOURCE = "ReadVariableOp"  # a _Recv of this op's output: a variable pulled from the task holding it
+RECV_KERNELS = ("_Recv", "_HostRecv")
+ASYNC_START, ASYNC_DONE = "ExecutorState::ProcessAsync::Start", "ExecutorState::ProcessAsync::Done"
+TASK_ENVIRONMENT, PROFILE_START = "Task Environment", "profile_start_time"  # the XSpace's wall-clock origin
+OP_EVENT = re.compile(r"[^\s:]+:[A-Za-z_]\w*")  # an executor op: "node/name:OpType"
+# Runtime regions named like ops or not, which wrap a whole function call (they are not compute):
+# "EagerService:Enqueue" (a remote call), "EagerLocalExecute: fn", "KernelAndDeviceFunc::Run".
+RUNTIME_REGIONS = ("EagerService:",)
 PARTS = ("step_s", "compute_s", "communication_s", "exposed_communication_s", "overlap_s", "input_s", "idle_s")
 # Profiler event names of collectives (torch.distributed's c10d ops, gloo/NCCL's own spans).
 # Specific names only: a step function's own name may contain "allreduce".
 COMM_MARKERS = ("c10d::", "gloo:", "nccl:", "ncclKernel", "ncclDevKernel", "record_param_comms",
                 # TensorFlow: collective ops (MultiWorkerMirroredStrategy), NCCL ops, cross-task tensors
                 ":CollectiveReduce", ":CollectiveGather", ":CollectiveBcast", ":NcclAllReduce", ":_Recv", ":_Send",
-                "RecvTensor")
+                "RecvTensor", PUSH)
 
 
 def annotation(kind: str, index: int) -> str:
@@ -115,27 +134,76 @@ def event_steps(events: list[dict]) -> list[dict]:
     return [split_step(*span(step), compute, comm, inputs) for step in steps]
 
 
+def _stats(plane, event) -> dict:
+    """An XEvent's stats by name (a reference stat's value is the name it refers to)."""
+    names = plane.stat_metadata
+    return {names[stat.metadata_id].name: names[stat.ref_value].name if stat.ref_value
+            else (stat.str_value or stat.int64_value or stat.uint64_value) for stat in event.stats}
+
+
+def wall_clock_origin(space) -> int:
+    """What to add to the host lines' timestamps (ns) to put them on the wall clock (ns since the
+    epoch, as tf.timestamp's stamps): TensorFlow's profiler writes them relative to the session's
+    start (`profile_start_time` of its "Task Environment" plane); 0 when they are absolute already."""
+    start = 0
+    for plane in space.planes:
+        if plane.name == TASK_ENVIRONMENT:
+            start = next((s.uint64_value or s.int64_value for s in plane.stats
+                          if plane.stat_metadata[s.metadata_id].name == PROFILE_START), 0)
+    lines = [line.timestamp_ns for plane in space.planes if plane.name.startswith("/host:") for line in plane.lines]
+    return start if lines and max(lines) < start else 0
+
+
 def load_xspace(path: str | Path) -> tuple[list[dict], bool]:
-    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds): the host plane's
-    TraceMe regions (steps, input) and the ops its executor threads ran ("name:OpType"); and
+    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds on the wall clock): the
+    host plane's TraceMe regions (steps, input), the ops its executor threads ran ("name:OpType";
+    not tf.data's threads, not the runtime's regions that wrap a whole function call), and each
+    pull (a `_Recv` of a ReadVariableOp's output: async, from its start to its done event); and
     whether it has GPU planes (whose kernels this host-side split does not see)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
     space.ParseFromString(Path(path).read_bytes())
     events = []
+    started, done = {}, {}  # async ops: producer id -> (start, name); consumer id -> end
+    origin = wall_clock_origin(space)
     for plane in space.planes:
         if not plane.name.startswith("/host:"):
             continue
         for line in plane.lines:
-            executor = line.name.startswith("tf_")
+            executor = line.name.startswith("tf_") and not line.name.startswith("tf_data")  # tf.data: input, in the background
             for event in line.events:
                 name = plane.event_metadata[event.metadata_id].name
-                op = executor and ":" in name
+                ts, dur = (origin + line.timestamp_ns) / 1e3 + event.offset_ps / 1e6, event.duration_ps / 1e6
+                if name in (ASYNC_START, ASYNC_DONE):
+                    stats = _stats(plane, event)
+                    if name == ASYNC_DONE:
+                        done[stats.get("_c")] = ts + dur
+                    elif stats.get("kernel_type") in RECV_KERNELS and PULL_SOURCE in str(stats.get("name", "")):
+                        started[stats.get("_p")] = (ts, f"{stats['name']}:{stats['kernel_type']}")
+                    continue
+                op = executor and OP_EVENT.fullmatch(name) is not None and not name.startswith(RUNTIME_REGIONS)
                 events.append({"name": name, "ph": "X", "tid": line.id, "cat": "cpu_op" if op else "user_annotation",
-                               "any_thread": op, "ts": line.timestamp_ns / 1e3 + event.offset_ps / 1e6,
-                               "dur": event.duration_ps / 1e6})
+                               "any_thread": op, "ts": ts, "dur": dur})
+    for key, (ts, name) in started.items():
+        if key in done:
+            events.append({"name": name, "ph": "X", "tid": "async", "cat": "async", "ts": ts, "dur": done[key] - ts})
     return events, any(plane.name.startswith("/device:GPU") for plane in space.planes)
+
+
+def stamp_events(stamps: list[list[float]]) -> list[dict]:
+    """A PS worker's steps as events, from its step stamps (fetch start, fetch end, end, pushed; seconds
+    on the worker's wall clock): step i from step i-1's end to its own, its input fetch, and the push of
+    step i-1's gradients at its head. The first stamped step is the lead-in: it only says where the
+    second begins, so len(stamps) - 1 steps come out."""
+    span = lambda name, start, end: {"name": name, "ph": "X", "tid": "stamps", "cat": "user_annotation",  # noqa: E731
+                                     "ts": start * 1e6, "dur": max(end - start, 0.0) * 1e6}
+    events = []
+    for index in range(1, len(stamps)):
+        (_, _, previous_end, pushed), (fetch_start, fetch_end, end, _) = stamps[index - 1], stamps[index]
+        events += [span(f"{STEP_PREFIX}{index - 1}", previous_end, end), span(INPUT, fetch_start, fetch_end),
+                   span(PUSH, previous_end, pushed)]
+    return events
 
 
 # -- GPU traces: HolisticTraceAnalysis ---------------------------------------------------------------
@@ -168,8 +236,13 @@ def mean_step(steps: list[dict]) -> dict:
     return {part: sum(step[part] for step in steps) / len(steps) for part in PARTS}
 
 
-def summarize(path: str | Path, rank: int) -> dict:
-    """The per-rank summary written next to the trace and carried in the record (trace.ranks[])."""
+STAMPED_NOTE = ("steps from the chief's step stamps on this worker's clock (a PS worker runs no step marker); "
+                "communication: pulls (variable reads from the PS) and the previous step's push until the PS applied it")
+
+
+def summarize(path: str | Path, rank: int, stamps: list[list[float]] | None = None) -> dict:
+    """The per-rank summary written next to the trace and carried in the record (trace.ranks[]).
+    `stamps`: a PS worker's step stamps (stamp_events), which mark its steps in place of markers."""
     path = Path(path)
     source, note = "profiler-events", None
     if path.name.endswith(XPLANE_SUFFIX):
@@ -178,6 +251,9 @@ def summarize(path: str | Path, rank: int) -> dict:
             note = "TensorFlow on a GPU: host-side split (op launch times), GPU kernels not analysed"
     else:
         events = load_events(path)
+    if stamps is not None:
+        events = [e for e in events if not e["name"].startswith(STEP_NAME) and e["name"] != INPUT] + stamp_events(stamps)
+        note = "; ".join(n for n in (note, STAMPED_NOTE) if n)
     steps = event_steps(events)
     if has_gpu_kernels(events):
         try:

@@ -535,12 +535,13 @@ GRADIENT_BYTES_PER_PARAMETER = 4  # float32 gradients (autocast keeps master gra
 
 @dataclass
 class Predicted:
-    """All-reduce of the model's gradients as the comm microbenchmark predicts it."""
+    """One step's exchange of the model's gradients (all-reduce, or PS push/pull) as the comm
+    microbenchmark predicts it."""
 
     seconds: float
     nbytes: int
     busbw_gbps: float
-    how: str  # "gradients" (the buckets measured as such) or "allreduce at SIZE"
+    how: str  # "gradient buckets", "all-reduce busbw at SIZE", or "pull+push of every variable"
     run: str  # the comm record's run_id prefix
 
 
@@ -580,6 +581,11 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _mean_or_none(values: list[float | None]) -> float | None:
+    """The mean, or None where a part does not apply (straggler wait of asynchronous strategies)."""
+    return None if any(v is None for v in values) else _mean(values)
+
+
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
@@ -594,31 +600,39 @@ def traced_ranks(record: dict) -> list[dict]:
 
 
 def trace_parts(record: dict) -> dict | None:
-    """Per-step parts from a record's traces. Per profiled step, the slowest rank (most compute) is
-    the one the others wait for, so the step is its step: straggler wait = its compute - the median
-    rank's compute, compute = the median rank's, exposed communication and idle = its own (it waits
-    least for the others, so its exposed communication is the transfer itself). These add up to its
-    step minus its traced input fetch. The profiler stretches traced steps, so every part is scaled
-    by timed step / traced step (`stretch` = the inverse, shown in the report)."""
+    """Per-step parts from a record's traces, scaled to the timed step.
+
+    Synchronous strategies: per profiled step, the slowest rank (most compute) is the one the
+    others wait for, so the step is its step: straggler wait = its compute - the median rank's
+    compute, compute = the median rank's, exposed communication and idle = its own (it waits
+    least for the others, so its exposed communication is the transfer itself). These add up to
+    its step minus its traced input fetch. Asynchronous ones (PS): no worker waits for another
+    and the timed step is every worker's mean, so each part is the mean over workers of their
+    mean step, and straggler wait does not apply (None). The profiler stretches traced steps, so
+    every part is scaled by timed step / traced step (`stretch` = the inverse, in the report)."""
     ranks = traced_ranks(record)
     if not ranks:
         return None
-    num_steps = min(len(r["steps"]) for r in ranks)
-    per_step = []
-    for index in range(num_steps):
-        steps = [r["steps"][index] for r in ranks]
-        computes = [s["compute_s"] for s in steps]
-        slowest = max(steps, key=lambda s: s["compute_s"])
-        per_step.append({
-            "step": slowest["step_s"],
-            "straggler_wait": slowest["compute_s"] - _median(computes),
-            "exposed_communication": slowest["exposed_communication_s"],
-            "compute": _median(computes),
-            "idle": slowest["idle_s"],
-        })
+    if strategies.get(record["config"]["strategy"]).synchronous:
+        per_step = []
+        for index in range(min(len(r["steps"]) for r in ranks)):
+            steps = [r["steps"][index] for r in ranks]
+            computes = [s["compute_s"] for s in steps]
+            slowest = max(steps, key=lambda s: s["compute_s"])
+            per_step.append({
+                "step": slowest["step_s"],
+                "straggler_wait": slowest["compute_s"] - _median(computes),
+                "exposed_communication": slowest["exposed_communication_s"],
+                "compute": _median(computes),
+                "idle": slowest["idle_s"],
+            })
+    else:
+        per_step = [{"step": r["mean"]["step_s"], "exposed_communication": r["mean"]["exposed_communication_s"],
+                     "compute": r["mean"]["compute_s"], "idle": r["mean"]["idle_s"]} for r in ranks]
     traced_step = _mean([p["step"] for p in per_step])
     scale = record["step_time_s"]["mean"] / traced_step
     parts = {name: scale * _mean([p[name] for p in per_step]) for name in per_step[0] if name != "step"}
+    parts.setdefault("straggler_wait", None)
     parts["stretch"] = 1 / scale
     fractions = [r["overlap_fraction"] for r in ranks if r.get("overlap_fraction") is not None]
     parts["overlap_fraction"] = _mean(fractions) if fractions else None
@@ -630,33 +644,45 @@ def gradient_bytes(record: dict) -> int | None:
     return parameters * GRADIENT_BYTES_PER_PARAMETER if parameters else None
 
 
-def predicted_allreduce(record: dict, comm_records: list[dict]) -> Predicted | None:
-    """The gradient all-reduce time at this world size from `bench comm` records of the same
-    framework, device kind and backend: its `gradients` row for the same model when there is one,
-    else the all-reduce row nearest in size (at or above the gradient bytes) at its busbw."""
+def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | None:
+    """One step's exchange at this world size from the latest `bench comm` record of the same framework,
+    device kind and backend (the one the training strategy uses), at as many ranks as it has workers.
+    All-reduce: the `gradients` row when it sent exactly the model's gradient bytes, else the
+    all-reduce row nearest in size (at or above the gradient bytes) at its busbw. Parameter
+    servers: the `ps_step` row of the same model, image size, PS count and placement."""
     from benchmarks.comm.cli import default_backend
     from benchmarks.comm.metrics import bus_factor, format_size
 
+    cfg = record["config"]
+    strategy = strategies.get(cfg["strategy"])
     nbytes = gradient_bytes(record)
     workers = record["world"]["workers"]
     kind = device_kind(record)
-    backend = default_backend(record["config"]["framework"], record["config"]["strategy"], kind, lambda: kind == "gpu")
+    backend = default_backend(cfg["framework"], cfg["strategy"], kind, lambda: kind == "gpu")
     matching = [c for c in comm_records if c["status"] == "ok" and c.get("correct")
-                and c["config"]["framework"] == record["config"]["framework"] and device_kind(c) == kind]
+                and c["config"]["framework"] == cfg["framework"] and device_kind(c) == kind]
     if nbytes is None:
         return None
+    same_ps = lambda c: all(c["config"].get(f) == cfg[f] for f in ("model", "image_size", "num_ps", "ps_placement"))  # noqa: E731
     for comm in sorted(matching, key=lambda c: c["timestamp_utc"], reverse=True):
         rows = [row for row in comm["results"] if row["backend"] == backend and row["ranks"] == workers]
-        exact = [row for row in rows if row["op"] == "gradients" and comm["config"]["model"] == record["config"]["model"]]
+        run = comm["run_id"][:ID_PREFIX]
+        if strategy.uses_ps:
+            exact = [row for row in rows if row["op"] == strategy.exchange_op and same_ps(comm)]
+            if exact:
+                row = exact[0]
+                return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "pull+push of every variable", run)
+            continue
+        exact = [row for row in rows if row["op"] == strategy.exchange_op and row["bytes"] == nbytes
+                 and comm["config"]["model"] == cfg["model"]]
         if exact:
             row = exact[0]
-            return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "gradient buckets", comm["run_id"][:ID_PREFIX])
+            return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "gradient buckets", run)
         sized = sorted((row for row in rows if row["op"] == "allreduce" and row["busbw_gbps"] > 0), key=lambda r: r["bytes"])
         if sized:
             row = next((r for r in sized if r["bytes"] >= nbytes), sized[-1])
             algbw = row["busbw_gbps"] / bus_factor("allreduce", workers) * 1e9
-            return Predicted(nbytes / algbw, nbytes, row["busbw_gbps"], f"all-reduce busbw at {format_size(row['bytes'])}",
-                             comm["run_id"][:ID_PREFIX])
+            return Predicted(nbytes / algbw, nbytes, row["busbw_gbps"], f"all-reduce busbw at {format_size(row['bytes'])}", run)
     return None
 
 
@@ -691,7 +717,8 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
         parts["input_wait"] = input_wait
         overlap = None
         if traced_n:
-            at_n = {name: _mean([p[name] for p in traced_n]) for name in ("exposed_communication", "straggler_wait", "compute", "idle")}
+            at_n = {name: _mean_or_none([p[name] for p in traced_n])
+                    for name in ("exposed_communication", "straggler_wait", "compute", "idle")}
             if traced_1:
                 at_1 = {name: _mean([p[name] for p in traced_1]) for name in ("exposed_communication", "compute", "idle")}
             else:  # no trace at 1 worker: its whole step but the input wait counts as compute
@@ -703,15 +730,13 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
             overlaps = [p["overlap_fraction"] for p in traced_n if p["overlap_fraction"] is not None]
             overlap = _mean(overlaps) if overlaps else None
         stretch = tuple(_mean([p["stretch"] for p in side]) if side else None for side in (traced_n, traced_1))
-        out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_allreduce(members[0], comm_records),
+        out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_transfer(members[0], comm_records),
                                overlap, stretch, ids(members), ids(twins)))
     return out
 
 
 def verdict(loss: ScalingLoss) -> str:
     """One sentence: the largest share of the lost time, with the microbenchmark's view of it."""
-    from benchmarks.comm.metrics import format_size
-
     where = f"at {loss.workers} workers"
     measured = {name: value for name, value in loss.parts.items() if value is not None}
     if loss.loss <= 0:
@@ -722,13 +747,17 @@ def verdict(loss: ScalingLoss) -> str:
         return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input wait "
                 f"and the rest is not split (no --trace records on both sides).")
     name = max(measured, key=lambda n: measured[n])
-    sentence = f"{where}, {100 * measured[name] / loss.loss:.0f}% of the lost {1e3 * loss.loss:.1f} ms/step is {LOSS_LABELS[name]}"
+    strategy = strategies.get(loss.key["strategy"])
+    exchange = strategy.exchange
+    label = f"{LOSS_LABELS[name]} ({exchange})" if name == "exposed_communication" else LOSS_LABELS[name]
+    sentence = f"{where}, {100 * measured[name] / loss.loss:.0f}% of the lost {1e3 * loss.loss:.1f} ms/step is {label}"
     if name == "exposed_communication" and loss.predicted is not None:
         p = loss.predicted
-        sentence += (f" (all-reduce of {format_size(p.nbytes)} at {p.busbw_gbps:.2f} GB/s busbw: "
-                     f"{1e3 * p.seconds:.1f} ms predicted, {fmt_fraction(loss.overlap_fraction)} of it hidden under compute)")
+        rate = f"{p.busbw_gbps:.2f} GB/s {'per worker' if strategy.uses_ps else 'busbw'}"
+        sentence += (f"; predicted {exchange}: {p.nbytes / 2**20:.1f} MiB at {rate} in {1e3 * p.seconds:.1f} ms, "
+                     f"{fmt_fraction(loss.overlap_fraction)} of the communication traced hidden under compute")
     elif loss.parts.get("exposed_communication") is not None and name != "exposed_communication":
-        sentence += f"; exposed communication is {100 * loss.parts['exposed_communication'] / loss.loss:.0f}%"
+        sentence += f"; exposed communication ({exchange}) is {100 * loss.parts['exposed_communication'] / loss.loss:.0f}%"
     return sentence + "."
 
 
@@ -736,16 +765,23 @@ def fmt_fraction(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
+NETWORK_OPS = ("allreduce", "pingpong", "pull", "push")  # ops measured over message sizes
+
+
 def network_series(comm_records: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """(op, label) -> rows by size, for all-reduce and ping-pong, from the latest ok record of
-    each (framework, backend, op, world size, device kind)."""
+    """(op, label) -> rows by size, for all-reduce, ping-pong and PS pull/push (over the model's
+    variable sizes), from the latest ok record of each (framework, backend, op, world size, PS
+    count, device kind)."""
     latest: dict[tuple, tuple[str, list[dict]]] = {}
     for comm in sorted((c for c in comm_records if c["status"] == "ok"), key=lambda c: c["timestamp_utc"]):
-        for op in ("allreduce", "pingpong"):
+        num_ps = comm["config"].get("num_ps", 0)
+        for op in NETWORK_OPS:
             for backend in sorted({row["backend"] for row in comm["results"] if row["op"] == op}):
                 rows = sorted((row for row in comm["results"] if row["op"] == op and row["backend"] == backend),
                               key=lambda row: row["bytes"])
                 world = comm["world"]["workers"]
-                label = f"{op} {comm['config']['framework']}/{backend} n={world} {device_kind(comm)} ({comm['run_id'][:ID_PREFIX]})"
-                latest[(comm["config"]["framework"], backend, op, world, device_kind(comm))] = (label, rows)
+                servers = f" ps={num_ps}" if num_ps else ""
+                label = (f"{op} {comm['config']['framework']}/{backend} n={world}{servers} {device_kind(comm)} "
+                         f"({comm['run_id'][:ID_PREFIX]})")
+                latest[(comm["config"]["framework"], backend, op, world, num_ps, device_kind(comm))] = (label, rows)
     return {(key[2], label): rows for key, (label, rows) in sorted(latest.items())}

@@ -106,6 +106,11 @@ def test_every_comm_field_is_documented():
     (["--framework", "torch", "comm", "--max-bytes", "huge"], "not a size"),
     (["--framework", "torch", "comm", "--min-bytes", "1M", "--max-bytes", "4K"], "above --max-bytes"),
     (["--framework", "torch", "comm", "--strategy", "ps", "--num-ps", "1"], "tensorflow only"),
+    (["--framework", "tensorflow", "comm", "--strategy", "ps"], "needs --num-ps 1 or more"),
+    (["--framework", "tensorflow", "comm", "--backend", "ps"], "goes with its own strategy only"),
+    (["--framework", "tensorflow", "comm", "--strategy", "ps", "--num-ps", "1", "--ops", "allreduce"], "unknown allreduce"),
+    (["--framework", "tensorflow", "comm", "--strategy", "ps", "--num-ps", "1"], "needs at least 3 processes"),
+    (["--framework", "tensorflow", "comm", "--model", "alexnet", "--image-size", "8"], "too small for alexnet"),
 ])
 def test_bad_input_is_one_line(args, message):
     result = bench(*args, timeout=60)

@@ -150,3 +150,22 @@ def test_two_rank_horovod_run(horovod_images, mpi, launcher, extra, framework, e
     assert rec["replicas"]["in_sync"] is True
     assert rec["throughput"]["total_images"] == 8  # 2 ranks x 2 batches x batch 2
     assert rec["provenance"]["image"] == image
+
+
+def test_horovod_comm_in_its_image(horovod_images):
+    """`bench comm --backend horovod` for real in the Open MPI image under horovodrun (gloo): a busbw
+    table, every result checked on both ranks, one schema-valid comm record (issue 12)."""
+    from benchmarks.comm import record as comm_record
+
+    p = in_image(horovod_images["openmpi"], "benchrun", "launch", "--launcher", "horovodrun", "-n", "2",
+                 "--bench-command", "bench", "--timeout", "240", "--", "--framework", "torch", "comm",
+                 "--backend", "horovod", "--max-bytes", "4M", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1",
+                 "--json", *ports(), timeout=RUN_TIMEOUT)
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
+    (rec,) = records(p.stdout)
+    assert comm_record.validate(rec) == rec and rec["kind"] == "comm"
+    assert rec["status"] == "ok" and rec["correct"] and rec["config"]["backend"] == "horovod"
+    assert rec["world"]["workers"] == 2 and rec["world"]["launcher"] == "horovodrun"
+    assert {row["op"] for row in rec["results"]} == {"allreduce", "gradients"}  # Horovod has no send/recv: no ping-pong
+    assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in rec["results"])
+    assert "avg allreduce busbw" in p.stdout + p.stderr

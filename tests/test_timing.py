@@ -1,5 +1,7 @@
 import itertools
 
+import pytest
+
 from benchmarks import timing
 
 
@@ -37,6 +39,11 @@ def test_loop_from_stamps_is_the_one_step_definition():
     assert loop.step_times_s == [2.0, 1.0, 2.0]  # each from the previous end (the first from the start)
     assert loop.input_wait_s == [0.5, 0.25, 0.75]
     assert loop.wall_time_s == 5.0 and loop.images == 6
+    # TF PS: a worker starts fetching only once the chief's next step reached it (12.1, 13.5): the
+    # time before stays in the step, the input wait is the fetch alone
+    ps = timing.loop_from_stamps(10.0, [(10.5, 12.0), (12.25, 13.0), (13.75, 15.0)], images_per_step=2,
+                                 fetch_started=[10.0, 12.1, 13.5])
+    assert ps.step_times_s == [2.0, 1.0, 2.0] and ps.input_wait_s == pytest.approx([0.5, 0.15, 0.25])
 
 
 def test_merge_loops_keeps_workers_and_uses_the_slowest_wall():

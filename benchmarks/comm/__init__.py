@@ -14,6 +14,7 @@ BACKENDS = {
     "mpi": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
     "horovod": ("torch", "benchmarks.comm.horovod_comm:HorovodBackend"),
     "collective": ("tensorflow", "benchmarks.comm.tf_collective:TFCollectiveBackend"),
+    "ps": ("tensorflow", "benchmarks.comm.tf_ps_comm:TFPsBackend"),
 }
 
 

@@ -24,6 +24,7 @@ class CommOptions:
     warmup_iters: int = 5
     iters: int = 20
     model: str = "resnet50"
+    image_size: int | None = None  # the model's input size (TensorFlow's dense layers depend on it); None: its default
     device: str = "auto"
     strategy: str = "none"
     num_ps: int = 0

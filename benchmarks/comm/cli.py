@@ -48,9 +48,12 @@ def comm_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-iters", type=integer, default=5, help="untimed operations per size (default: 5, as nccl-tests)")
     p.add_argument("--iters", type=integer, default=20, help="timed operations per size (default: 20, as nccl-tests)")
     p.add_argument("--model", default="resnet50", help=f"whose gradient buckets / variables to send: {choices(MODELS)}")
+    p.add_argument("--image-size", type=integer, help="input size the model is built for (TensorFlow: its dense layers' "
+                   "sizes depend on it, as in training; default: the model's own); torchvision models do not depend on it")
     p.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto)")
-    p.add_argument("--strategy", default="none", help="none, or ps: push/pull to TensorFlow parameter servers")
-    p.add_argument("--num-ps", type=integer, default=0, help="parameter servers (--strategy ps; benchrun passes it)")
+    p.add_argument("--strategy", default="none", help="none, or ps: pull/push of --model's variables through TensorFlow "
+                   "parameter servers (process 0 the chief, then the workers, then --num-ps PS, as training)")
+    p.add_argument("--num-ps", type=integer, default=0, help="parameter servers (--strategy ps)")
     p.add_argument("--ps-placement", default="round-robin", help=f"{choices(PS_PLACEMENTS)} (default: round-robin)")
     p.add_argument("--worker-port", type=integer, default=2220)
     p.add_argument("--ps-port", type=integer, default=2230)
@@ -108,13 +111,15 @@ def options_from(args):
         raise UsageError(f"--backend {backend} goes with its own strategy only, not --strategy {strategy.name}")
     if strategy.comm_backend and backend != strategy.comm_backend:
         raise UsageError(f"--strategy {strategy.name} measures --backend {strategy.comm_backend} (and only it)")
-    if backend not in BACKENDS:
-        raise UsageError(f"no {backend!r} comm backend in this version (choices: {choices(BACKENDS)})")
     valid_ops = strategy.comm_ops
     ops = tuple(o.strip() for o in args.ops.split(",") if o.strip()) if args.ops else valid_ops
     bad = [o for o in ops if o not in valid_ops]
     if bad or not ops:
         raise UsageError(f"--ops {args.ops!r}: unknown {choices(bad) or 'empty'} (choices: {choices(valid_ops)})")
+    spec = MODELS[args.model]
+    image_size = spec.default_image_size if args.image_size is None else args.image_size
+    if image_size < spec.min_image_size:
+        raise UsageError(f"--image-size {image_size} is too small for {args.model} (minimum {spec.min_image_size})")
     for flag in ("iters", "min_bytes", "max_bytes"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
@@ -135,7 +140,7 @@ def options_from(args):
     require_installed(framework)
     return CommOptions(framework=framework, backend=backend, ops=ops, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, step_factor=args.step_factor, warmup_iters=args.warmup_iters,
-                       iters=args.iters, model=args.model, device=args.device, strategy=args.strategy,
+                       iters=args.iters, model=args.model, image_size=image_size, device=args.device, strategy=args.strategy,
                        num_ps=args.num_ps, ps_placement=args.ps_placement, worker_port=args.worker_port,
                        ps_port=args.ps_port, rendezvous_port=args.rendezvous_port,
                        rendezvous_timeout=args.timeout or 300.0, timeout=args.timeout)

@@ -53,6 +53,7 @@ class CommMeasurement:
         self.backend: CommBackend | None = None
         self.rows: list[dict] = []  # process 0: finished rows
         self.gradients: dict | None = None
+        self.placement: list[dict] | None = None  # --strategy ps: variables and bytes per PS
         self.wrong_messages: list[str] = []
         self.started = time.monotonic()
         self.lock = threading.Lock()
@@ -104,15 +105,17 @@ class CommMeasurement:
             progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
             self.rendezvous.allgather("done", None, wait_forever=True)
             return None
+        gathers_at_chief = strategies.get(self.options.strategy).gathers_at_chief
         try:
             for op in self.options.ops:
                 getattr(self, f"_op_{op}")()
         finally:
-            if self.rendezvous is not None and strategies.get(self.options.strategy).gathers_at_chief:
+            if self.rendezvous is not None and gathers_at_chief:  # release the serving processes
                 self.rendezvous.allgather("done", None)
             backend.close()
         if self.rendezvous is not None:
-            self.gather("end", None)
+            if not gathers_at_chief:  # the serving processes have gone after "done"
+                self.gather("end", None)
             self.rendezvous.close()
         if self.world.rank != 0:
             return None
@@ -221,7 +224,7 @@ class CommMeasurement:
             row.update(ranks=n, buckets=buckets)
             self._add(row, sum(e["wrong"] for e in everyone), f"gradients of {self.options.model}")
 
-    # PS operations are driven by the chief through the backend (benchmarks.comm.tf_ps).
+    # PS operations: the chief drives every worker (benchmarks.comm.tf_ps_comm); each worker stamps its own.
     def _op_pull(self) -> None:
         self._ps_rows("pull")
 
@@ -232,8 +235,38 @@ class CommMeasurement:
         self._ps_rows("ps_step")
 
     def _ps_rows(self, op: str) -> None:
-        for row, wrong, what in self.backend.ps_rows(op, self):
-            self._add(row, wrong, what)
+        """pull/push: one row per distinct variable size of the model within --min-bytes..--max-bytes
+        (its first variable of that size, on the PS that holds it); ps_step: one row, every variable."""
+        backend, opts = self.backend, self.options
+        sizes = backend.variable_sizes()
+        workers = backend.num_workers
+        if self.gradients is None:
+            self.gradients = {"model": opts.model, "rule": backend.rule(), "bucket_bytes": [b for b, _ in sizes],
+                              "total_bytes": sum(b for b, _ in sizes)}
+            self.placement = backend.placement()
+        if op == "ps_step":
+            groups = [tuple(range(len(sizes)))]
+        else:
+            first = {}
+            for index, (nbytes, _) in enumerate(sizes):
+                if opts.min_bytes <= nbytes <= opts.max_bytes:
+                    first.setdefault(nbytes, index)
+            groups = [(first[nbytes],) for nbytes in sorted(first)]
+        progress(f"{op}: {len(groups)} {'step' if op == 'ps_step' else 'variable sizes'}, {workers} worker(s), "
+                 f"{opts.num_ps} PS ({opts.ps_placement})")
+        for indices in groups:
+            wrong = backend.check(op, indices)
+            for _ in range(opts.warmup_iters):
+                backend.transfer(op, indices)
+            per_iteration = [backend.transfer(op, indices) for _ in range(opts.iters)]
+            nbytes = sum(sizes[i][0] for i in indices)
+            row = metrics.timing_row(op, nbytes, [list(times) for times in zip(*per_iteration)], workers)
+            if op == "ps_step":
+                row.update(buckets=[sizes[i][0] for i in indices], peer=f"{workers} worker(s) <-> {opts.num_ps} PS")
+            else:
+                row.update(peer=f"{workers} worker(s) <-> ps {sizes[indices[0]][1]}")
+            row["ranks"] = workers
+            self._add(row, wrong, f"{op} {metrics.format_size(nbytes)}")
 
     # -- records ---------------------------------------------------------------------------------
 
@@ -262,7 +295,7 @@ class CommMeasurement:
         return comm_record.validate({
             "run_id": self.base["run_id"], "timestamp_utc": self.base["timestamp_utc"], "status": status,
             "error": error, "config": self.options.as_dict(), "world": self.world_section(), "results": rows,
-            "gradients": self.gradients, "correct": not self.wrong_messages and status == "ok",
+            "gradients": self.gradients, "placement": self.placement, "correct": not self.wrong_messages and status == "ok",
             "duration_s": time.monotonic() - self.started,
             "provenance": {**self.base["provenance"], "framework": framework},
         })

@@ -12,9 +12,9 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from ..record import Provenance, StatsRecord, WorldInfo, _Model, titled_schema
+from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
-COMM_SCHEMA_VERSION = "1.1"
+COMM_SCHEMA_VERSION = "1.2"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
 KIND = "comm"
 
@@ -35,6 +35,7 @@ class CommConfig(_Model):
     warmup_iters: int
     iters: int
     model: str = Field(description="model whose gradient buckets / variables are communicated")
+    image_size: Optional[int] = Field(default=None, description="input size the model's variables were built for (TensorFlow; 1.2)")
     device: Literal["auto", "cpu", "gpu"]
     strategy: Literal["none", "ps"]
     num_ps: int
@@ -49,7 +50,7 @@ class CommConfig(_Model):
 class CommRow(_Model):
     op: Literal["allreduce", "pingpong", "gradients", "pull", "push", "ps_step"]
     backend: str
-    bytes: int = Field(description="message size; for gradients/ps_step the sum over buckets/variables")
+    bytes: int = Field(description="message size; for gradients/ps_step the sum over buckets/variables (per worker)")
     elements: int
     iterations: int
     time_s: float = Field(description="mean time of one operation (nccl-tests: per-rank mean, averaged over ranks)")
@@ -61,12 +62,12 @@ class CommRow(_Model):
     wrong: int = Field(description="elements that differed from the expected result, summed over ranks")
     ranks: int = Field(description="ranks taking part in this operation")
     buckets: Optional[list[int]] = Field(default=None, description="gradients/ps_step: the byte sizes communicated")
-    peer: Optional[str] = Field(default=None, description="pingpong: 'RANK<->RANK'; push/pull: 'worker W <-> ps P'")
+    peer: Optional[str] = Field(default=None, description="pingpong: 'RANK<->RANK'; pull/push: 'N worker(s) <-> ps P'; ps_step: 'N worker(s) <-> P PS'")
 
 
 class Gradients(_Model):
     model: str
-    rule: str = Field(description="how gradients are grouped into the buckets all-reduced")
+    rule: str = Field(description="how gradients are grouped into the buckets all-reduced (--strategy ps: which variables are sent)")
     bucket_bytes: list[int]
     total_bytes: int
 
@@ -77,7 +78,7 @@ class CommError(_Model):
 
 
 class CommRecord(_Model):
-    schema_version: Literal["1.1"] = COMM_SCHEMA_VERSION
+    schema_version: Literal["1.2"] = COMM_SCHEMA_VERSION
     kind: Literal["comm"] = KIND
     run_id: str
     timestamp_utc: str
@@ -87,6 +88,7 @@ class CommRecord(_Model):
     world: WorldInfo
     results: list[CommRow] = Field(description="one row per operation and message size, in the order measured")
     gradients: Optional[Gradients]
+    placement: Optional[list[PsLoad]] = Field(default=None, description="--strategy ps: variables and bytes per parameter server, read back from where TensorFlow put them (1.2)")
     correct: bool = Field(description="every checked result held the expected values on every rank")
     duration_s: float
     provenance: Provenance

@@ -21,6 +21,9 @@ def lines(record: dict) -> list[str]:
             note = f"{len(row['buckets'])} messages: one step of {(record.get('gradients') or {}).get('model', '?')}"
         elif row["op"] == "pingpong":
             note = f"one-way latency, ranks {row['peer']}"
+        elif row["op"] == "ps_step":
+            note = (f"{len(row['buckets'])} variables of {(record.get('gradients') or {}).get('model', '?')} pulled, "
+                    f"then pushed: {row['peer']}")
         out.append(f"  {row['op']:>10} {row['bytes']:>12} {row['elements']:>11} {row['time_s'] * 1e6:>11.1f} "
                    f"{row['algbw_gbps']:>8.3f} {row['busbw_gbps']:>8.3f} {row['wrong']:>7}  {note}")
     allreduce = [r for r in record["results"] if r["op"] == "allreduce"]
@@ -28,6 +31,11 @@ def lines(record: dict) -> list[str]:
         average = sum(r["busbw_gbps"] for r in allreduce) / len(allreduce)
         peak = max(allreduce, key=lambda r: r["busbw_gbps"])
         out.append(f"# avg allreduce busbw: {average:.3f} GB/s; peak {peak['busbw_gbps']:.3f} GB/s at {peak['bytes']} B")
+    if record.get("placement"):
+        out.append("# placement (" + cfg["ps_placement"] + "): " + ", ".join(
+            f"ps {load['ps']}: {load['variables']} variables, {load['bytes'] / 2**20:.1f} MiB" for load in record["placement"]))
+        out.append("# pull/push/ps_step: every worker at once; time = each worker's own stamps (its transfer only), "
+                   "averaged over workers")
     if record["status"] != "ok":
         out.append(f"# status: {record['status']}: {record['error']['message']}")
     else:

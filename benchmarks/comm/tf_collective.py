@@ -21,12 +21,13 @@ def implementation(gpus: int):
     return options.NCCL if gpus else options.RING
 
 
-def model_gradient_bytes(model: str) -> list[int]:
-    """Bytes of each trainable variable of the Keras model, in backward (reverse) order."""
+def model_gradient_bytes(model: str, image_size: int | None = None) -> list[int]:
+    """Bytes of each trainable variable of the Keras model built for `image_size` (None: the
+    model's default), in backward (reverse) order."""
     from ..config import MODELS
     from ..frameworks import keras_models
 
-    size = MODELS[model].default_image_size
+    size = image_size or MODELS[model].default_image_size
     network = keras_models.build(model, (size, size, 3), 1000, model == "inception3")
     return [int(np.prod(v.shape)) * 4 for v in reversed(network.trainable_variables)]
 
@@ -92,6 +93,6 @@ class TFCollectiveBackend(CommBackend):
             tf.test.experimental.sync_devices()
 
     def gradient_buckets(self, model: str) -> tuple[list[int], str]:
-        return (model_gradient_bytes(model),
+        return (model_gradient_bytes(model, self.options.image_size),
                 "every gradient in one all_reduce call, packed by MultiWorkerMirroredStrategy "
                 "(CommunicationOptions bytes_per_pack=0: TF's automatic packing)")

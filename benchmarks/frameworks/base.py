@@ -111,6 +111,19 @@ class Framework(ABC):
         loops), marked with timing.run_steps' `annotate`, and write its trace to `path`."""
         raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this version")
 
+    def start_profiler(self, path) -> object:
+        """Start the profiler in a process whose steps someone else schedules (a PS-mode worker or
+        PS, bench --trace); stop_profiler(handle, path) writes its trace to `path`."""
+        raise NotImplementedError(f"--trace: {self.name} cannot profile a serving process")
+
+    def stop_profiler(self, handle, path) -> None:
+        raise NotImplementedError(f"--trace: {self.name} cannot profile a serving process")
+
+    def worker_stamps(self, batches: Iterator, num_steps: int) -> tuple[dict[int, list[tuple]], object]:
+        """Under a strategy whose chief drives the workers: run num_steps steps per worker; each
+        worker's (fetch start, fetch end, end, pushed) stamps on its own clock, and the last loss."""
+        raise NotImplementedError(f"--strategy {self.config.strategy} has no chief-driven steps")
+
     @abstractmethod
     def parameter_checksum(self) -> str:
         """Digest of all trainable parameters, to check replicas ended identical."""

@@ -280,21 +280,37 @@ class TensorFlowFramework(Framework):
     trace_suffix = ".xplane.pb"  # the TensorFlow profiler's XSpace (TensorBoard's profile plugin reads it)
 
     def profile_steps(self, batches, num_steps: int, path) -> None:
-        """tf.profiler writes into a log directory of its own; its one XSpace file is moved to `path`."""
-        import shutil
+        from ..trace import annotation
+
+        logdir = self.start_profiler(path)
+        try:
+            self.timed_loop(batches, num_steps,
+                            annotate=lambda kind, index: tf.profiler.experimental.Trace(annotation(kind, index)))
+        finally:
+            self.stop_profiler(logdir, path)
+
+    def start_profiler(self, path) -> str:
+        """tf.profiler writes into a log directory of its own (made beside `path`); returns it."""
         import tempfile
         from pathlib import Path
-
-        from ..trace import annotation
 
         logdir = tempfile.mkdtemp(prefix=".tf-profile-", dir=Path(path).parent)
         try:
             tf.profiler.experimental.start(logdir)
-            try:
-                self.timed_loop(batches, num_steps,
-                                annotate=lambda kind, index: tf.profiler.experimental.Trace(annotation(kind, index)))
-            finally:
-                tf.profiler.experimental.stop()
+        except BaseException:
+            import shutil
+
+            shutil.rmtree(logdir, ignore_errors=True)
+            raise
+        return logdir
+
+    def stop_profiler(self, logdir: str, path) -> None:
+        """Stop it and move its one XSpace file to `path`; the log directory goes."""
+        import shutil
+        from pathlib import Path
+
+        try:
+            tf.profiler.experimental.stop()
             (written,) = Path(logdir).rglob("*.xplane.pb")
             shutil.move(str(written), str(path))
         finally:

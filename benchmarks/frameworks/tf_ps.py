@@ -6,6 +6,14 @@ through a ClusterCoordinator and measures them; workers and PS tasks only host
 a gRPC server (Framework.serves_only). Each step is stamped on the worker that
 ran it (tf.timestamp) and timing.loop_from_stamps turns the stamps into that
 worker's loop, so a step means what it means in every other strategy.
+
+A step's gradients reach the parameter servers after the step's `end` stamp (the
+worker hands them over; the PS receive and apply them while the chief waits for
+the step to complete), so each step also stamps `pushed`: when a probe that reads
+every variable after its update, one per PS (benchmarks.trace.PUSHED), reached the
+worker. bench --trace uses it to tell the push from idle time (benchmarks/trace.py).
+The variable placement and the PS/worker server are module functions, shared with
+`bench comm --strategy ps` (benchmarks/comm/tf_ps_comm.py).
 """
 
 from __future__ import annotations
@@ -20,6 +28,61 @@ import tensorflow as tf  # noqa: E402
 from .. import timing  # noqa: E402
 from ..distributed.cluster import GreedyPlacer  # noqa: E402
 from ..distributed.strategies.ps import PS  # noqa: E402
+from ..trace import PUSHED  # noqa: E402
+
+
+def start_server() -> tf.distribute.Server:
+    """PS tasks and PS-mode workers host a gRPC server from TF_CONFIG; the chief drives them."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                                protocol=resolver.rpc_layer or "grpc", start=True)
+
+
+def make_strategy() -> tf.distribute.ParameterServerStrategy:
+    return tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+
+
+@contextlib.contextmanager
+def placement_scope(strategy, ps_placement: str, num_ps: int):
+    """Variables created inside go to the PS as training places them: ParameterServerStrategy's
+    round-robin, or greedy by bytes (tf_cnn_benchmarks' load balancing, seed 000).
+
+    The strategy places variable k on PS (k mod num_ps); setting k before each creation gives
+    greedy placement. Where each variable really went is read back from its device
+    (ps_loads), so records show the truth."""
+    if ps_placement != "greedy":
+        yield
+        return
+    placer = GreedyPlacer(num_ps)
+
+    def creator(next_creator, **kwargs):
+        initial = kwargs.get("initial_value")
+        if callable(initial):  # Keras defers initialisers; the size is needed now
+            initial = kwargs["initial_value"] = initial()
+        size = int(np.prod(initial.shape)) * tf.as_dtype(initial.dtype).size
+        strategy.extended._variable_count = placer.place(size)  # noqa: SLF001 - the strategy's own counter
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
+def ps_task(variable) -> int | None:
+    """The PS task holding a (tf or Keras) variable; None when it lives elsewhere."""
+    inner = variable if isinstance(variable, tf.Variable) else variable.value  # Keras 3 wraps a tf.Variable
+    device = tf.DeviceSpec.from_string(inner.device)
+    return device.task if device.job == PS else None
+
+
+def ps_loads(variables, num_ps: int) -> list[dict]:
+    """Variables and bytes per PS, read back from where the variables are."""
+    loads = [{"ps": i, "variables": 0, "bytes": 0} for i in range(num_ps)]
+    for variable in variables:
+        task = ps_task(variable)
+        if task is not None:
+            loads[task]["variables"] += 1
+            loads[task]["bytes"] += int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
+    return loads
 
 
 class TensorFlowPsFramework(TensorFlowFramework):
@@ -31,73 +94,56 @@ class TensorFlowPsFramework(TensorFlowFramework):
         super().setup()
 
     def _start_server(self) -> None:
-        """PS tasks and PS-mode workers host a gRPC server; the chief drives them."""
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        self.server = tf.distribute.Server(
-            resolver.cluster_spec(),
-            job_name=resolver.task_type,
-            task_index=resolver.task_id,
-            protocol=resolver.rpc_layer or "grpc",
-            start=True,
-        )
+        self.server = start_server()
 
     def _make_strategy(self):
-        return tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+        return make_strategy()
 
     @contextlib.contextmanager
     def _variable_scope(self):
-        with super()._variable_scope():
-            if self.config.ps_placement == "greedy":
-                with tf.variable_creator_scope(self._greedy_creator):
-                    yield
-            else:
-                yield
-
-    def _greedy_creator(self, next_creator, **kwargs):
-        """Steer ParameterServerStrategy's round-robin counter to the least-loaded PS.
-
-        The strategy places variable k on PS (k mod num_ps); setting k before each
-        creation gives greedy placement by bytes. Where each variable really went
-        is read back from its device in placement(), so the record shows the truth.
-        """
-        if not hasattr(self, "_placer"):
-            self._placer = GreedyPlacer(self.config.num_ps)
-        initial = kwargs.get("initial_value")
-        if callable(initial):  # Keras defers initialisers; the size is needed now
-            initial = kwargs["initial_value"] = initial()
-        size = int(np.prod(initial.shape)) * tf.as_dtype(initial.dtype).size
-        self.strategy.extended._variable_count = self._placer.place(size)
-        return next_creator(**kwargs)
+        with super()._variable_scope(), placement_scope(self.strategy, self.config.ps_placement, self.config.num_ps):
+            yield
 
     def _make_step(self):
         self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         return tf.function(self._worker_step)
 
     def placement(self) -> list | None:
-        loads = [{"ps": i, "variables": 0, "bytes": 0} for i in range(self.config.num_ps)]
-        for variable in [*self.model.variables, *self.optimizer.variables]:
-            device = tf.DeviceSpec.from_string(variable.value.device)
-            if device.job == PS:
-                loads[device.task]["variables"] += 1
-                loads[device.task]["bytes"] += int(np.prod(variable.shape)) * tf.as_dtype(variable.dtype).size
-        return loads
+        return ps_loads([*self.model.variables, *self.optimizer.variables], self.config.num_ps)
 
     def _worker_step(self, iterator):
-        """Runs on a worker; reports which worker it was and when it fetched, started and ended."""
+        """Runs on a worker; reports which worker it was and when it fetched, ended, and saw its
+        gradients applied on every PS."""
 
         def replica_fn(images, labels):
             loss = self._train_step(images, labels)
             with tf.control_dependencies([loss, *[v.value for v in self.model.trainable_variables]]):
                 end = tf.timestamp()
-            return end, loss
+            with tf.control_dependencies(self._pushed_probes()):
+                pushed = tf.timestamp()
+            return end, pushed, loss
 
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
         fetch_start = tf.timestamp()
         images, labels = next(iterator)
         with tf.control_dependencies([images, labels]):
             fetch_end = tf.timestamp()
-        end, loss = self.strategy.run(replica_fn, args=(images, labels))
-        return worker, fetch_start, fetch_end, end, loss
+        end, pushed, loss = self.strategy.run(replica_fn, args=(images, labels))
+        return worker, fetch_start, fetch_end, end, pushed, loss
+
+    def _pushed_probes(self) -> list:
+        """Per PS, one scalar computed there from the first element of each of its variables, read
+        after the step's update (reads follow writes of a variable in a tf.function): it arrives on
+        the worker once that PS has applied the step's gradients. A few bytes, not a pull."""
+        by_task: dict[str, list] = {}
+        for variable in self.model.trainable_variables:
+            by_task.setdefault(variable.value.device, []).append(variable.value)
+        probes = []
+        for device, variables in sorted(by_task.items()):
+            with tf.device(device):
+                firsts = [tf.cast(tf.reshape(v.read_value(), [-1])[:1], tf.float32) for v in variables]
+                probes.append(tf.reduce_sum(tf.concat(firsts, 0), name=PUSHED))
+        return probes
 
     def batches(self):
         """Per-worker datasets, built on each worker (real data: each its own shard of the files)."""
@@ -130,25 +176,31 @@ class TensorFlowPsFramework(TensorFlowFramework):
 
         return iter(self.coordinator.create_per_worker_dataset(per_worker_dataset_fn))
 
-    def timed_loop(self, iterator, num_steps: int, **display) -> timing.TimedLoop:
-        """The chief schedules num_steps steps per worker and waits for all of them.
+    def worker_stamps(self, iterator, num_steps: int) -> tuple[dict[int, list[tuple]], object]:
+        """The chief schedules num_steps steps per worker and waits for all of them; per worker, its
+        steps' (fetch start, fetch end, end, pushed) stamps in order, and the last loss.
 
         Steps go asynchronously to whichever worker is free; a worker runs one at a
-        time, so its steps, ordered by their end, are consecutive on its own clock.
-        A worker's loop starts when its first step starts fetching. No progress lines (display)."""
+        time, so its steps, ordered by their end, are consecutive on its own clock."""
         num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
         results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
         self.coordinator.join()
-        stamps: dict[int, list[tuple[float, float, float]]] = {}
+        stamps: dict[int, list[tuple]] = {}
         loss = None
         for remote in results:
-            worker, fetch_start, fetch_end, end, loss = (np.asarray(v) for v in remote.fetch())
-            stamps.setdefault(int(worker), []).append((float(fetch_start), float(fetch_end), float(end)))
-        per_worker = {}
-        for worker, steps in sorted(stamps.items()):
+            worker, *stamped, loss = (np.asarray(v) for v in remote.fetch())
+            stamps.setdefault(int(worker), []).append(tuple(float(v) for v in stamped))
+        for steps in stamps.values():
             steps.sort(key=lambda step: step[2])
-            per_worker[worker] = timing.loop_from_stamps(
-                steps[0][0], [(fetched, end) for _, fetched, end in steps], self.config.batch_size
-            )
+        return stamps, loss
+
+    def timed_loop(self, iterator, num_steps: int, **display) -> timing.TimedLoop:
+        """A worker's loop starts when its first step starts fetching; a step's input wait is its own
+        fetch (the time before it, waiting for the previous step's push and the chief's next step,
+        stays in the step). No progress lines (display)."""
+        stamps, loss = self.worker_stamps(iterator, num_steps)
+        per_worker = {worker: timing.loop_from_stamps(steps[0][0], [(fetched, end) for _, fetched, end, _ in steps],
+                                                      self.config.batch_size, fetch_started=[s[0] for s in steps])
+                      for worker, steps in sorted(stamps.items())}
         return timing.merge_loops(per_worker, last_loss=tf.constant(loss))
 

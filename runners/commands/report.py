@@ -254,9 +254,12 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
              "strategy none): the lost time per step T(N) − T(1) (timed-loop mean step times) split into exposed "
              "communication, input wait, straggler wait, compute slowdown and idle, in ms per step. Input wait comes "
              "from the timed loops; the other parts from `bench --trace` summaries (scaled to the timed step), so "
-             "they need --trace records. Predicted all-reduce: the model's float32 gradients at the busbw of a "
-             f"`bench comm` record of the same world size and backend. The parts add up when they miss the measured "
-             f"loss by at most {100 * reports.LOSS_TOLERANCE:.0f}% of T(N); otherwise the table says by how much.")
+             "they need --trace records. Predicted transfer: one step's exchange of the model's gradients from a "
+             "`bench comm` record of the same world size and backend (all-reduce: the gradient buckets, or the "
+             "gradient bytes at the busbw of the nearest size; parameter servers: the pull and push of every "
+             "variable, `ps_step`). Under --strategy ps communication is the pulls and pushes, and straggler wait "
+             "does not apply (asynchronous updates: no worker waits for another). The parts add up when they miss "
+             f"the measured loss by at most {100 * reports.LOSS_TOLERANCE:.0f}% of T(N); otherwise the table says by how much.")
     losses = reports.scaling_loss(records, comm_records)
     if not losses:
         doc.para("No multi-worker configuration has its 1-worker twin in these stores.")
@@ -282,7 +285,7 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
                          f"{ms(loss.residual)} ({100 * loss.residual / loss.t_n:+.1f}% of T(N)): {check}",
                          f"{loss.runs} | {loss.baseline_runs}"])
         doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{reports.LOSS_LABELS[n]} ms" for n in reports.LOSS_PARTS),
-                   "predicted all-reduce ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
+                   "predicted transfer ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
         doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
         doc.bullets([reports.verdict(loss) for loss in members])
 
@@ -292,11 +295,12 @@ def section_network(doc: Document, comm_records: list[dict], out: Path, link_gbp
     doc.heading("Network")
     series = reports.network_series(comm_records)
     if not series:
-        doc.para("No `bench comm` records with all-reduce or ping-pong rows in these stores.")
+        doc.para("No `bench comm` records with all-reduce, ping-pong or PS pull/push rows in these stores.")
         return
     doc.para("From `bench comm` records (nccl-tests definitions: algbw = bytes / time, busbw = algbw × 2(n−1)/n for "
-             "all-reduce; ping-pong: one-way time = half the round trip). One line per operation, backend and world "
-             "size; the latest record of each is shown." + (f" Dashed: the link speed given, {link_gbps:g} Gbit/s."
+             "all-reduce; ping-pong: one-way time = half the round trip; PS pull/push: every worker at once, over the "
+             "model's variable sizes, time per worker). One line per operation, backend, world size and PS count; the "
+             "latest record of each is shown." + (f" Dashed: the link speed given, {link_gbps:g} Gbit/s."
                                                             if link_gbps else ""))
     allreduce = [(label, rows) for (op, label), rows in series.items() if op == "allreduce"]
     everything = [(label, rows) for (_, label), rows in series.items()]

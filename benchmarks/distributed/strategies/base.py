@@ -31,6 +31,10 @@ class Strategy:
     uses_ps = False  # takes --num-ps parameter servers (and --ps-placement)
     gathers_at_chief = False  # the chief drives and times every worker; others only serve
     syncs_replicas = True  # replicas' parameters must end identical
+    synchronous = True  # each step waits for every worker's (all-reduce): a straggler delays them all
+    exchange = "all-reduce"  # how a step's gradients reach the others, as reports name it
+    # The `bench comm` op that measures exactly one step's exchange of --model (reports predict with it).
+    exchange_op = "gradients"
     tf_cluster = False  # TensorFlow needs TF_CONFIG (a cluster spec) before it is imported
     # What `bench comm` measures under this strategy (empty: not a comm strategy), and the
     # transport the strategy brings itself, when it has one (parameter servers).

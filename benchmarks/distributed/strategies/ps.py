@@ -20,6 +20,9 @@ class PsStrategy(Strategy):
     frameworks = ("tensorflow",)
     uses_ps = True
     gathers_at_chief = True
+    synchronous = False  # TF2 ParameterServerStrategy: asynchronous updates, no worker waits for another
+    exchange = "push/pull"
+    exchange_op = "ps_step"
     tf_cluster = True
     comm_ops = ("pull", "push", "ps_step")
     comm_backend = PS  # push/pull through the parameter servers themselves
