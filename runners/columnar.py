@@ -35,7 +35,7 @@ from . import store
 
 SCHEMA = Path(__file__).resolve().parent.parent / "benchmarks" / "schema" / "result-1.json"
 EXTRA_TYPES = {"kind": "VARCHAR"}  # comm records (benchmarks.comm.record) share stores with training records
-BATCH = 20_000  # rows fetched from DuckDB at a time
+BATCH = 20_000  # rows fetched from DuckDB at a time (export --csv)
 MAX_LINE = 32 << 20  # longest store line DuckDB reads (its buffers are a few times this)
 MEMORY_LIMIT = os.environ.get("DLBENCH_DUCKDB_MEMORY", "512MB")  # beyond this DuckDB spills to disk
 
@@ -307,6 +307,7 @@ class Layout:
         self.null_flags: dict[str, int] = {}  # flat section -> its "IS NULL" column
         self.texts: dict[str, int] = {}  # section kept as JSON text -> column
         self.shared: dict[str, int] = {}  # shared section (a STRUCT in `rows`, an id in `read`) -> column
+        self.interned: list[int] = []  # short text with few distinct values
 
 
 def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Layout, Callable[[tuple, dict], SlimRecord]]:
@@ -333,6 +334,7 @@ def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Layout, 
             lines.append(f"if row[{at}]:\n        r.{name} = None\n    else:\n        r.{name} = o = Flat_{name}()")
             lines.extend(f"    o.{field[1:]} = " + (f"text(row[{at + 1 + i}])" if t == "VARCHAR" else f"row[{at + 1 + i}]")
                          for i, (field, t) in enumerate(fields))
+            layout.interned.extend(at + 1 + i for i, (_, t) in enumerate(fields) if t == "VARCHAR")
         elif kind.startswith("STRUCT(") or kind.endswith("]") or kind == "JSON":
             select.append(f'to_json(r."{name}")')
             layout.texts[name] = at
@@ -341,6 +343,8 @@ def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Layout, 
             select.append(f'r."{name}"')
             layout.scalars[name] = at
             lines.append(f"r.{name} = row[{at}]" if name in unique or kind != "VARCHAR" else f"r.{name} = text(row[{at}])")
+            if name not in unique and kind == "VARCHAR":
+                layout.interned.append(at)
     env["Record"] = type("Record", (SlimRecord,), {"__slots__": tuple(cols)})
     source = "def build(row, shared):\n    r = Record()\n" + "".join(f"    {line}\n" for line in lines) + "    return r\n"
     exec(source, env)  # noqa: S102 - generated from the record schema's field names
@@ -351,24 +355,39 @@ def _intern_or_none(value):
     return None if value is None else sys.intern(value)
 
 
+class Rows:
+    """The records `read` found, as columns; slim records are built from them only for the rows asked
+    for (a report over a million records looks at a few thousand of them one by one)."""
+
+    def __init__(self, arrays: list, build: Callable[[tuple, dict], SlimRecord], shared: dict):
+        self.arrays, self._build, self._shared = arrays, build, shared
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def records(self, index) -> list[SlimRecord]:
+        """The slim records at these row positions (a NumPy index array), in this order."""
+        return [self._build(row, self._shared) for row in zip(*(array[index].tolist() for array in self.arrays))]
+
+
 @dataclass
 class Read:
-    """What `read` found: records, their columns, and the stores that also hold `bench comm` records."""
+    """What `read` found: its records, columns of them, and the stores that also hold `bench comm` records."""
 
-    records: list[SlimRecord]
+    rows: Rows
     columns: dict  # name -> NumPy masked array, one value per record
     comm_stores: list[str]
 
 
 def read(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str] = (), *, values: Iterable[str] = (),
          present: Iterable[str] = (), **filters) -> Read:
-    """The records of `scan` in store order, shaped like records but holding only `fields`, and
-    beside them as NumPy arrays (masked where null) the scalar fields named in `values` (dotted,
-    among `fields`), for each section in `present` whether a record has it, and for each shared
-    section the id of its value (-1: null), so that equal ids mean the same object. Top-level
-    objects named in `share` are one object per distinct value, shared between records: a million
-    records of a few hundred configurations fit in memory. The columns spare the caller passes over
-    a million Python objects; everything else it computes from the records."""
+    """The records of `scan` in store order, shaped like records but holding only `fields`, and as
+    NumPy arrays (masked where null) the scalar fields named in `values` (dotted, among `fields`),
+    for each section in `present` whether a record has it, and for each shared section the id of its
+    value (-1: null), so that equal ids mean the same object. Top-level objects named in `share` are
+    one object per distinct value, shared between records: a million records of a few hundred
+    configurations fit in memory. The columns spare the caller a million Python objects and passes
+    over them; the records it looks at one by one it gets from `Read.rows`."""
     import numpy as np
 
     fields, share = list(fields), set(share)
@@ -387,16 +406,15 @@ def read(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str
             out[at] = f"shared_{name}.id"
         con.execute(f"CREATE TEMP TABLE slim AS SELECT {', '.join(f'{e} AS c{i}' for i, e in enumerate(out))} "
                     f"FROM rows {' '.join(joins)} ORDER BY rows.rowid")
-        con.execute("DROP VIEW records; DROP TABLE rows")  # its memory, before the records' grows
-        result = con.execute("SELECT * FROM slim")
-        records = []
-        while batch := result.fetchmany(BATCH):
-            records.extend(build(row, shared) for row in batch)
-        wanted = {path: f"c{layout.scalars[path]}" for path in values}
-        wanted.update({f"has {name}": f"NOT c{layout.null_flags[name]}" if name in layout.null_flags
-                       else f"c{layout.texts[name]} IS NOT NULL" for name in present})
-        wanted.update({f"id {name}": f"coalesce(c{at}, -1)" for name, at in layout.shared.items()})
-        arrays = con.execute(f"SELECT {', '.join(f'{sql} AS a{i}' for i, sql in enumerate(wanted.values()))} "
-                             "FROM slim").fetchnumpy()
+        con.execute("DROP VIEW records; DROP TABLE rows")  # its memory, before Python's grows
+        found = con.execute("SELECT * FROM slim").fetchnumpy()
+        arrays = [np.ma.asarray(found.pop(f"c{i}")) for i in range(len(out))]
+        for at in layout.interned:  # few distinct values (status, ci_method...): one string each
+            arrays[at] = np.ma.MaskedArray(np.fromiter(map(_intern_or_none, arrays[at].tolist()), dtype=object,
+                                                       count=len(arrays[at])), np.ma.getmaskarray(arrays[at]))
         comm_stores = [path for path, in con.execute("SELECT path FROM stores WHERE comm ORDER BY file").fetchall()]
-    return Read(records, {name: np.ma.asarray(arrays[f"a{i}"]) for i, name in enumerate(wanted)}, comm_stores)
+    named = {path: arrays[layout.scalars[path]] for path in values}
+    named.update({f"has {name}": ~np.ma.filled(arrays[layout.null_flags[name]], True) if name in layout.null_flags
+                  else ~np.ma.getmaskarray(arrays[layout.texts[name]]) for name in present})
+    named.update({f"id {name}": np.ma.filled(arrays[at], -1) for name, at in layout.shared.items()})
+    return Read(Rows(arrays, build, shared), {name: np.ma.asarray(array) for name, array in named.items()}, comm_stores)

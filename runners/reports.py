@@ -13,7 +13,6 @@ import sys
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from operator import attrgetter
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Callable, Iterable, Iterator
@@ -51,7 +50,7 @@ FIELDS = (
 )
 SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 # Read beside the records as NumPy columns (Records): what every table asks of every record.
-VALUES = ("throughput.images_per_sec",
+VALUES = ("status", "run_id", "timestamp_utc", "throughput.images_per_sec",
           *(f"memory.{name}" for name in ("allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
                                           "host_rss_peak_bytes")),
           "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule", "step_time_s.mean", "input_wait_s.mean",
@@ -89,31 +88,40 @@ def load_report(paths: Iterable[str | Path], warn: Callable[[str], None] | None 
 def _read(paths, warn, kind: str, where, since, until) -> tuple[list[dict], list[str]]:
     found = columnar.read(paths, FIELDS, SHARED, values=VALUES, present=PRESENT, kind=kind, where=conditions(where),
                           since=since, until=until, warn=warn or print_warning)
-    return Records.of(found.records, found.columns), found.comm_stores
+    return Records.of(found), found.comm_stores
 
 
 class _Columns:
-    """What Records derived from one load share: the records and their columns (runners.columnar.read),
-    and what is computed from them once: the ok flags, run_id prefixes, and per record its "atom", the
-    (config, world, provenance) objects that decide its configuration key (key_of)."""
+    """What Records derived from one load share: the columns of runners.columnar.read, the records
+    built so far, and what is computed once: the ok flags, run_id prefixes, and per record its
+    "atom", the (config, world, provenance) objects that decide its configuration key (key_of)."""
 
-    def __init__(self, records: list, columns: dict):
-        n = len(records)
-        self.objects = np.fromiter(records, dtype=object, count=n)
-        # text columns from the records themselves (slim records: attributes): their strings, not copies
-        texts = {name: np.ma.asarray(np.fromiter(map(attrgetter(name), records), dtype=object, count=n))
-                 for name in ("status", "timestamp_utc")}
-        self.columns = {**columns, **texts}
-        self.ok = np.ma.filled(texts["status"] == "ok", False) & np.ma.filled(columns["has throughput"], False)
-        self.prefixes = np.fromiter((run_id[:ID_PREFIX] for run_id in map(attrgetter("run_id"), records)), dtype=object,
-                                    count=n)
-        self.atom = np.zeros(len(records), dtype=np.int64)
+    def __init__(self, found: columnar.Read):
+        n = len(found.rows)
+        self.rows = found.rows
+        # each column as its values (masked ones: anything) and where it is null (None: nowhere)
+        self.data = {name: np.ma.getdata(column) for name, column in found.columns.items()}
+        self.null = {name: np.ma.getmaskarray(column) if np.ma.is_masked(column) else None
+                     for name, column in found.columns.items()}
+        self.objects = np.empty(n, dtype=object)  # records built so far (columnar.Rows)
+        self.built = np.zeros(n, dtype=bool)
+        self.ok = (self.data["status"] == "ok") & self.data["has throughput"]
+        self.prefixes = np.fromiter((run_id[:ID_PREFIX] for run_id in self.data["run_id"].tolist()), dtype=object, count=n)
+        self.atom = np.zeros(n, dtype=np.int64)
         for name in ("config", "world", "provenance"):  # ids (-1: null) combined pairwise: no overflow
-            ids = np.ma.filled(columns[f"id {name}"], -1).astype(np.int64) + 1
+            ids = self.data[f"id {name}"].astype(np.int64) + 1
             _, first, self.atom = np.unique(self.atom * (int(ids.max(initial=0)) + 1) + ids, return_index=True,
                                             return_inverse=True)
             self.atom = self.atom.reshape(-1)
-        self.first = self.objects[first]  # a record of each atom: its key is every such record's
+        self.first = self.records(first)  # a record of each atom: its key is every such record's
+
+    def records(self, index) -> list:
+        """The records at these positions, built from the columns the first time one is asked for."""
+        missing = index[~self.built[index]]
+        if len(missing):
+            self.objects[missing] = np.fromiter(self.rows.records(missing), dtype=object, count=len(missing))
+            self.built[missing] = True
+        return self.objects[index].tolist()
 
 
 class Records(Sequence):
@@ -126,24 +134,24 @@ class Records(Sequence):
 
     __slots__ = ("table", "index", "_items")
 
-    def __init__(self, table: _Columns, index, items: list | None = None):
-        self.table, self.index, self._items = table, index, items
+    def __init__(self, table: _Columns, index):
+        self.table, self.index, self._items = table, index, None
 
     @classmethod
-    def of(cls, records: list, columns: dict) -> "Records":
-        """Records over the slim records and columns of runners.columnar.read."""
-        return cls(_Columns(records, columns), np.arange(len(records)), records)
+    def of(cls, found: columnar.Read) -> "Records":
+        """The records runners.columnar.read found."""
+        return cls(_Columns(found), np.arange(len(found.rows)))
 
     def _list(self) -> list:
         if self._items is None:
-            self._items = self.table.objects[self.index].tolist()
+            self._items = self.table.records(self.index)
         return self._items
 
     def __len__(self) -> int:
         return len(self.index)
 
     def __getitem__(self, at):
-        return self._list()[at] if isinstance(at, slice) or self._items is not None else self.table.objects[self.index[at]]
+        return self._list()[at] if isinstance(at, slice) or self._items is not None else self.table.records(self.index[[at]])[0]
 
     def __iter__(self):
         return iter(self._list())
@@ -161,12 +169,21 @@ class Records(Sequence):
         return Records(self.table, self.index[positions])
 
     def column(self, name: str):
-        """A column (runners.columnar.read names) for these records: a NumPy masked array."""
-        return self.table.columns[name][self.index]
+        """A column (runners.columnar.read names) for these records, as a NumPy array (see `present`)."""
+        return self.table.data[name][self.index]
+
+    def present(self, name: str):
+        """Where the column is not null, as a boolean array."""
+        null = self.table.null[name]
+        return np.ones(len(self.index), dtype=bool) if null is None else ~null[self.index]
 
     def values(self, path: str) -> list:
         """A scalar field of each record, None where null: [r[section][name] for r in self], as Python values."""
-        return self.column(path).tolist()
+        out = self.column(path).tolist()
+        if self.table.null[path] is not None:
+            for at in np.flatnonzero(~self.present(path)).tolist():
+                out[at] = None
+        return out
 
     def group(self, fields: tuple) -> dict[tuple, "Records"]:
         atoms, count = self.table.atom[self.index], len(self.table.first)
@@ -384,7 +401,7 @@ def ok(records: Iterable[dict]) -> list[dict]:
 
 def with_status(records: Iterable[dict], status: str) -> list[dict]:
     if isinstance(records, Records):
-        return records.take(np.ma.filled(records.column("status") == status, False))
+        return records.take(records.column("status") == status)
     return [r for r in records if r["status"] == status]
 
 
@@ -398,7 +415,7 @@ def field_values(records: Iterable[dict], section: str, name: str) -> list:
 def having(records: Iterable[dict], section: str) -> list[dict]:
     """The records whose `section` is not null."""
     if isinstance(records, Records):
-        return records.take(np.ma.filled(records.column(f"has {section}"), False))
+        return records.take(records.column(f"has {section}"))
     return [r for r in records if r.get(section) is not None]
 
 
@@ -424,8 +441,8 @@ def metric(records: Iterable[dict], section: str, name: str) -> Summary | None:
     """`record[section][name]` over the ok records that have it (null = does not apply or not
     measured: left out, never read as 0); a t-interval with n >= 2."""
     good = ok(records)
-    if isinstance(good, Records) and f"{section}.{name}" in good.table.columns:
-        good = good.take(~np.ma.getmaskarray(good.column(f"{section}.{name}")))
+    if isinstance(good, Records) and f"{section}.{name}" in good.table.data:
+        good = good.take(good.present(f"{section}.{name}"))
     else:
         good = [r for r in good if (r.get(section) or {}).get(name) is not None]
     if not good:
@@ -509,7 +526,7 @@ def _weights(records: list[dict]) -> list[tuple[dict, int]]:
         status = records.column("status")
         out = []
         for value in set(status.tolist()):
-            chosen = records.take(np.ma.filled(status == value, False))
+            chosen = records.take(status == value)
             _, first, counts = np.unique(records.table.atom[chosen.index], return_index=True, return_counts=True)
             out.extend(zip((chosen[i] for i in first.tolist()), counts.tolist()))
         return out
@@ -687,13 +704,13 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
 def max_batch_answers(records: Iterable[dict]) -> list[dict]:
     """The final probe record of each --find-max-batch search (batch_search.final), by search."""
     if isinstance(records, Records):
-        return records.take(np.ma.filled(records.column("batch_search.final"), False).astype(bool))
+        return records.take(records.present("batch_search.final") & records.column("batch_search.final").astype(bool))
     return [r for r in records if (r.get("batch_search") or {}).get("final")]
 
 
 def failures(records: list[dict]) -> list[dict]:
     if isinstance(records, Records):
-        return records.take(np.ma.filled(records.column("status") != "ok", False))
+        return records.take(records.column("status") != "ok")
     return [r for r in records if r["status"] != "ok"]
 
 
