@@ -23,7 +23,8 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -34,7 +35,7 @@ from . import store
 
 SCHEMA = Path(__file__).resolve().parent.parent / "benchmarks" / "schema" / "result-1.json"
 EXTRA_TYPES = {"kind": "VARCHAR"}  # comm records (benchmarks.comm.record) share stores with training records
-BATCH = 20_000  # rows fetched from DuckDB at a time
+BATCH = 20_000  # rows fetched from DuckDB at a time (export --csv)
 MAX_LINE = 32 << 20  # longest store line DuckDB reads (its buffers are a few times this)
 MEMORY_LIMIT = os.environ.get("DLBENCH_DUCKDB_MEMORY", "512MB")  # beyond this DuckDB spills to disk
 
@@ -156,16 +157,18 @@ def _load_file(con, index: int, path: Path, cols: dict[str, str], select: list[s
     dropped with store.torn_tail's warning; any other unreadable line an error."""
     import duckdb
 
-    pack = "struct_pack(" + ", ".join(f'"{name}" := "{name}"' for name in cols) + ")"
+    # `r` is the record, field by field: a sweep envelope's `record`, else the line itself (one CASE per
+    # field: packing whole structs to pick one costs as much again as parsing the line)
+    fields = ", ".join(f'CASE WHEN sweep IS NOT NULL THEN record."{name}" ELSE "{name}" END AS "{name}"' for name in cols)
     chosen = " AND ".join(f"({sql})" for sql, _ in where) or "true"
     insert = f"""
-        INSERT INTO rows SELECT {index}, bad, r IS NOT NULL AND NOT bad AND (r.run_id IS NULL OR r.status IS NULL
+        INSERT INTO rows SELECT {index}, _bad, NOT _bad AND NOT _envelope_only AND (r.run_id IS NULL OR r.status IS NULL
                OR r.config.framework IS NULL OR r.config.model IS NULL), r.run_id, r.timestamp_utc,
-               r.kind IS NOT DISTINCT FROM 'comm', r IS NULL, coalesce({chosen}, false), {", ".join(select)}
-        FROM (SELECT sweep IS NULL AND record IS NULL AND run_id IS NULL AND status IS NULL AND config IS NULL AS bad,
-                     CASE WHEN sweep IS NOT NULL THEN record ELSE {pack} END AS r
+               r.kind IS NOT DISTINCT FROM 'comm', _envelope_only, coalesce({chosen}, false), {", ".join(select)}
+        FROM (SELECT sweep IS NULL AND record IS NULL AND run_id IS NULL AND status IS NULL AND config IS NULL AS _bad,
+                     sweep IS NOT NULL AND record IS NULL AS _envelope_only, {fields}
               FROM read_json(?, format='newline_delimited', columns={_spec(cols)}, ignore_errors=true,
-                             maximum_object_size={MAX_LINE}))"""
+                             maximum_object_size={MAX_LINE})) AS r"""
     params = [p for _, ps in where for p in ps]
     torn = store.torn_tail(path)
     try:
@@ -224,7 +227,8 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
     """A DuckDB connection whose view `records` has one row per record of `kind` in the stores:
     the `select` expressions (SQL over `r`, the record holding only `fields`, dotted paths) as
     columns c0, c1, ...; in store order, de-duplicated by run_id (the first seen wins), with
-    since <= timestamp_utc < until and every (SQL condition over `r`, parameters) of `where`."""
+    since <= timestamp_utc < until and every (SQL condition over `r`, parameters) of `where`.
+    Its table `stores` (file, path, comm) says which stores hold `bench comm` records."""
     import duckdb
 
     files = store_files(paths)
@@ -251,6 +255,10 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
             # later copies of a run (the same record in two stores, or a store given twice) go
             con.execute("DELETE FROM rows WHERE rowid IN (SELECT rowid FROM rows WHERE NOT envelope_only QUALIFY "
                         "row_number() OVER (PARTITION BY run_id ORDER BY rowid) > 1)")
+            # which stores hold records of the other kind (`bench comm` ones are read whole, in Python: only there)
+            con.execute("CREATE TEMP TABLE stores (file INTEGER, path VARCHAR, comm BOOLEAN)")
+            con.executemany("INSERT INTO stores VALUES (?, ?, false)", [[i, str(path)] for i, path in enumerate(files)])
+            con.execute("UPDATE stores SET comm = true WHERE file IN (SELECT file FROM rows WHERE comm AND NOT envelope_only)")
             conditions, params = ["NOT envelope_only", "comm = ?", "chosen"], [kind == "comm"]
             if since:
                 conditions.append("timestamp_utc >= ?")
@@ -290,53 +298,123 @@ class SlimRecord(Mapping):
         return repr(dict(self.items()))
 
 
-def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Callable[[tuple], SlimRecord]]:
-    """(SELECT expressions, row -> slim record). Objects named in `share` come as JSON text, parsed
-    once per distinct value and shared; other flat objects as their fields plus a null flag (short
-    text interned); anything else as JSON."""
-    select, lines = [], []
+class Layout:
+    """Where `_builder` put each part of a slim record among the selected columns c0, c1, ...:
+    scalars by dotted path, flat and whole sections by name (a null flag, or the JSON text)."""
+
+    def __init__(self):
+        self.scalars: dict[str, int] = {}  # "status", "throughput.images_per_sec" -> column
+        self.null_flags: dict[str, int] = {}  # flat section -> its "IS NULL" column
+        self.texts: dict[str, int] = {}  # section kept as JSON text -> column
+        self.shared: dict[str, int] = {}  # shared section (a STRUCT in `rows`, an id in `read`) -> column
+        self.interned: list[int] = []  # short text with few distinct values
+
+
+def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Layout, Callable[[tuple, dict], SlimRecord]]:
+    """(SELECT expressions, where each part went, (row, shared values) -> slim record). Objects named
+    in `share` come as ids into one parsed value per distinct value (see `read`); other flat objects
+    as their fields plus a null flag (short text interned); anything else as JSON."""
+    select, lines, layout = [], [], Layout()
     env = {"loads": json.loads, "intern": sys.intern, "text": _intern_or_none}
     unique = {"run_id", "timestamp_utc"}
     for name, kind in cols.items():
         at = len(select)
         if name in share:
-            select.append(f'to_json(r."{name}")')
-            env[f"cache_{name}"] = {}
-            lines.append(f'r.{name} = None if row[{at}] is None else (cache_{name}.get(row[{at}]) '
-                         f'or cache_{name}.setdefault(row[{at}], loads(row[{at}])))')
+            select.append(f'r."{name}"')
+            layout.shared[name] = at
+            lines.append(f'r.{name} = None if row[{at}] is None else shared["{name}"][row[{at}]]')
         elif kind.startswith("STRUCT(") and kind.endswith(")") and all(
                 f.split('" ', 1)[1] in SCALARS.values() for f in kind[7:-1].split(", ")):  # flat: fields and a flag
             fields = [f.split('" ', 1) for f in kind[7:-1].split(", ")]
             select.append(f'r."{name}" IS NULL')
+            layout.null_flags[name] = at
             select.extend(f'r."{name}"."{field[1:]}"' for field, _ in fields)
+            layout.scalars.update({f"{name}.{field[1:]}": at + 1 + i for i, (field, _) in enumerate(fields)})
             env[f"Flat_{name}"] = type(f"Flat_{name}", (SlimRecord,), {"__slots__": tuple(f[1:] for f, _ in fields)})
             lines.append(f"if row[{at}]:\n        r.{name} = None\n    else:\n        r.{name} = o = Flat_{name}()")
             lines.extend(f"    o.{field[1:]} = " + (f"text(row[{at + 1 + i}])" if t == "VARCHAR" else f"row[{at + 1 + i}]")
                          for i, (field, t) in enumerate(fields))
+            layout.interned.extend(at + 1 + i for i, (_, t) in enumerate(fields) if t == "VARCHAR")
         elif kind.startswith("STRUCT(") or kind.endswith("]") or kind == "JSON":
             select.append(f'to_json(r."{name}")')
+            layout.texts[name] = at
             lines.append(f"r.{name} = None if row[{at}] is None else loads(row[{at}])")
         else:
             select.append(f'r."{name}"')
+            layout.scalars[name] = at
             lines.append(f"r.{name} = row[{at}]" if name in unique or kind != "VARCHAR" else f"r.{name} = text(row[{at}])")
+            if name not in unique and kind == "VARCHAR":
+                layout.interned.append(at)
     env["Record"] = type("Record", (SlimRecord,), {"__slots__": tuple(cols)})
-    source = "def build(row):\n    r = Record()\n" + "".join(f"    {line}\n" for line in lines) + "    return r\n"
+    source = "def build(row, shared):\n    r = Record()\n" + "".join(f"    {line}\n" for line in lines) + "    return r\n"
     exec(source, env)  # noqa: S102 - generated from the record schema's field names
-    return select, env["build"]
+    return select, layout, env["build"]
 
 
 def _intern_or_none(value):
     return None if value is None else sys.intern(value)
 
 
-def records(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str] = (), **filters) -> Iterator[SlimRecord]:
-    """Slim records (dicts shaped like records, holding only `fields`) from `scan`, in store order.
-    Top-level objects named in `share` are one dict per distinct value, shared between records:
-    a million records of a few hundred configurations fit in memory."""
-    fields = list(fields)
+class Rows:
+    """The records `read` found, as columns; slim records are built from them only for the rows asked
+    for (a report over a million records looks at a few thousand of them one by one)."""
+
+    def __init__(self, arrays: list, build: Callable[[tuple, dict], SlimRecord], shared: dict):
+        self.arrays, self._build, self._shared = arrays, build, shared
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def records(self, index) -> list[SlimRecord]:
+        """The slim records at these row positions (a NumPy index array), in this order."""
+        return [self._build(row, self._shared) for row in zip(*(array[index].tolist() for array in self.arrays))]
+
+
+@dataclass
+class Read:
+    """What `read` found: its records, columns of them, and the stores that also hold `bench comm` records."""
+
+    rows: Rows
+    columns: dict  # name -> NumPy masked array, one value per record
+    comm_stores: list[str]
+
+
+def read(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str] = (), *, values: Iterable[str] = (),
+         present: Iterable[str] = (), **filters) -> Read:
+    """The records of `scan` in store order, shaped like records but holding only `fields`, and as
+    NumPy arrays (masked where null) the scalar fields named in `values` (dotted, among `fields`),
+    for each section in `present` whether a record has it, and for each shared section the id of its
+    value (-1: null), so that equal ids mean the same object. Top-level objects named in `share` are
+    one object per distinct value, shared between records: a million records of a few hundred
+    configurations fit in memory. The columns spare the caller a million Python objects and passes
+    over them; the records it looks at one by one it gets from `Read.rows`."""
+    import numpy as np
+
+    fields, share = list(fields), set(share)
     cols = columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields])
-    select, build = _builder(cols, set(share))
+    select, layout, build = _builder(cols, share)
     with scan(paths, fields, select, **filters) as con:
-        result = con.execute("SELECT * FROM records")
-        while batch := result.fetchmany(BATCH):
-            yield from map(build, batch)
+        # each shared section's distinct values get ids (in DuckDB): only those cross into Python, as JSON
+        shared, joins, out = {}, [], [f"rows.c{i}" for i in range(len(select))]
+        for name, at in layout.shared.items():
+            con.execute(f"CREATE TEMP TABLE shared_{name} AS SELECT value, to_json(value) AS json_text, "
+                        f"(row_number() OVER (ORDER BY to_json(value))) - 1 AS id "
+                        f"FROM (SELECT DISTINCT c{at} AS value FROM rows WHERE c{at} IS NOT NULL)")
+            shared[name] = [json.loads(text) for text, in
+                            con.execute(f"SELECT json_text FROM shared_{name} ORDER BY id").fetchall()]
+            joins.append(f"LEFT JOIN shared_{name} ON rows.c{at} = shared_{name}.value")
+            out[at] = f"shared_{name}.id"
+        con.execute(f"CREATE TEMP TABLE slim AS SELECT {', '.join(f'{e} AS c{i}' for i, e in enumerate(out))} "
+                    f"FROM rows {' '.join(joins)} ORDER BY rows.rowid")
+        con.execute("DROP VIEW records; DROP TABLE rows")  # its memory, before Python's grows
+        found = con.execute("SELECT * FROM slim").fetchnumpy()
+        arrays = [np.ma.asarray(found.pop(f"c{i}")) for i in range(len(out))]
+        for at in layout.interned:  # few distinct values (status, ci_method...): one string each
+            arrays[at] = np.ma.MaskedArray(np.fromiter(map(_intern_or_none, arrays[at].tolist()), dtype=object,
+                                                       count=len(arrays[at])), np.ma.getmaskarray(arrays[at]))
+        comm_stores = [path for path, in con.execute("SELECT path FROM stores WHERE comm ORDER BY file").fetchall()]
+    named = {path: arrays[layout.scalars[path]] for path in values}
+    named.update({f"has {name}": ~np.ma.filled(arrays[layout.null_flags[name]], True) if name in layout.null_flags
+                  else ~np.ma.getmaskarray(arrays[layout.texts[name]]) for name in present})
+    named.update({f"id {name}": np.ma.filled(arrays[at], -1) for name, at in layout.shared.items()})
+    return Read(Rows(arrays, build, shared), {name: np.ma.asarray(array) for name, array in named.items()}, comm_stores)

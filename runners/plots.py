@@ -1,8 +1,17 @@
-"""PNG figures for `benchrun report` (matplotlib, Agg: no display needed)."""
+"""PNG figures for `benchrun report` (matplotlib, Agg: no display needed).
+
+Each figure is two steps: its data (numbers and labels, computed here from records and the
+report's aggregates) and its drawing (`_draw_*`, which sees only that data). The drawing is
+most of a report's fixed cost (~0.1 s a figure, dozens of figures), so inside `in_parallel`
+it runs in worker processes while the caller goes on with its tables.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import reports
@@ -25,22 +34,62 @@ def _pyplot():
     return plt
 
 
+_pool = None  # the worker processes of `in_parallel`, while it lasts
+_pending: list = []
+
+
+def _render(draw, path: Path, *data) -> Path:
+    """draw(path, *data) now, or in a worker process inside `in_parallel`."""
+    if _pool is None:
+        draw(path, *data)
+    else:
+        _pending.append(_pool.submit(draw, path, *data))
+    return path
+
+
+@contextmanager
+def in_parallel(workers: int | None = None):
+    """Figures asked for inside this block are drawn by `workers` processes (default: one per core,
+    at most 4) while the caller goes on; all are written when it ends, and a figure that failed
+    raises there. Enter it before starting threads (DuckDB's): the workers are forked."""
+    import multiprocessing
+
+    global _pool
+    workers = workers or min(os.cpu_count() or 1, 4)
+    if _pool is not None or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    sys.stdout.flush()  # nothing buffered before the fork is written twice
+    sys.stderr.flush()
+    _pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_pyplot)
+    _pending.clear()
+    try:
+        _pool.submit(int)  # the first task forks all workers now; they import matplotlib meanwhile
+        yield
+        for future in _pending:
+            future.result()
+    finally:
+        pool, _pool = _pool, None
+        _pending.clear()
+        pool.shutdown(cancel_futures=True)
+
+
 def _label(key: dict, fields: list[str]) -> str:
     return ", ".join(f"{name}={key[name]}" for name in fields) or "all"
 
 
 def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
     """Records split into lines (key minus batch size) -> batch size -> records."""
-    keys = [reports.key_of(r) for r in records]
-    fields = reports.varying(keys, exclude=(*exclude, "framework", "model"))
-    lines: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for record, key in zip(records, keys):
-        lines[tuple(key[f] for f in fields)][key["batch_size"]].append(record)
+    fields = reports.varying(reports.keys(records), exclude=(*exclude, "framework", "model"))
+    lines: dict[tuple, dict[int, list[dict]]] = defaultdict(dict)
+    for key, members in reports.group(records, (*fields, "batch_size")).items():
+        lines[key[:-1]][key[-1]] = members
     return dict(sorted(lines.items(), key=lambda item: tuple(map(str, item[0])))), fields
 
 
-def _oom_marks(ax, ooms: list[dict], y: float) -> None:
-    batches = sorted({r["config"]["batch_size"] for r in ooms})
+def _oom_marks(ax, batches: list[int], y: float) -> None:
     if batches:
         ax.scatter(batches, [y] * len(batches), marker="x", s=80, color="red", zorder=5, label="OOM")
         for batch in batches:
@@ -77,82 +126,103 @@ def _batch_axis(ax, batches) -> None:
     ax.margins(x=0.08)
 
 
-def throughput_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> Path:
-    plt = _pyplot()
-    good = reports.ok(records)
-    ooms = [r for r in records if r["status"] == "oom"]
-    lines, fields = _series(good)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    batches = [r["config"]["batch_size"] for r in good + ooms]
-    for line_key, by_batch in lines.items():
-        xs, ys, errs = [], [], []
-        for batch, rs in sorted(by_batch.items()):
-            summary = reports.throughput(rs)
+def _oom_batches(records: list[dict]) -> list[int]:
+    return sorted({key[0] for key in reports.group(reports.with_status(records, "oom"), ("batch_size",))})
+
+
+def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, list]:
+    """(batches, means, 95% half-widths) of summarize(records) per batch size, where there is one."""
+    xs, ys, errs = [], [], []
+    for batch, rs in sorted(by_batch.items()):
+        summary = summarize(rs)
+        if summary is not None:
             xs.append(batch)
             ys.append(summary.mean)
             errs.append(summary.ci or 0.0)
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
+    return xs, ys, errs
+
+
+def throughput_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> Path:
+    good = reports.ok(records)
+    lines, fields = _series(good)
+    series = [(_label(dict(zip(fields, line_key)), fields), *_points(by_batch, reports.throughput))
+              for line_key, by_batch in lines.items()]
+    searches = [(a["batch_search"]["max_batch"], a["batch_search"]["search_id"][:reports.ID_PREFIX])
+                for a in reports.max_batch_answers(records) if a["batch_search"]["max_batch"] is not None]
+    batches = [b for by_batch in lines.values() for b in by_batch]
+    return _render(_draw_throughput, path, series, _oom_batches(records), searches, batches, f"{framework} {model}")
+
+
+def _draw_throughput(path: Path, series, ooms: list[int], searches, batches: list[int], title: str) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, xs, ys, errs in series:
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
     _oom_marks(ax, ooms, 0.0)
-    for answer in reports.max_batch_answers(records):
-        search = answer["batch_search"]
-        if search["max_batch"] is not None:
-            ax.axvline(search["max_batch"], linestyle="--", color="green",
-                       label=f"max batch {search['max_batch']} (search {search['search_id'][:reports.ID_PREFIX]})")
-            batches.append(search["max_batch"])
-    _batch_axis(ax, batches)
+    for max_batch, search in searches:
+        ax.axvline(max_batch, linestyle="--", color="green", label=f"max batch {max_batch} (search {search})")
+    _batch_axis(ax, batches + ooms + [max_batch for max_batch, _ in searches])
     ax.set_ylim(bottom=0)
     ax.set_xlabel("batch size (images per step per worker)")
     ax.set_ylabel("total images/sec (mean ± 95% CI)")
-    ax.set_title(f"{framework} {model}: throughput vs batch size")
-    return _finish(fig, [ax], path, legend_below=True)
+    ax.set_title(f"{title}: throughput vs batch size")
+    _finish(fig, [ax], path, legend_below=True)
 
 
 def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> tuple[Path, list[str]] | None:
     """One panel per memory kind that has any value; null kinds are left out (and named)."""
-    plt = _pyplot()
     good = reports.ok(records)
-    ooms = [r for r in records if r["status"] == "oom"]
-    views = [(name, title) for name, title in MEMORY_VIEWS
-             if any((r.get("memory") or {}).get(name) is not None for r in good)]
+    views = [(name, title) for name, title in MEMORY_VIEWS if reports.memory(good, name) is not None]
     if not views:
         return None
     lines, fields = _series(good)
-    fig, axes = plt.subplots(1, len(views), figsize=(4.2 * len(views) + 1, 4.0), squeeze=False)
-    axes = list(axes[0])
-    for ax, (name, title) in zip(axes, views):
+    panels = []
+    for name, title in views:
+        series = []
         for line_key, by_batch in lines.items():
-            xs, ys, errs = [], [], []
-            for batch, rs in sorted(by_batch.items()):
-                summary = reports.memory(rs, name)
-                if summary is None:
-                    continue
-                xs.append(batch)
-                ys.append(summary.mean / MiB)
-                errs.append((summary.ci or 0.0) / MiB)
+            xs, ys, errs = _points(by_batch, lambda rs: reports.memory(rs, name))
             if xs:
-                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=_label(dict(zip(fields, line_key)), fields))
+                series.append((_label(dict(zip(fields, line_key)), fields), xs, [y / MiB for y in ys], [e / MiB for e in errs]))
+        panels.append((title, series))
+    batches = [b for by_batch in lines.values() for b in by_batch]
+    return _render(_draw_memory, path, panels, _oom_batches(records), batches, f"{framework} {model}"), [t for _, t in views]
+
+
+def _draw_memory(path: Path, panels, ooms: list[int], batches: list[int], title: str) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1, 4.0), squeeze=False)
+    axes = list(axes[0])
+    for ax, (panel, series) in zip(axes, panels):
+        for label, xs, ys, errs in series:
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
         _oom_marks(ax, ooms, 0.0)
-        _batch_axis(ax, [r["config"]["batch_size"] for r in good + ooms])
+        _batch_axis(ax, batches + ooms)
         ax.set_ylim(bottom=0)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(panel, fontsize=10)
         ax.set_xlabel("batch size")
         ax.set_ylabel("MiB")
-    fig.suptitle(f"{framework} {model}: peak memory vs batch size", fontsize=11)
-    return _finish(fig, axes, path, legend_below=True), [title for _, title in views]
+    fig.suptitle(f"{title}: peak memory vs batch size", fontsize=11)
+    _finish(fig, axes, path, legend_below=True)
 
 
 def scaling(lines: list[reports.ScalingLine], title: str, path: Path) -> Path:
+    data = [(line.strategy, [(p.workers, p.summary.mean, p.summary.ci or 0.0, p.efficiency) for p in line.points])
+            for line in lines]
+    return _render(_draw_scaling, path, data, title)
+
+
+def _draw_scaling(path: Path, lines, title: str) -> None:
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.0))
     workers = set()
-    for line in lines:
-        xs = [p.workers for p in line.points]
+    for strategy, points in lines:
+        xs = [w for w, _, _, _ in points]
         workers.update(xs)
-        left.errorbar(xs, [p.summary.mean for p in line.points], yerr=[p.summary.ci or 0.0 for p in line.points],
-                      marker="o", capsize=3, label=line.strategy)
-        eff = [(p.workers, p.efficiency) for p in line.points if p.efficiency is not None]
+        left.errorbar(xs, [m for _, m, _, _ in points], yerr=[ci for _, _, ci, _ in points],
+                      marker="o", capsize=3, label=strategy)
+        eff = [(w, e) for w, _, _, e in points if e is not None]
         if eff:
-            right.plot([w for w, _ in eff], [e for _, e in eff], marker="o", label=line.strategy)
+            right.plot([w for w, _ in eff], [e for _, e in eff], marker="o", label=strategy)
     for ax in (left, right):
         ax.set_xticks(sorted(workers))
         ax.set_xlabel("workers")
@@ -160,29 +230,35 @@ def scaling(lines: list[reports.ScalingLine], title: str, path: Path) -> Path:
     left.set_ylabel("total images/sec (mean ± 95% CI)")
     left.set_title("throughput", fontsize=10)
     right.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
-    right.set_ylim(0, 1.1 * max([1.0] + [p.efficiency for ln in lines for p in ln.points if p.efficiency]))
+    right.set_ylim(0, 1.1 * max([1.0] + [e for _, points in lines for _, _, _, e in points if e]))
     right.set_ylabel("weak-scaling efficiency X(N) / (N X(1))")
     right.set_title("efficiency", fontsize=10)
     fig.suptitle(title, fontsize=10)
-    return _finish(fig, [left, right], path)
+    _finish(fig, [left, right], path)
 
 
 def runtime_overhead(rows: list[reports.RuntimeRow], title: str, path: Path) -> Path:
     """Mean images/sec per runtime with its 95% interval (report and compare-runtimes)."""
+    bars = [(row.runtime, row.summary.mean, row.summary.ci or 0.0, row.summary.n,
+             None if row.runtime == reports.BASELINE_RUNTIME else row.overhead) for row in rows]
+    return _render(_draw_runtimes, path, bars, title)
+
+
+def _draw_runtimes(path: Path, bars, title: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    names = [row.runtime for row in rows]
-    means = [row.summary.mean for row in rows]
-    errors = [row.summary.ci or 0.0 for row in rows]
+    names = [name for name, _, _, _, _ in bars]
+    means = [mean for _, mean, _, _, _ in bars]
+    errors = [error for _, _, error, _, _ in bars]
     ax.bar(names, means, yerr=errors, capsize=6, color="#4C72B0", edgecolor="black")
-    for i, row in enumerate(rows):
-        overhead = "" if row.runtime == reports.BASELINE_RUNTIME or row.overhead is None else f"\n{100 * row.overhead:+.1f}%"
-        ax.annotate(f"{row.summary.mean:.2f}\n(n={row.summary.n}){overhead}", (i, means[i] + errors[i]), ha="center",
+    for i, (_, mean, error, n, overhead) in enumerate(bars):
+        note = "" if overhead is None else f"\n{100 * overhead:+.1f}%"
+        ax.annotate(f"{mean:.2f}\n(n={n}){note}", (i, mean + error), ha="center",
                     va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_ylabel("images/sec (mean, 95% CI)")
     ax.set_title(title, fontsize=9)
     ax.set_ylim(0, max([m + e for m, e in zip(means, errors)] + [1.0]) * 1.3)
-    return _finish(fig, [ax], path)
+    _finish(fig, [ax], path)
 
 
 LOSS_COLOURS = {"exposed_communication": "#C44E52", "input_wait": "#8172B2", "straggler_wait": "#CCB974",
@@ -192,13 +268,18 @@ LOSS_COLOURS = {"exposed_communication": "#C44E52", "input_wait": "#8172B2", "st
 def scaling_loss(losses: list[reports.ScalingLoss], title: str, path: Path) -> Path:
     """Stacked bar per worker count: the lost ms per step split into its parts; a black tick marks
     the measured loss T(N) - T(1), so a gap between bar top and tick is what the split misses."""
+    bars = [(loss.workers, {name: loss.parts[name] for name in reports.LOSS_PARTS}, loss.loss) for loss in losses]
+    return _render(_draw_scaling_loss, path, bars, title)
+
+
+def _draw_scaling_loss(path: Path, bars, title: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    labels = [str(loss.workers) for loss in losses]
-    positive = [0.0] * len(losses)
-    negative = [0.0] * len(losses)
+    labels = [str(workers) for workers, _, _ in bars]
+    positive = [0.0] * len(bars)
+    negative = [0.0] * len(bars)
     for name in reports.LOSS_PARTS:
-        values = [1e3 * (loss.parts[name] or 0.0) for loss in losses]
+        values = [1e3 * (parts[name] or 0.0) for _, parts, _ in bars]
         if not any(values):
             continue
         bottoms = [positive[i] if v >= 0 else negative[i] for i, v in enumerate(values)]
@@ -208,23 +289,27 @@ def scaling_loss(losses: list[reports.ScalingLoss], title: str, path: Path) -> P
                 positive[i] += v
             else:
                 negative[i] += v
-    ax.scatter(labels, [1e3 * loss.loss for loss in losses], marker="_", s=900, color="black", zorder=5,
+    ax.scatter(labels, [1e3 * loss for _, _, loss in bars], marker="_", s=900, color="black", zorder=5,
                label="measured T(N) − T(1)")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xlabel("workers")
     ax.set_ylabel("lost time per step (ms)")
     ax.set_title(title, fontsize=9)
-    return _finish(fig, [ax], path, legend_below=True)
+    _finish(fig, [ax], path, legend_below=True)
 
 
 def network(rows: list[tuple[str, list[dict]]], what: str, path: Path, link_gbps: float | None = None) -> Path:
     """busbw (what="busbw_gbps") or latency (what="time_s") vs message size, one line per
     (backend, world) series; --link-gbps draws the theoretical link speed on the busbw plot."""
+    series = [(label, [row["bytes"] for row in rows_], [row[what] * (1e6 if what == "time_s" else 1.0) for row in rows_])
+              for label, rows_ in rows]
+    return _render(_draw_network, path, series, what, link_gbps)
+
+
+def _draw_network(path: Path, series, what: str, link_gbps: float | None) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, series in rows:
-        xs = [row["bytes"] for row in series]
-        ys = [row[what] * (1e6 if what == "time_s" else 1.0) for row in series]
+    for label, xs, ys in series:
         ax.plot(xs, ys, marker="o", label=label)
     if link_gbps is not None and what == "busbw_gbps":
         ax.axhline(link_gbps / 8, color="red", linestyle="--", label=f"link {link_gbps:g} Gbit/s = {link_gbps / 8:g} GB/s")
@@ -233,4 +318,4 @@ def network(rows: list[tuple[str, list[dict]]], what: str, path: Path, link_gbps
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)" if what == "busbw_gbps" else "time per operation (µs)")
     ax.set_title("bus bandwidth vs message size" if what == "busbw_gbps" else "latency vs message size", fontsize=10)
-    return _finish(fig, [ax], path, legend_below=True)
+    _finish(fig, [ax], path, legend_below=True)

@@ -14,7 +14,10 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Callable, Iterable, Iterator
+
+import numpy as np
 
 from benchmarks.comm.record import is_comm
 from benchmarks.distributed import strategies
@@ -41,9 +44,18 @@ FIELDS = (
     *(f"memory.{name}" for name in ("allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
                                     "host_rss_peak_bytes")),
     "step_time_s.mean", "input_wait_s.mean", "model.parameters",
-    "flops", "energy", "batch_search", "trace",  # whole sections (null in most records)
+    "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule",
+    *(f"batch_search.{name}" for name in ("search_id", "probe", "final", "max_batch", "stop_reason")),
+    "trace",  # whole (null in most records)
 )
 SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
+# Read beside the records as NumPy columns (Records): what every table asks of every record.
+VALUES = ("status", "run_id", "timestamp_utc", "throughput.images_per_sec",
+          *(f"memory.{name}" for name in ("allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes",
+                                          "host_rss_peak_bytes")),
+          "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule", "step_time_s.mean", "input_wait_s.mean",
+          "batch_search.final")
+PRESENT = ("throughput", "trace")
 
 
 def print_warning(message: str) -> None:
@@ -61,8 +73,130 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
     read whole, in Python, parsing only the lines that mention "comm" (`where` does not apply)."""
     if kind == "comm":
         return _comm_records(paths, warn or print_warning, since, until)
-    return list(columnar.records(paths, FIELDS, SHARED, kind=kind, where=conditions(where), since=since, until=until,
-                                 warn=warn or print_warning))
+    return _read(paths, warn, kind, where, since, until)[0]
+
+
+def load_report(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, *, where: Iterable[str] = (),
+                since: str | None = None, until: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(training records, `bench comm` records) of the stores, as load gives them, read once: the
+    Python pass for comm records reads only the stores DuckDB saw such records in (scanning a
+    store's bytes for them costs, at a million records, as much as DuckDB reading it)."""
+    records, comm_stores = _read(paths, warn, "train", where, since, until)
+    return records, _comm_records(comm_stores, lambda message: None, since, until) if comm_stores else []
+
+
+def _read(paths, warn, kind: str, where, since, until) -> tuple[list[dict], list[str]]:
+    found = columnar.read(paths, FIELDS, SHARED, values=VALUES, present=PRESENT, kind=kind, where=conditions(where),
+                          since=since, until=until, warn=warn or print_warning)
+    return Records.of(found), found.comm_stores
+
+
+class _Columns:
+    """What Records derived from one load share: the columns of runners.columnar.read, the records
+    built so far, and what is computed once: the ok flags, run_id prefixes, and per record its
+    "atom", the (config, world, provenance) objects that decide its configuration key (key_of)."""
+
+    def __init__(self, found: columnar.Read):
+        n = len(found.rows)
+        self.rows = found.rows
+        # each column as its values (masked ones: anything) and where it is null (None: nowhere)
+        self.data = {name: np.ma.getdata(column) for name, column in found.columns.items()}
+        self.null = {name: np.ma.getmaskarray(column) if np.ma.is_masked(column) else None
+                     for name, column in found.columns.items()}
+        self.objects = np.empty(n, dtype=object)  # records built so far (columnar.Rows)
+        self.built = np.zeros(n, dtype=bool)
+        self.ok = (self.data["status"] == "ok") & self.data["has throughput"]
+        self.prefixes = np.fromiter((run_id[:ID_PREFIX] for run_id in self.data["run_id"].tolist()), dtype=object, count=n)
+        self.atom = np.zeros(n, dtype=np.int64)
+        for name in ("config", "world", "provenance"):  # ids (-1: null) combined pairwise: no overflow
+            ids = self.data[f"id {name}"].astype(np.int64) + 1
+            _, first, self.atom = np.unique(self.atom * (int(ids.max(initial=0)) + 1) + ids, return_index=True,
+                                            return_inverse=True)
+            self.atom = self.atom.reshape(-1)
+        self.first = self.records(first)  # a record of each atom: its key is every such record's
+
+    def records(self, index) -> list:
+        """The records at these positions, built from the columns the first time one is asked for."""
+        missing = index[~self.built[index]]
+        if len(missing):
+            self.objects[missing] = np.fromiter(self.rows.records(missing), dtype=object, count=len(missing))
+            self.built[missing] = True
+        return self.objects[index].tolist()
+
+
+class Records(Sequence):
+    """Records in store order with NumPy columns beside them (reports.load): a sequence of records
+    (a slice of it is a list). What every table asks of every record many times (ok, group,
+    throughput, metric, ids...) takes a fast path over the columns for a Records, and gives Records,
+    whose records become Python objects in a list only when something iterates them; any other list
+    of records takes the plain path. Both give the same results (tests/test_reports_scale.py runs
+    the whole report both ways)."""
+
+    __slots__ = ("table", "index", "_items")
+
+    def __init__(self, table: _Columns, index):
+        self.table, self.index, self._items = table, index, None
+
+    @classmethod
+    def of(cls, found: columnar.Read) -> "Records":
+        """The records runners.columnar.read found."""
+        return cls(_Columns(found), np.arange(len(found.rows)))
+
+    def _list(self) -> list:
+        if self._items is None:
+            self._items = self.table.records(self.index)
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, at):
+        return self._list()[at] if isinstance(at, slice) or self._items is not None else self.table.records(self.index[[at]])[0]
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Records({self._list()!r})"
+
+    def take(self, positions) -> "Records":
+        """The records at these positions (or where this boolean mask holds), in this order."""
+        return Records(self.table, self.index[positions])
+
+    def column(self, name: str):
+        """A column (runners.columnar.read names) for these records, as a NumPy array (see `present`)."""
+        return self.table.data[name][self.index]
+
+    def present(self, name: str):
+        """Where the column is not null, as a boolean array."""
+        null = self.table.null[name]
+        return np.ones(len(self.index), dtype=bool) if null is None else ~null[self.index]
+
+    def values(self, path: str) -> list:
+        """A scalar field of each record, None where null: [r[section][name] for r in self], as Python values."""
+        out = self.column(path).tolist()
+        if self.table.null[path] is not None:
+            for at in np.flatnonzero(~self.present(path)).tolist():
+                out[at] = None
+        return out
+
+    def group(self, fields: tuple) -> dict[tuple, "Records"]:
+        atoms, count = self.table.atom[self.index], len(self.table.first)
+        first = np.full(count, len(atoms))  # where each atom first appears here
+        np.minimum.at(first, atoms, np.arange(len(atoms)))
+        keys: dict[tuple, int] = {}  # in order of first appearance, as a pass over the records makes them
+        code = np.zeros(count, dtype=np.int64)
+        for atom in np.argsort(first, kind="stable")[:np.count_nonzero(first < len(atoms))].tolist():
+            code[atom] = keys.setdefault(key_tuple(self.table.first[atom], fields), len(keys))
+        codes = code[atoms].astype(np.uint16 if len(keys) <= 1 << 16 else np.int64)  # 16 bits: a radix sort
+        order = np.argsort(codes, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(codes, minlength=len(keys)))))
+        return {key: self.take(order[bounds[c]:bounds[c + 1]]) for key, c in keys.items()}
 
 
 def _comm_records(paths, warn: Callable[[str], None], since: str | None, until: str | None) -> list[dict]:
@@ -219,6 +353,8 @@ def describe(key: dict, fields: Iterable[str] | None = None) -> str:
 
 
 def ids(records: Iterable[dict]) -> str:
+    if isinstance(records, Records):
+        return " ".join(records.table.prefixes[records.index].tolist())
     return " ".join(record["run_id"][:ID_PREFIX] for record in records)
 
 
@@ -258,7 +394,29 @@ class Summary:
 
 
 def ok(records: Iterable[dict]) -> list[dict]:
+    if isinstance(records, Records):
+        return records.take(records.table.ok[records.index])
     return [r for r in records if r["status"] == "ok" and r.get("throughput")]
+
+
+def with_status(records: Iterable[dict], status: str) -> list[dict]:
+    if isinstance(records, Records):
+        return records.take(records.column("status") == status)
+    return [r for r in records if r["status"] == status]
+
+
+def field_values(records: Iterable[dict], section: str, name: str) -> list:
+    """record[section][name] of each record (the section must be there)."""
+    if isinstance(records, Records):
+        return records.values(f"{section}.{name}")
+    return [r[section][name] for r in records]
+
+
+def having(records: Iterable[dict], section: str) -> list[dict]:
+    """The records whose `section` is not null."""
+    if isinstance(records, Records):
+        return records.take(records.column(f"has {section}"))
+    return [r for r in records if r.get(section) is not None]
 
 
 def throughput(records: Iterable[dict]) -> Summary | None:
@@ -267,7 +425,7 @@ def throughput(records: Iterable[dict]) -> Summary | None:
     good = ok(records)
     if not good:
         return None
-    values = [r["throughput"]["images_per_sec"] for r in good]
+    values = field_values(good, "throughput", "images_per_sec")
     if len(values) >= 2:
         return Summary(values, good, t_halfwidth(values), "t-interval over records")
     own = good[0]["throughput"]
@@ -282,21 +440,34 @@ def memory(records: Iterable[dict], name: str) -> Summary | None:
 def metric(records: Iterable[dict], section: str, name: str) -> Summary | None:
     """`record[section][name]` over the ok records that have it (null = does not apply or not
     measured: left out, never read as 0); a t-interval with n >= 2."""
-    good = [r for r in ok(records) if (r.get(section) or {}).get(name) is not None]
+    good = ok(records)
+    if isinstance(good, Records) and f"{section}.{name}" in good.table.data:
+        good = good.take(good.present(f"{section}.{name}"))
+    else:
+        good = [r for r in good if (r.get(section) or {}).get(name) is not None]
     if not good:
         return None
-    values = [float(r[section][name]) for r in good]
+    values = [float(value) for value in field_values(good, section, name)]
     if len(values) >= 2:
         return Summary(values, good, t_halfwidth(values), "t-interval over records")
     return Summary(values, good, None, "one record")
 
 
 def group(records: Iterable[dict], fields: Iterable[str] = KEY_FIELDS) -> dict[tuple, list[dict]]:
+    """Records by their values of key `fields` (sorted by those; store order within)."""
     fields = tuple(fields)
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for record in records:
-        groups[key_tuple(record, fields)].append(record)
+    if isinstance(records, Records):
+        groups = records.group(fields)
+    else:
+        groups = defaultdict(list)
+        for record in records:
+            groups[key_tuple(record, fields)].append(record)
     return dict(sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))))
+
+
+def keys(records: Iterable[dict]) -> list[dict]:
+    """The distinct configuration keys (key_of) among the records."""
+    return [dict(zip(KEY_FIELDS, key)) for key in group(records)]
 
 
 def without(*names: str) -> tuple:
@@ -315,18 +486,11 @@ def varying(keys: Iterable[dict], exclude: Iterable[str] = ()) -> list[str]:
 def environment(records: list[dict]) -> list[tuple[str, str]]:
     # every value below depends on a record's provenance, world, config and status only: count
     # records per distinct (those objects, status) once, then weigh (columnar shares the objects)
-    weights: dict[tuple, list] = {}
-    for record in records:
-        ident = (id(record["provenance"]), id(record["world"]), id(record["config"]), record["status"])
-        entry = weights.get(ident)
-        if entry is None:
-            weights[ident] = [record, 1]
-        else:
-            entry[1] += 1
+    weights = _weights(records)
 
     def values(get) -> str:
         counts: dict[str, int] = defaultdict(int)
-        for record, weight in weights.values():
+        for record, weight in weights:
             for value in get(record):
                 if value not in (None, ""):
                     counts[str(value)] += weight
@@ -352,9 +516,33 @@ def environment(records: list[dict]) -> list[tuple[str, str]]:
         ("dlbench versions", values(lambda r: [r["provenance"]["dlbench_version"]])),
         ("Python", values(lambda r: [r["provenance"]["python"]])),
         ("launchers", values(lambda r: [r["world"]["launcher"]])),
-        ("first / last run", f"{min(r['timestamp_utc'] for r in records)} / {max(r['timestamp_utc'] for r in records)}"
-         if records else "none"),
+        ("first / last run", f"{min(stamps)} / {max(stamps)}" if (stamps := _timestamps(records)) else "none"),
     ]
+
+
+def _weights(records: list[dict]) -> list[tuple[dict, int]]:
+    """(a record, how many) per distinct (provenance, world, config, status) among the records."""
+    if isinstance(records, Records):
+        status = records.column("status")
+        out = []
+        for value in set(status.tolist()):
+            chosen = records.take(status == value)
+            _, first, counts = np.unique(records.table.atom[chosen.index], return_index=True, return_counts=True)
+            out.extend(zip((chosen[i] for i in first.tolist()), counts.tolist()))
+        return out
+    weights: dict[tuple, list] = {}
+    for record in records:
+        ident = (id(record["provenance"]), id(record["world"]), id(record["config"]), record["status"])
+        entry = weights.get(ident)
+        if entry is None:
+            weights[ident] = [record, 1]
+        else:
+            entry[1] += 1
+    return [(record, weight) for record, weight in weights.values()]
+
+
+def _timestamps(records: list[dict]) -> list[str]:
+    return records.values("timestamp_utc") if isinstance(records, Records) else [r["timestamp_utc"] for r in records]
 
 
 @dataclass
@@ -447,8 +635,8 @@ def io_pairs(records: list[dict]) -> tuple[list[Pair], list[tuple[dict, str, lis
     pairs, unmatched = [], []
     for key, members in group(ok(records), fields).items():
         k = dict(zip(fields, key))
-        synthetic = [r for r in members if r["config"]["data"] == "synthetic"]
-        real = [r for r in members if r["config"]["data"] == "real"]
+        by_data = group(members, ("data",))
+        synthetic, real = by_data.get(("synthetic",), []), by_data.get(("real",), [])
         if synthetic and real:
             pairs.append(Pair(k, throughput(synthetic), throughput(real)))
         else:
@@ -485,13 +673,11 @@ def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRo
     Returns (compared, unmatched): unmatched are configurations seen under one runtime only
     (listed only when the store has more than one runtime) or without a `local` baseline."""
     fields = without("runtime")
-    several = len({runtime_of(r) for r in records}) > 1
+    several = len(group(records, ("runtime",))) > 1
     compared, unmatched = [], []
     for key, members in group(ok(records), fields).items():
         k = dict(zip(fields, key))
-        by_runtime: dict[str, list[dict]] = defaultdict(list)
-        for record in members:
-            by_runtime[runtime_of(record)].append(record)
+        by_runtime = {runtime: rs for (runtime,), rs in group(members, ("runtime",)).items()}
         if len(by_runtime) < 2:
             if several:
                 unmatched.append((k, f"only under {next(iter(by_runtime))}", members))
@@ -517,10 +703,14 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
 
 def max_batch_answers(records: Iterable[dict]) -> list[dict]:
     """The final probe record of each --find-max-batch search (batch_search.final), by search."""
+    if isinstance(records, Records):
+        return records.take(records.present("batch_search.final") & records.column("batch_search.final").astype(bool))
     return [r for r in records if (r.get("batch_search") or {}).get("final")]
 
 
 def failures(records: list[dict]) -> list[dict]:
+    if isinstance(records, Records):
+        return records.take(records.column("status") != "ok")
     return [r for r in records if r["status"] != "ok"]
 
 
@@ -708,11 +898,11 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
         twins = ok(_twin(key, groups))
         if not twins:
             continue
-        t_n = _mean([r["step_time_s"]["mean"] for r in members])
-        t_1 = _mean([r["step_time_s"]["mean"] for r in twins])
-        input_wait = _mean([r["input_wait_s"]["mean"] for r in members]) - _mean([r["input_wait_s"]["mean"] for r in twins])
-        traced_n = [p for p in map(trace_parts, members) if p]
-        traced_1 = [p for p in map(trace_parts, twins) if p]
+        t_n = _mean(field_values(members, "step_time_s", "mean"))
+        t_1 = _mean(field_values(twins, "step_time_s", "mean"))
+        input_wait = _mean(field_values(members, "input_wait_s", "mean")) - _mean(field_values(twins, "input_wait_s", "mean"))
+        traced_n = [p for p in map(trace_parts, having(members, "trace")) if p]
+        traced_1 = [p for p in map(trace_parts, having(twins, "trace")) if p]
         parts: dict[str, float | None] = {name: None for name in LOSS_PARTS}
         parts["input_wait"] = input_wait
         overlap = None
@@ -723,7 +913,7 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
                 at_1 = {name: _mean([p[name] for p in traced_1]) for name in ("exposed_communication", "compute", "idle")}
             else:  # no trace at 1 worker: its whole step but the input wait counts as compute
                 at_1 = {"exposed_communication": 0.0, "idle": 0.0,
-                        "compute": t_1 - _mean([r["input_wait_s"]["mean"] for r in twins])}
+                        "compute": t_1 - _mean(field_values(twins, "input_wait_s", "mean"))}
             parts.update(exposed_communication=at_n["exposed_communication"] - at_1["exposed_communication"],
                          straggler_wait=at_n["straggler_wait"], compute=at_n["compute"] - at_1["compute"],
                          idle=at_n["idle"] - at_1["idle"])

@@ -30,29 +30,42 @@ def is_envelope(obj: dict) -> bool:
     return isinstance(obj, dict) and "sweep" in obj and "record" in obj
 
 
+BLOCK = 1 << 24  # bytes read at a time
+
+
 def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
-    """(line number, object) per line, streamed: memory stays one line, whatever the store's size.
-    With `mentioning`, complete lines without those bytes are passed over unparsed (and unchecked)."""
+    """(line number, object) per line, streamed: memory stays a block and a line, whatever the store's size.
+    With `mentioning`, complete lines without those bytes are passed over unparsed (and unchecked): a
+    block without them at all is only counted, so finding the few `bench comm` lines is fast."""
     with open(path, "rb") as f:
-        number = 0
-        for raw in f:
-            number += 1
-            if not raw.endswith(b"\n"):  # bytes after the last newline: a write cut short
-                if raw.strip():
-                    warnings.warn(f"{path}: line {number} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)
-                return
-            if not raw.strip() or (mentioning is not None and mentioning not in raw):
+        number, carry = 0, b""
+        while block := f.read(BLOCK):
+            data = carry + block if carry else block
+            end = data.rfind(b"\n") + 1
+            data, carry = data[:end], data[end:]
+            if mentioning is not None and mentioning not in data:
+                number += data.count(b"\n")
                 continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                if not f.read(1):  # the last line, complete but not JSON
-                    warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning, stacklevel=3)
-                    return
-                raise ValueError(f"{path}: line {number} is not valid JSON: {error}") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}: line {number} is not a JSON object")
-            yield number, obj
+            start = 0
+            while start < end:
+                stop = data.index(b"\n", start) + 1
+                raw, start = data[start:stop], stop
+                number += 1
+                if not raw.strip() or (mentioning is not None and mentioning not in raw):
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                    if start == end and not carry and not f.read(1):  # the last line, complete but not JSON
+                        warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning,
+                                      stacklevel=3)
+                        return
+                    raise ValueError(f"{path}: line {number} is not valid JSON: {error}") from None
+                if not isinstance(obj, dict):
+                    raise ValueError(f"{path}: line {number} is not a JSON object")
+                yield number, obj
+        if carry.strip():  # bytes after the last newline: a write cut short
+            warnings.warn(f"{path}: line {number + 1} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)
 
 
 def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:

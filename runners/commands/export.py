@@ -136,7 +136,7 @@ def run(args) -> int:
                 writer.writerow(COLUMNS)
                 result = con.execute("SELECT * FROM records")
                 while batch := result.fetchmany(columnar.BATCH):
-                    writer.writerows(["" if value is None else value for value in row] for row in batch)
+                    writer.writerows(batch)  # the csv module writes None as an empty cell
             os.replace(partial, target)
             written.append(str(target))
         if args.parquet:

@@ -161,13 +161,10 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
     doc.para("Per framework × model. Lines differ in the configuration fields named in the legend; error bars "
              "are 95% intervals (t-interval over records with ≥ 2 records, else the record's own interval). "
              "Red crosses: batch sizes that ended out of memory (status oom).")
-    by_fm: dict[tuple, list[dict]] = defaultdict(list)
-    for record in records:
-        by_fm[(record["config"]["framework"], record["config"]["model"])].append(record)
-    for (framework, model), members in sorted(by_fm.items()):
+    for (framework, model), members in reports.group(records, ("framework", "model")).items():
         doc.heading(f"{framework} / {model}", 3)
         good = reports.ok(members)
-        ooms = [r for r in members if r["status"] == "oom"]
+        ooms = reports.with_status(members, "oom")
         if good:
             path = plots.throughput_vs_batch(members, framework, model, out / f"throughput-{framework}-{model}.png")
             doc.image(path, f"{framework} {model}: total images/sec vs batch size (n and runs in the table below)")
@@ -176,7 +173,7 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
                 doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
                                   "(memory kinds that are null in every record are omitted)")
         rows = []
-        shown = reports.varying([reports.key_of(r) for r in good], ("batch_size", "framework", "model"))
+        shown = reports.varying(reports.keys(good), ("batch_size", "framework", "model"))
         for key, rs in reports.group(good).items():
             k = dict(zip(reports.KEY_FIELDS, key))
             tp = reports.throughput(rs)
@@ -399,16 +396,15 @@ def run(args) -> int:
     if args.link_gbps is not None and not args.link_gbps > 0:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
     chosen = selection(args)
-    records = reports.load(args.stores, **chosen)
-    comm_records = reports.load(args.stores, warn=lambda message: None, kind="comm", since=chosen["since"],
-                                until=chosen["until"])
-    if not records and not comm_records:
-        selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
-        raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = build(records, args.stores, out, comm_records, args.link_gbps)
-    (out / "report.md").write_text(doc.markdown())
+    with plots.in_parallel():  # figures are drawn in worker processes while the tables are computed
+        records, comm_records = reports.load_report(args.stores, **chosen)
+        if not records and not comm_records:
+            selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
+            raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        doc = build(records, args.stores, out, comm_records, args.link_gbps)
+        (out / "report.md").write_text(doc.markdown())
     (out / "report.html").write_text(doc.html("dlbench report"))
     print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {sum(1 for b in doc.blocks if b[0] == 'img')} plots "
           f"from {len(records)} records")
