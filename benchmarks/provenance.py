@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Callable, Mapping
 
-CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "none")
+CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "none")
 REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
 
 
@@ -23,8 +23,9 @@ def detect_container_runtime(
 
     Markers: Charliecloud's ch-run sets CH_RUNNING; Apptainer sets
     APPTAINER_CONTAINER (and Singularity SINGULARITY_CONTAINER; Apptainer also
-    sets the latter for compatibility); Shifter sets SHIFTER_RUNTIME; Podman
-    writes /run/.containerenv; Docker writes /.dockerenv.
+    sets the latter for compatibility); Shifter sets SHIFTER_RUNTIME; udocker sets
+    container_uuid and container_execmode (P1, R1, F1...) in every container;
+    Podman writes /run/.containerenv; Docker writes /.dockerenv.
     """
     if env.get("CH_RUNNING"):
         return "charliecloud"
@@ -34,6 +35,8 @@ def detect_container_runtime(
         return "singularity"
     if env.get("SHIFTER_RUNTIME"):
         return "shifter"
+    if env.get("container_uuid") and env.get("container_execmode"):
+        return "udocker"
     if exists("/run/.containerenv") or env.get("container") == "podman":
         return "podman"
     if exists("/.dockerenv"):

@@ -15,6 +15,8 @@ from benchmarks.provenance import cpu_model, detect_container_runtime
         ({"APPTAINER_CONTAINER": "/img.sif", "SINGULARITY_CONTAINER": "/img.sif"}, {"/.singularity.d"}, "apptainer"),
         ({"SHIFTER_RUNTIME": "1"}, set(), "shifter"),
         ({"CH_RUNNING": "Weird Al Yankovic"}, {"/.dockerenv"}, "charliecloud"),
+        ({"container_uuid": "4a9b7c1e-0d2f", "container_execmode": "P1"}, set(), "udocker"),
+        ({"container_uuid": "4a9b7c1e-0d2f"}, {"/.dockerenv"}, "docker"),  # one udocker variable alone is not udocker
     ],
 )
 def test_detect_container_runtime(env, paths, expected):

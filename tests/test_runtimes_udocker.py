@@ -100,7 +100,7 @@ def test_udocker_real_run(runtime, udocker_env, dlbench_images, public_dataset, 
     validate_in_image(record)
     assert record["status"] == "ok", record.get("error")
     assert record["provenance"]["requested_runtime"] == runtime and record["provenance"]["image"].startswith("dlbench-")
-    assert record["provenance"]["container_runtime"] == "none"  # udocker leaves none of the markers bench reads
+    assert record["provenance"]["container_runtime"] == "udocker"  # from the variables udocker sets
     assert record["config"]["data_dir"] == "/data" and record["config"]["data"] == "real"
     assert json.loads((tmp_path / "records.jsonl").read_text())["run_id"] == record["run_id"]
     assert sorted(p.name for p in public_dataset.rglob("*")) == before
