@@ -24,9 +24,6 @@ from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
 from infra.helpers import run
 from infra.images import BASE_IMAGE, IMAGES, VERSION
 
-# Their checks list the Docker/Podman engines' dlbench-* containers: one worker runs them (infra/parallel.py).
-XDIST_GROUP = "container-engines"
-
 C = ROOT / "containers"
 SERVICES = {"torch": "torch-bench", "tensorflow": "tf-bench"}
 SMOKE = ["--model", "resnet50", "--image-size", "64", "--batch-size", "2",

@@ -27,9 +27,6 @@ from runners.runtimes.container import ContainerSpec, argv_for
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, squash_dir
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
-# Their checks list the Docker/Podman engines' dlbench-* containers: one worker runs them (infra/parallel.py).
-XDIST_GROUP = "container-engines"
-
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
 TINY = ["--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
         "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]

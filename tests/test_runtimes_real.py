@@ -17,9 +17,6 @@ from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_js
 from infra.cache import CACHE
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 
-# Their checks list the Docker/Podman engines' dlbench-* containers: one worker runs them (infra/parallel.py).
-XDIST_GROUP = "container-engines"
-
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)
 
 TF_IMAGE, TORCH_IMAGE = "dlbench-tensorflow:latest", "dlbench-torch:latest"

@@ -1,16 +1,20 @@
-"""`make test` runs on two pytest-xdist workers (`-n 2 --dist loadgroup`): what may run side by side.
+"""`make test` runs on two pytest-xdist workers (`-n 2 --dist loadscope`): what may run side by side.
 
 Most of the suite waits: on containers starting, clusters, launchers, timeouts. Two workers fill those
 waits with the other worker's tests. What must not run side by side is kept together here:
 
-- A module is one group (`xdist_group`): its module fixtures (a private dockerd, a cluster, an imported
-  image) are set up once, on one worker, and its tests keep their order.
-- A module may name a shared group in `XDIST_GROUP`: modules whose checks look at state that other
-  modules' runs also create (the Docker engine's `dlbench-*` containers) share one worker.
+- A module is one unit of work: its module fixtures (a private dockerd, a cluster, an imported image)
+  are set up once, on one worker, and its tests keep their order.
+- Modules in one of `SHARED`'s groups run on one worker, one after the other: their checks look at
+  state that the others' runs also create (the engines' `dlbench-*` containers, podman-hpc's mounts).
 - Multi-rank runs pass `infra.helpers.ports()`, bench's ports offset per worker.
 
-Groups are handed to the workers in the order of `HEAVY` (`--no-loadscope-reorder` keeps it), longest
-first, so that no long group starts last and leaves one worker idle at the end. test_horovod leads: on a
+The controller makes these units itself (`pytest_xdist_make_scheduler`): xdist's own `xdist_group`
+marks do not reach its scheduler under pytest 9, whose node ids are no longer the strings xdist
+appends the group to, so every test became its own unit and two workers ran one module's tests at once.
+
+Units are handed to the workers in the order of `HEAVY` (`--no-loadscope-reorder` keeps it), longest
+first, so that no long unit starts last and leaves one worker idle at the end. test_horovod leads: on a
 cold machine its fixture builds the images and then Horovod (~10 min) while the other worker runs
 modules that need no image.
 """
@@ -18,28 +22,44 @@ modules that need no image.
 from __future__ import annotations
 
 import os
+from pathlib import PurePosixPath
 
 import pytest
 
-# Modules in the order their groups should start (the longest first; the rest follow in file order).
-HEAVY = ("test_horovod", "test_models", "test_runtimes_udocker", "test_runtimes_real", "test_distributed",
+SHARED = {
+    "container-engines": ("test_runtimes_real", "test_containers", "test_runtimes_podman_hpc"),
+}
+# Modules in the order their units should start (the longest first; the rest follow in file order).
+HEAVY = ("test_horovod", "test_runtimes_real", "test_models", "test_runtimes_udocker", "test_distributed",
          "test_env_faults", "test_failures", "test_trace", "test_compile")
+_GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
 
-def module_of(item: pytest.Item) -> str:
-    return getattr(getattr(item, "module", None), "__name__", item.nodeid.split("::")[0])
+def module_of(nodeid: str) -> str:
+    return PurePosixPath(nodeid.split("::")[0]).stem
 
 
-def group_of(item: pytest.Item) -> str:
-    return getattr(getattr(item, "module", None), "XDIST_GROUP", None) or module_of(item)
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the SHARED group of its module."""
+    module = module_of(nodeid)
+    return _GROUP_OF.get(module, module)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the marks into scheduling scopes
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") not in ("loadscope", "loadgroup"):
+        return None  # another distribution asked for on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ByUnit(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group_of(item)))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a plain `pytest` keeps the file order
         rank = {name: i for i, name in enumerate(HEAVY)}
-        # sorted() is stable: within a group and among the other modules, collection order stays.
-        items[:] = sorted(items, key=lambda item: rank.get(module_of(item), len(HEAVY)))
+        # sorted() is stable: within a module and among the other modules, collection order stays.
+        items[:] = sorted(items, key=lambda item: rank.get(module_of(item.nodeid), len(HEAVY)))
