@@ -2,8 +2,8 @@
 
 Per module, the time spent in setup (fixtures: image builds, runtime installs,
 clusters), in the tests themselves, and in teardown; per pytest-xdist worker,
-how long it was busy (are the workers balanced?); and the slowest fixture
-setups by name. It reads pytest's own per-phase durations, so it costs nothing.
+how long it was busy (are the workers balanced?); the slowest tests; and the
+slowest fixture setups by name. It reads pytest's own per-phase durations, so it costs nothing.
 Fixture times are measured where the fixture runs (a worker) and travel to the
 summary in the test report's user_properties.
 """
@@ -20,6 +20,7 @@ _by_module: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHAS
 _tests: dict[str, int] = defaultdict(int)
 _fixtures: dict[str, float] = defaultdict(float)
 _workers: dict[str, float] = defaultdict(float)
+_calls: dict[str, float] = {}  # test id -> its call phase
 _pending: list[tuple[str, float]] = []  # fixtures set up for the test being set up (in this process)
 _started = time.monotonic()
 FIXTURE = "phases.fixture_setup_s"
@@ -37,6 +38,7 @@ def pytest_runtest_logreport(report):
     _workers[getattr(getattr(node, "gateway", None), "id", "main")] += report.duration
     if report.when == "call":
         _tests[module] += 1
+        _calls[report.nodeid] = report.duration
     for name, value in report.user_properties:
         if name == FIXTURE:
             _fixtures[value[0]] += value[1]
@@ -76,6 +78,9 @@ def pytest_terminal_summary(terminalreporter):
     for module, phases in sorted(_by_module.items(), key=lambda item: -sum(item[1].values())):
         write(f"{module:44} {_tests[module]:5d} {_fmt(phases['setup'])} {_fmt(phases['call'])} "
               f"{_fmt(phases['teardown'])} {_fmt(sum(phases.values()))}")
+    write("slowest tests:")
+    for nodeid, seconds in sorted(_calls.items(), key=lambda item: -item[1])[:12]:
+        write(f"  {nodeid[:90]:90} {_fmt(seconds)}")
     slow = [(name, s) for name, s in sorted(_fixtures.items(), key=lambda item: -item[1]) if s >= 1.0][:12]
     if slow:
         write("slowest fixture setups (images, runtimes, clusters are built once per run):")
