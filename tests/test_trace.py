@@ -172,7 +172,7 @@ def test_ps_worker_steps_come_from_stamps():
 # prediction) and how the report predicts from it
 PAIRS = {
     "torch-ddp-gloo": (["--strategy", "ddp"], [],
-                       ["--framework", "torch", "comm", "--model", "alexnet", "--max-bytes", "64M", "--step-factor", "4",
+                       ["--framework", "torch", "comm", "--model", "alexnet", "--max-bytes", "4M", "--step-factor", "4",
                         "--iters", "3", "--warmup-iters", "1"], "gradient buckets"),
     "tensorflow-allreduce": (["--framework", "tensorflow", "--strategy", "allreduce"], [], None, None),
     "tensorflow-ps": (["--framework", "tensorflow", "--strategy", "ps"], ["--num-ps", "1"],
