@@ -22,9 +22,10 @@ WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 
 
 def ports() -> list[str]:
     """bench's distributed ports for a multi-rank run, distinct per test worker: two workers' runs on the
-    same fixed ports would meet each other. Worker 0 keeps bench's defaults (rendezvous 2210 and the torch
-    process group on 2211, TF workers from 2220, PS from 2230, the chief on 2240)."""
-    base = 2210 + 100 * WORKER
+    same ports would meet each other (a rank of one run joining the other's rendezvous hangs both). None
+    is bench's default (rendezvous 2210, the torch process group 2211, TF workers from 2220, PS from 2230,
+    the chief 2240), which the runs that take no ports (a sweep's 2-rank point) use."""
+    base = 2310 + 100 * WORKER
     return ["--rendezvous-port", str(base), "--worker-port", str(base + 10), "--ps-port", str(base + 20)]
 
 
