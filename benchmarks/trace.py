@@ -21,7 +21,9 @@ worker: its steps come from the stamps the step takes on the worker's clock (fet
 end, end, and `pushed`: when the parameter servers had applied the step's gradients, seen
 through a probe named PUSHED), on the same wall clock as the profiler's events. A step runs
 from the previous step's end to its own end, as in the timed loop, and the push of the
-previous step's gradients (transfer and the PS's update) is communication at its head. GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
+previous step's gradients (transfer and the PS's update) is communication at its head.
+
+GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
 comm/comp overlap over the kernels), when it is installed. HTA 0.5.0 cannot analyse CPU-only
 traces (its breakdown indexes GPU kernels and fails; its overlap is NaN), so CPU traces are
 split here from the profiler's events: CPU ops of the training thread and the communication

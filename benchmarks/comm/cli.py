@@ -102,7 +102,7 @@ def options_from(args):
         raise UsageError(f"--ps-placement {args.ps_placement!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
     own_backends = {s.comm_backend for s in strategies.STRATEGIES.values() if s.comm_backend}
-    if backend not in BACKENDS and backend not in own_backends:
+    if backend not in BACKENDS:  # every strategy's own backend is registered there too
         raise UsageError(f"unknown backend {backend!r} (choices: {choices(BACKENDS)})")
     if backend in BACKENDS and BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
