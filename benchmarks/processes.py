@@ -119,12 +119,16 @@ def descendants(pid: int | None = None) -> list[int]:
     return out
 
 
-def signal_all(pids: list[int], sig: int) -> None:
+def signal_all(pids: list[int], sig: int) -> list[int]:
+    """The pids signalled (not those gone, nor those not ours: a rootless container's other users)."""
+    sent = []
     for pid in pids:
         try:
             os.kill(pid, sig)
-        except ProcessLookupError:
+            sent.append(pid)
+        except (ProcessLookupError, PermissionError):
             pass
+    return sent
 
 
 def reap() -> None:
@@ -148,11 +152,18 @@ def kill_descendants() -> None:
         reap()
 
 
+def terminate(pids: list[int], grace_s: float) -> bool:
+    """SIGTERM pids (each bench records 'interrupted') and wait up to grace_s for them to end: True if they did."""
+    pids = signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def stop_descendants(grace_s: float = CLIENT_GRACE_S) -> None:
     """SIGTERM the direct children (bench records 'interrupted'), wait up to grace_s, then kill everything."""
-    direct = [pid for pid in descendants() if parent(pid) == os.getpid()]
-    signal_all(direct, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(alive(pid) for pid in direct):
-        time.sleep(0.1)
+    terminate([pid for pid in descendants() if parent(pid) == os.getpid()], grace_s)
     kill_descendants()

@@ -121,8 +121,25 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-def _raise_interrupted(signum, _frame):
-    raise Interrupted(signum)
+class _StopSignals:
+    """SIGTERM/SIGINT as a handler: noted until armed, then raised as Interrupted once. A second signal
+    (the launcher's SIGTERM after a user's Ctrl-C, a runtime's after benchrun's) is only noted: raised
+    in the middle of stopping the worker, it would end bench before it writes the record."""
+
+    def __init__(self):
+        self.pending: list[int] = []
+        self.armed = False
+
+    def __call__(self, signum, _frame):
+        self.pending.append(signum)
+        if self.armed:
+            self.armed = False
+            raise Interrupted(signum)
+
+    def arm(self) -> None:
+        if self.pending:
+            raise Interrupted(self.pending[0])
+        self.armed = True
 
 
 def supervise(
@@ -158,9 +175,8 @@ def supervise(
             )
         )
         # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
-        pending: list[int] = []
-        previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum))
-                    for s in (signal.SIGTERM, signal.SIGINT)}
+        signals = _StopSignals()
+        previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
             stdout=subprocess.PIPE,
@@ -186,12 +202,11 @@ def supervise(
         address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start() if as_limit else None
         status, error = None, None
         try:
-            for sig in previous:
-                signal.signal(sig, _raise_interrupted)
-            if pending:
-                raise Interrupted(pending[0])
+            signals.arm()
             proc.wait(timeout=timeout_s)
+            signals.armed = False
         except subprocess.TimeoutExpired:
+            signals.armed = False
             stop_process_group(proc)
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
@@ -200,6 +215,7 @@ def supervise(
             status = "interrupted"
             error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
         finally:
+            signals.armed = False
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for relay in relays:

@@ -69,7 +69,7 @@ class Outcome:
     record: dict | None  # None when bench wrote nothing (bad input, or the launch itself failed)
     exit_code: int
     command: list[str]
-    interrupted: bool = False  # Ctrl-C/SIGINT reached benchrun: callers running several stop there
+    interrupted: bool = False  # Ctrl-C (or a SIGTERM) reached benchrun: callers running several stop there
     fault: str | None = None  # the environment ended the run (runners.faults): the one-line reason
 
 
@@ -229,11 +229,14 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             deadline += runtime.setup_s
         interrupted = []
 
-        def on_sigint(signum, frame):
+        def on_stop(signum, frame):
             interrupted.append(signum)
             raise KeyboardInterrupt  # wait_group stops the run (SIGTERM, then SIGKILL) and returns
 
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
+        # stopped, its record says 'interrupted' and its containers go (a sweep's point process has its own).
+        stop_signals = [signal.SIGINT] + [signal.SIGTERM] * (signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+        previous = {signum: signal.signal(signum, on_stop) for signum in stop_signals}
         launcher = None
         try:
             if launcher_name(request, runtime) is None:
@@ -245,7 +248,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
                 argv = launcher.command(spec)
                 code = launcher.run(spec, timeout_s=deadline)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []

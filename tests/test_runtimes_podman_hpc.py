@@ -24,7 +24,8 @@ from infra.slurm import free_port_base
 from runners import runtimes
 from runners.runtimes.base import Mount
 from runners.runtimes.container import ContainerSpec, argv_for
-from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, squash_dir
+from benchmarks.processes import descendants
+from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, exec_session_processes, squash_dir
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
@@ -75,6 +76,34 @@ def test_squash_snapshot_restores_the_store(tmp_path):
         "overlay", "overlay-images", "overlay-images/images.json", "overlay/l", "overlay/l/OLD.squash"]
     assert (store / "overlay-images" / "images.json").read_text() == "[]"
     assert squash_dir({"SCRATCH": "/s"}) == Path("/s/storage") and squash_dir({"SQUASH_DIR": "/q"}) == Path("/q")
+
+
+def fake_conmon(script, *args) -> subprocess.Popen:
+    """A process whose argv is `conmon SCRIPT ARGS...` (sh running `script` under that name), with a child."""
+    return subprocess.Popen(["conmon", str(script), *args], executable="/bin/sh")
+
+
+def test_exec_sessions_are_found_by_their_conmon(tmp_path):
+    """The ranks to stop in a shared container are the children of its exec sessions' conmon only: not
+    the container's own init (its conmon has no --exec-process-spec), not another container's ranks."""
+    script = tmp_path / "conmon.sh"
+    script.write_text("sleep 60\n")
+    cid, other = "a" * 64, "b" * 64
+    sessions = [fake_conmon(script, "--api-version", "1", "-c", cid, "-u", "e" * 64, "--exec-process-spec", "spec"),
+                fake_conmon(script, "-c", cid, "-u", cid),  # the container's own conmon: its init
+                fake_conmon(script, "-c", other, "-u", "f" * 64, "--exec-process-spec", "spec")]
+    try:
+        deadline = time.monotonic() + 30
+        while len(descendants(sessions[0].pid)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert exec_session_processes(cid) == descendants(sessions[0].pid) != []
+        assert exec_session_processes("c" * 64) == []
+    finally:
+        for proc in sessions:
+            for pid in descendants(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
 
 
 def test_dry_run_shows_podman_hpc_under_srun(tmp_path):

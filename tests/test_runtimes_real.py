@@ -96,10 +96,10 @@ def test_docker_real_with_read_only_data(tmp_path, public_dataset):
     assert containers() == before
 
 
-def timeout_and_sigint_leave_no_container(runtime, containers, env=None, start_s=60):
-    """A run stopped by --timeout, then one stopped by Ctrl-C once bench is up: bench records timeout /
-    interrupted, benchrun exits 4 / 130, and `containers()` (this runtime's dlbench containers) is empty
-    after each."""
+def timeout_and_sigint_leave_no_container(runtime, containers, env=None, start_s=60, stop=signal.SIGINT):
+    """A run stopped by --timeout, then one stopped by `stop` (Ctrl-C; or SIGTERM: scancel, a job's time
+    limit) once bench is up: bench records timeout / interrupted, benchrun exits 4 / 130, and
+    `containers()` (this runtime's dlbench containers) is empty after each."""
     long_run = [*TINY_TF[:-4], "--num-batches", "100000"]
     t0 = time.monotonic()
     result, record = benchrun_run("--runtime", runtime, "--timeout", "15", "--", *long_run, env=env)
@@ -109,16 +109,17 @@ def timeout_and_sigint_leave_no_container(runtime, containers, env=None, start_s
     started = Started([sys.executable, "-m", "runners", "run", "--runtime", runtime, "--", *long_run], env=python_env(env))
     started.wait_for("bench: building", timeout=start_s + 60)
     assert containers(), "bench is up but no container is listed"
-    started.proc.send_signal(signal.SIGINT)
+    started.proc.send_signal(stop)
     out, err = started.communicate(timeout=120)
     assert started.proc.returncode == 130, err[-2000:]
     assert last_json_line(out)["status"] == "interrupted"
-    assert not containers(), "a container was left after SIGINT"
+    assert not containers(), f"a container was left after {stop.name}"
 
 
-def test_docker_timeout_and_sigint_leave_no_container(tmp_path):
+def test_docker_timeout_and_sigterm_leave_no_container(tmp_path):
+    """SIGTERM here (udocker's and podman-hpc's tests send SIGINT): benchrun stops the run as for Ctrl-C."""
     docker_up(TF_IMAGE)
-    timeout_and_sigint_leave_no_container("docker", containers)
+    timeout_and_sigint_leave_no_container("docker", containers, stop=signal.SIGTERM)
 
 
 def test_podman_real(tmp_path):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
+from benchmarks.processes import CLIENT_GRACE_S, descendants, parent, terminate
 
 from .base import DockerCliRuntime, Mount, last_line, local_docker_id, run_quiet
 
@@ -159,13 +160,41 @@ class PodmanHpcRuntime(DockerCliRuntime):
             containers = json.loads(listed.stdout) if listed.returncode == 0 and listed.stdout.strip() else []
         except json.JSONDecodeError:
             return
-        found = [c["Id"] for c in containers
-                 if (c.get("Labels") or {}).get(LABEL) == name
-                 or any(n == name or (prefix and n.startswith(name)) for n in c.get("Names") or [])]
+        shared = [c["Id"] for c in containers if (c.get("Labels") or {}).get(LABEL) == name]
+        found = shared + [c["Id"] for c in containers if c["Id"] not in shared
+                          and any(n == name or (prefix and n.startswith(name)) for n in c.get("Names") or [])]
+        for container in shared:
+            self.stop_exec_sessions(container)
         if found:
             run_quiet([self.executable(), "rm", "-f", *found])
         if listed.returncode == 0 and all(c["Id"] in found for c in containers):  # no other container, starting or not
             unmount_squashes(squash_dir())
+
+
+    def stop_exec_sessions(self, container: str) -> None:
+        """SIGTERM the ranks `podman exec`'d into a shared container and give them CLIENT_GRACE_S to write
+        their records. A killed exec client does not pass the signal on (podman 4), and `rm -f` alone
+        kills the ranks with the container: bench would leave no record of the interrupted run."""
+        ranks = exec_session_processes(container)
+        if ranks:
+            terminate(ranks, CLIENT_GRACE_S)
+
+
+def exec_session_processes(container_id: str) -> list[int]:
+    """Host pids of the processes `podman exec`'d into a container: the children of its exec sessions'
+    conmon (`conmon -c CONTAINER_ID ... --exec-process-spec FILE`; the container's own has no such file).
+    Found on the host, as the container's own view cannot tell them apart: podman-hpc's MPI modules run
+    the shared container in the host's PID namespace (--pid=host), where `podman top` lists every process."""
+    sessions = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if entry.isdigit() else []
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"conmon" and b"--exec-process-spec" in argv and any(
+                flag in (b"-c", b"--cid") and value == container_id.encode() for flag, value in zip(argv, argv[1:])):
+            sessions.append(int(entry))
+    return [pid for session in sessions for pid in descendants(session) if parent(pid) == session]
 
 
 def unmount_squashes(store: Path) -> None:
