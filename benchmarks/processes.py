@@ -152,15 +152,12 @@ def kill_descendants() -> None:
         reap()
 
 
-def terminate(pids: list[int], grace_s: float) -> bool:
-    """SIGTERM pids (each bench records 'interrupted') and wait up to grace_s for them to end: True if they did."""
+def terminate(pids: list[int], grace_s: float) -> None:
+    """SIGTERM pids (each bench records 'interrupted') and wait up to grace_s for them to end."""
     pids = signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while any(alive(pid) for pid in pids):
-        if time.monotonic() >= deadline:
-            return False
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.1)
-    return True
 
 
 def stop_descendants(grace_s: float = CLIENT_GRACE_S) -> None:

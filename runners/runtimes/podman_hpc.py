@@ -11,7 +11,8 @@ An image podman-hpc holds without a squashed copy is refused: runs use migrated 
 `--mpi` (our --mpi) loads podman-hpc's MPI module, which turns the run into a shared run: one
 container per node (`sleep infinity`, named by podman-hpc after the ranks' parent, so the rank
 wrapper execs podman-hpc), each rank `podman exec`'d into it; the container carries the label
-dlbench.run=NAME so benchrun can remove what a killed run left. That module adds `--privileged`
+dlbench.run=NAME so benchrun can remove what a killed run left, after SIGTERMing the ranks exec'd
+into it (a killed `podman exec` client does not pass a signal on). That module adds `--privileged`
 (podman-hpc's documented MPI mode, for the host's MPI devices). scripts/install-podman-hpc.sh
 installs podman-hpc where the site has none (docs/runtimes.md).
 """
@@ -169,7 +170,6 @@ class PodmanHpcRuntime(DockerCliRuntime):
             run_quiet([self.executable(), "rm", "-f", *found])
         if listed.returncode == 0 and all(c["Id"] in found for c in containers):  # no other container, starting or not
             unmount_squashes(squash_dir())
-
 
     def stop_exec_sessions(self, container: str) -> None:
         """SIGTERM the ranks `podman exec`'d into a shared container and give them CLIENT_GRACE_S to write
