@@ -4,18 +4,11 @@ Helpers (bench, benchrun, run, validate_record, ...) are imported from infra.hel
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from infra.helpers import bench
-
-# Two workers share two cores: one OpenMP thread per torch process rather than a spinning pool per
-# core in each (test_models: 18% less time). TensorFlow keeps its own pools: with one inter-op
-# thread its collectives and parameter-server transfers hung, and with one intra-op thread a traced
-# all-reduce pair died once in free() (a cold run), so the tested TensorFlow setup stays the default.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 pytest_plugins = ["infra.slurm", "infra.docker", "infra.images", "infra.records", "infra.phases", "infra.parallel"]
 
