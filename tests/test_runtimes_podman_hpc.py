@@ -21,10 +21,10 @@ from infra import podman_hpc
 from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record
 from infra.slurm import free_port_base
 
+from benchmarks.processes import descendants
 from runners import runtimes
 from runners.runtimes.base import Mount
 from runners.runtimes.container import ContainerSpec, argv_for
-from benchmarks.processes import descendants
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, exec_session_processes, squash_dir
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
@@ -94,8 +94,8 @@ def test_exec_sessions_are_found_by_their_conmon(tmp_path):
                 fake_conmon(script, "-c", other, "-u", "f" * 64, "--exec-process-spec", "spec")]
     try:
         deadline = time.monotonic() + 30
-        while len(descendants(sessions[0].pid)) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not all(descendants(proc.pid) for proc in sessions) and time.monotonic() < deadline:
+            time.sleep(0.05)  # every fake conmon has its child: a wrong match could not hide
         assert exec_session_processes(cid) == descendants(sessions[0].pid) != []
         assert exec_session_processes("c" * 64) == []
     finally:
