@@ -100,23 +100,47 @@ def parent(pid: int) -> int | None:
     return None if fields is None else int(fields[1])
 
 
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        fields = _stat(pid)
+        if fields is not None and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(pid)
+    return children
+
+
+def children(pid: int | None = None) -> list[int]:
+    """The live children of pid (default: this process), from /proc."""
+    return _children_by_parent().get(os.getpid() if pid is None else pid, [])
+
+
 def descendants(pid: int | None = None) -> list[int]:
     """Every live descendant of pid (default: this process), from /proc."""
-    pid = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is None or fields[0] == b"Z":
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], [pid]
+    by_parent = _children_by_parent()
+    out, todo = [], [os.getpid() if pid is None else pid]
     while todo:
-        for child in children.get(todo.pop(), []):
+        for child in by_parent.get(todo.pop(), []):
             out.append(child)
             todo.append(child)
     return out
+
+
+def command_lines() -> dict[int, list[bytes]]:
+    """Every process's argv (those it may read), from /proc/PID/cmdline."""
+    argvs = {}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if argv:
+            argvs[pid] = argv
+    return argvs
 
 
 def signal_all(pids: list[int], sig: int) -> list[int]:
@@ -162,5 +186,5 @@ def terminate(pids: list[int], grace_s: float) -> None:
 
 def stop_descendants(grace_s: float = CLIENT_GRACE_S) -> None:
     """SIGTERM the direct children (bench records 'interrupted'), wait up to grace_s, then kill everything."""
-    terminate([pid for pid in descendants() if parent(pid) == os.getpid()], grace_s)
+    terminate(children(), grace_s)
     kill_descendants()

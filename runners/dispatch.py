@@ -235,7 +235,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
 
         # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
         # stopped, its record says 'interrupted' and its containers go (a sweep's point process has its own).
-        stop_signals = [signal.SIGINT] + [signal.SIGTERM] * (signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+        sigterm_unhandled = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        stop_signals = (signal.SIGINT, signal.SIGTERM) if sigterm_unhandled else (signal.SIGINT,)
         previous = {signum: signal.signal(signum, on_stop) for signum in stop_signals}
         launcher = None
         try:

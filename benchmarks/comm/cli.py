@@ -101,12 +101,12 @@ def options_from(args):
     if args.ps_placement not in PS_PLACEMENTS:
         raise UsageError(f"--ps-placement {args.ps_placement!r} is invalid (choices: {choices(PS_PLACEMENTS)})")
     backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
-    own_backends = {s.comm_backend for s in strategies.STRATEGIES.values() if s.comm_backend}
     if backend not in BACKENDS:  # every strategy's own backend is registered there too
         raise UsageError(f"unknown backend {backend!r} (choices: {choices(BACKENDS)})")
-    if backend in BACKENDS and BACKENDS[backend][0] != framework:
+    if BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
         raise UsageError(f"--backend {backend} is not a {framework} backend (choices: {choices(valid)})")
+    own_backends = {s.comm_backend for s in strategies.STRATEGIES.values() if s.comm_backend}
     if backend in own_backends and backend != strategy.comm_backend:
         raise UsageError(f"--backend {backend} goes with its own strategy only, not --strategy {strategy.name}")
     if strategy.comm_backend and backend != strategy.comm_backend:

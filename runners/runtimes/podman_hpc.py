@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
-from benchmarks.processes import CLIENT_GRACE_S, descendants, parent, terminate
+from benchmarks.processes import CLIENT_GRACE_S, children, command_lines, terminate
 
 from .base import DockerCliRuntime, Mount, last_line, local_docker_id, run_quiet
 
@@ -185,16 +185,11 @@ def exec_session_processes(container_id: str) -> list[int]:
     conmon (`conmon -c CONTAINER_ID ... --exec-process-spec FILE`; the container's own has no such file).
     Found on the host, as the container's own view cannot tell them apart: podman-hpc's MPI modules run
     the shared container in the host's PID namespace (--pid=host), where `podman top` lists every process."""
-    sessions = []
-    for entry in os.listdir("/proc"):
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if entry.isdigit() else []
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == b"conmon" and b"--exec-process-spec" in argv and any(
-                flag in (b"-c", b"--cid") and value == container_id.encode() for flag, value in zip(argv, argv[1:])):
-            sessions.append(int(entry))
-    return [pid for session in sessions for pid in descendants(session) if parent(pid) == session]
+    cid = container_id.encode()
+    sessions = [pid for pid, argv in command_lines().items()
+                if os.path.basename(argv[0]) == b"conmon" and b"--exec-process-spec" in argv
+                and any(flag in (b"-c", b"--cid") and value == cid for flag, value in zip(argv, argv[1:]))]
+    return [pid for session in sessions for pid in children(session)]
 
 
 def unmount_squashes(store: Path) -> None:
