@@ -198,9 +198,30 @@ def check(request: RunRequest) -> runtimes.Runtime:
     return runtime
 
 
+FRAMEWORK_LABEL = "io.dlbench.framework"  # the frameworks an image holds, comma-separated (Dockerfiles)
+
+
+def check_image_framework(request: RunRequest, runtime: runtimes.Runtime, image: str) -> None:
+    """Refuse a --framework the prepared image does not hold (a SIF of the other framework's image)."""
+    wanted = launchers.bench_option(request.bench_args, "--framework")
+    held = runtime.image_labels(image).get(FRAMEWORK_LABEL)
+    if not wanted or not held:
+        return
+    from benchmarks.config import resolve_framework
+
+    framework = resolve_framework(wanted)
+    if framework not in held.split(","):
+        raise UsageError(f"image {image} holds {held} ({FRAMEWORK_LABEL}), not --framework {wanted}: "
+                         f"give an image of {framework} (--image), or --framework {held.split(',')[0]}")
+
+
 def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
     """The image as the runtime will run it (imported/converted once, cached); None without an image."""
-    return runtime.prepare(requested_image(request, runtime)) if runtime.uses_image else None
+    if not runtime.uses_image:
+        return None
+    image = runtime.prepare(requested_image(request, runtime))
+    check_image_framework(request, runtime, image)
+    return image
 
 
 def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:

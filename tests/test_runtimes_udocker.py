@@ -9,13 +9,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from infra.cache import CACHE, inputs_key, once
 from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, ports, run
+from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
 from test_runtimes import dirs  # noqa: F401 (a fixture)
 from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave_no_container, validate_in_image  # noqa: F401
 
@@ -125,35 +125,11 @@ def test_udocker_under_srun_two_ranks(udocker_env, dlbench_images, slurm_single)
     assert dlbench_containers(udocker_env) == []
 
 
-UNPRIVILEGED_HOME = Path("/var/tmp/dlbench-unprivileged")  # the user's own cache, outside the clone
-UNPRIVILEGED_PACKAGES = ["pydantic>=2.6,<3", "numpy>=1.26", "pyyaml>=6", "rich>=13", "psutil>=5.9"]  # benchrun's
-
-
-def as_nobody(script: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return run(["runuser", "-u", "nobody", "--", "env", f"HOME={UNPRIVILEGED_HOME}", "PATH=/usr/bin:/bin",
-                f"PYTHONPATH={ROOT}", "bash", "-c", script], timeout=timeout, cwd=UNPRIVILEGED_HOME)
-
-
 @pytest.mark.slow
 def test_udocker_unprivileged_user_from_a_tarball(udocker_env, dlbench_images):
     """The "no admin" case for real: a user with no Docker access, its own udocker (install-udocker.sh
     as that user), benchrun from a venv of its own, the image as a `docker save` tarball."""
-    if os.geteuid() != 0 or subprocess.run(["id", "nobody"], capture_output=True).returncode != 0:
-        pytest.skip("UNPRIVILEGED UDOCKER TEST SKIPPED: needs root (to act as user nobody) and that user")
-    if not os.access(ROOT, os.R_OK | os.X_OK) or (os.stat(ROOT).st_mode & 0o005) != 0o005:
-        pytest.skip(f"UNPRIVILEGED UDOCKER TEST SKIPPED: {ROOT} is not readable by other users")
-    UNPRIVILEGED_HOME.mkdir(exist_ok=True)
-    os.chown(UNPRIVILEGED_HOME, 65534, 65534)
-    venv = UNPRIVILEGED_HOME / "venv"
-
-    def make_venv() -> str:
-        out = as_nobody(f"rm -rf {venv} && /usr/bin/python3 -m venv {venv} && {venv}/bin/pip install -q "
-                        + " ".join(f"'{p}'" for p in UNPRIVILEGED_PACKAGES))
-        assert out.returncode == 0, out.stderr[-2000:]
-        return str(venv)
-
-    once("unprivileged-venv", inputs_key([], [*UNPRIVILEGED_PACKAGES, sys.version]), make_venv,
-         lambda text: Path(text, "bin", "python").exists())
+    venv = unprivileged_user()
     image_id = run(["docker", "image", "inspect", "-f", "{{.Id}}", TF_IMAGE]).stdout.strip()
     tar = UNPRIVILEGED_HOME / f"dlbench-tensorflow-{image_id.split(':')[-1][:12]}.tar"
     if not tar.is_file():

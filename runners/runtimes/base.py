@@ -132,6 +132,10 @@ class Runtime(ABC):
         """The runtime's own step (convert, load, pull); the default uses the image as it is."""
         return image
 
+    def image_labels(self, image: str) -> dict[str, str]:
+        """The prepared image's labels (io.dlbench.framework says which frameworks it holds); {}: unknown."""
+        return {}
+
     def default_image(self, framework_image: str) -> str:
         """The image when the user names none (Shifter: the one its Slurm plugin set for the job)."""
         return framework_image

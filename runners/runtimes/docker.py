@@ -6,6 +6,7 @@ containers it finds still running, so nothing of the run outlives the restart.""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from .base import DockerCliRuntime, run_quiet
@@ -17,6 +18,13 @@ class DockerRuntime(DockerCliRuntime):
     name = "docker"
     binary = "docker"
     subcommand = ("run", "--rm", "--init")
+
+    def image_labels(self, image: str) -> dict[str, str]:
+        found = run_quiet([self.executable(), "image", "inspect", "--format", "{{json .Config.Labels}}", image])
+        try:
+            return dict(json.loads(found.stdout) or {}) if found.returncode == 0 else {}
+        except (ValueError, TypeError):
+            return {}
 
     def fault(self) -> str | None:
         try:

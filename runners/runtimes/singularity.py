@@ -1,22 +1,45 @@
-"""`singularity`: SingularityCE `exec`. The host environment passes in by default; `--env K=V` sets more.
+"""`singularity`: SingularityCE/Apptainer `exec` of a SIF. The host environment passes in by default
+(the rank variables of srun/mpirun too); `--env K=V` sets more.
 
-Images: a `.sif` file (`singularity build dlbench-torch.sif docker-daemon://dlbench-torch:latest`,
-or Singularity.def), or a local Docker image through `docker-daemon://IMAGE`. No container name,
-nothing to remove; MPI is the hybrid model (`srun ... singularity exec ...`), no flag.
+Images: a `.sif` file (from Singularity.def, or `apptainer build X.sif docker-daemon:IMAGE`), or a
+local Docker image, converted to a SIF once per Docker image id (`build docker-daemon:IMAGE`, lz4-compressed, kept
+under $DLBENCH_SIF_DIR, default ~/.cache/dlbench/sif) and reused: `exec docker-daemon:IMAGE` would
+convert the whole image again on every run. MPI is the hybrid model (`srun ... apptainer exec ...`).
+The host's Python settings (PYTHONPATH, PYTHONHOME, the user's site-packages in the bound $HOME) are
+kept out, so the image's bench runs, not the host's.
+As root, where the bounding set lacks CAP_SYS_RESOURCE (containers, some VMs) the default start fails
+("Requesting capability set ..."): runs then use a user namespace (`--userns`), Apptainer's own
+unprivileged mode. Unprivileged, the SIF is mounted with squashfuse, which needs /dev/fuse.
 GPUs (--gpus): `--nv` binds the host's driver libraries; where the host has a CDI specification for
 NVIDIA GPUs (`nvidia-ctk cdi generate`, in /etc/cdi or /var/run/cdi), `--device nvidia.com/gpu=all`
-instead (Apptainer 1.5; SingularityCE 4.5 applies CDI devices in its OCI mode)."""
+instead (Apptainer 1.5; SingularityCE 4.5 applies CDI devices in its OCI mode).
+Install: scripts/install-apptainer.sh (both command names); details in docs/runtimes.md."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import subprocess
+from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime
+from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 CDI_GPU = "nvidia.com/gpu"
+SIF_DIR_ENV = "DLBENCH_SIF_DIR"
+SIF_MAGIC = b"SIF_MAGIC"  # at byte 32 of every SIF, after the launch line
+CAP_SYS_RESOURCE = 24
+BUILD_TIMEOUT_S = 3600
+FUSE = "/dev/fuse"
+# mksquashfs options of the SIFs made from Docker images: lz4 (measured on the TensorFlow image: a third of
+# gzip's CPU time to build, a third faster to import TensorFlow from, 1.45x the size); override with the variable.
+MKSQUASHFS_ARGS_ENV = "DLBENCH_SIF_MKSQUASHFS_ARGS"
+MKSQUASHFS_ARGS = "-comp lz4"
+# Host settings that would make the container's Python import the host's packages.
+HOST_PYTHON_ENV = ("PYTHONPATH=", "PYTHONHOME=", "PYTHONNOUSERSITE=1")
 
 
 def cdi_gpus_available(dirs=None) -> bool:
@@ -37,16 +60,104 @@ def cdi_gpus_available(dirs=None) -> bool:
     return False
 
 
+def bounding_caps(status: str | None = None) -> int:
+    """This process's capability bounding set (CapBnd of /proc/self/status)."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return 0
+    for line in status.splitlines():
+        if line.startswith("CapBnd:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def needs_userns(euid: int | None = None, caps: int | None = None) -> bool:
+    """Root whose bounding set lacks CAP_SYS_RESOURCE: Apptainer's privileged start fails there."""
+    euid = os.geteuid() if euid is None else euid
+    caps = bounding_caps() if caps is None else caps
+    return euid == 0 and not caps >> CAP_SYS_RESOURCE & 1
+
+
+def is_sif_path(image: str) -> bool:
+    return image.endswith(".sif") or os.path.isfile(image)
+
+
+def check_sif(path: str) -> str:
+    """The SIF's absolute path; a one-line refusal for a missing, unreadable or non-SIF file."""
+    if not os.path.isfile(path):
+        raise UsageError(f"image file {path} does not exist")
+    try:
+        with open(path, "rb") as sif:
+            header = sif.read(64)
+    except OSError as error:
+        raise UsageError(f"image file {path} is not readable ({error.strerror})") from None
+    if header[32:32 + len(SIF_MAGIC)] != SIF_MAGIC:
+        raise UsageError(f"image file {path} is not a SIF (no SIF header): build one with apptainer build")
+    return os.path.abspath(path)
+
+
+def sif_dir() -> Path:
+    cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
+    return Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
+
+
 class SingularityRuntime(Runtime):
     name = "singularity"
     binary = "singularity"
     subcommand = ("exec",)
     passes_host_env = True
+    install_hint = "install it: eval \"$(scripts/install-apptainer.sh)\", which provides apptainer and singularity"
+
+    def require(self) -> None:
+        super().require()
+        if os.geteuid() != 0 and not os.access(FUSE, os.R_OK | os.W_OK):
+            raise UsageError(f"runtime {self.name!r} as an unprivileged user mounts the SIF with squashfuse, which needs "
+                             f"read-write {FUSE}; uid {os.geteuid()} has none (ask an admin: chmod 0666 {FUSE}, or run as root)")
 
     def import_image(self, image: str) -> str:
-        if image.endswith(".sif") and not os.path.isfile(image):
-            raise UsageError(f"image file {image} does not exist")
-        return image
+        """A SIF as it is; a Docker image as its SIF, built once per Docker image id (tags of one image share it)."""
+        if is_sif_path(image):
+            return check_sif(image)
+        image_id = docker_image_id(image, f"{self.name} builds a SIF from it once; or give a .sif")
+        store = sif_dir()
+        target = store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
+        store.mkdir(parents=True, exist_ok=True)
+        with open(store / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another rank or run converting an image: wait, then reuse
+            if not target.is_file():
+                self._build(image, target)
+            (store / f"{safe_name(image)}.image").write_text(target.name + "\n")  # which SIF the name is now
+            wanted = {path.read_text().strip() for path in store.glob("*.image")}
+            for old in store.glob("*.sif"):  # SIFs of earlier builds no name points at any more
+                if old.name not in wanted:
+                    old.unlink(missing_ok=True)
+        return str(target)
+
+    def _build(self, image: str, target: Path) -> None:
+        partial = target.with_suffix(".sif.partial")
+        try:
+            squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
+            built = subprocess.run([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args", squash,
+                                    str(partial), f"docker-daemon:{image}"], capture_output=True, text=True,
+                                   timeout=BUILD_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            if built.returncode != 0:
+                raise UsageError(f"{self.name} build {target.name} docker-daemon:{image} failed: {last_line(built.stderr)}")
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def image_labels(self, image: str) -> dict[str, str]:
+        found = run_quiet([self.executable(), "inspect", "--labels", "--json", image])
+        try:
+            return dict(json.loads(found.stdout)["data"]["attributes"]["labels"] or {})
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+    def base_options(self, image: str) -> list[str]:
+        userns = ["--userns"] if needs_userns() else []
+        return [*userns, *(option for setting in HOST_PYTHON_ENV for option in ("--env", setting))]
 
     def gpu_options(self) -> list[str]:
         return ["--device", f"{CDI_GPU}=all"] if cdi_gpus_available() else ["--nv"]
@@ -64,5 +175,5 @@ class SingularityRuntime(Runtime):
         return ["--pwd", workdir]
 
     def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        source = image if image.endswith(".sif") or image.startswith("/") else f"docker-daemon://{image}"
-        return [source, *argv]
+        # A Docker image's name (in --dry-run, before the SIF exists): the form `exec` takes, which converts on every call
+        return [image if is_sif_path(image) else f"docker-daemon:{image}", *argv]

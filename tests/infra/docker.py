@@ -20,8 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERD = ROOT / "containers" / "dockerd.sh"
 ENSURE_PACKAGES = ROOT / "scripts" / "ensure-packages.sh"
+INSTALL_COMPOSE_V2 = ROOT / "scripts" / "install-compose-v2.sh"
 # What `make images` needs beside the engine on a fresh machine: the local base image
-# is made with debootstrap, and the compose tests need docker-compose (v1 here).
+# is made with debootstrap; the compose tests run Compose v2 (`docker compose`, from a newer
+# Debian suite by install-compose-v2.sh) and check the files with bookworm's v1 too.
 HOST_PACKAGES = ("debootstrap", "docker-compose")
 
 
@@ -43,6 +45,9 @@ def docker():
     if os.geteuid() == 0 and shutil.which("apt-get"):
         p = subprocess.run([str(ENSURE_PACKAGES), *HOST_PACKAGES], capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"could not install {HOST_PACKAGES}: {p.stderr.strip()}"
+        p = subprocess.run([str(INSTALL_COMPOSE_V2)], capture_output=True, text=True, timeout=900,
+                           stdin=subprocess.DEVNULL)  # it takes its own lock: the other worker waits
+        assert p.returncode == 0, f"could not install Compose v2: {p.stderr.strip()}"
     return "docker"
 
 

@@ -1,0 +1,322 @@
+"""Apptainer (and `singularity`, the same binary) for real: installed by scripts/install-apptainer.sh
+(Debian sid's package beside a private newer libc), the images as SIFs made once per Docker image id
+and from Singularity.def, runs as root and as an unprivileged user, under srun on one and two emulated
+nodes, the Horovod MPICH image under the host's Hydra, stops that leave nothing, and the bad inputs as
+one line, exit 2, nothing left. Runs are tiny (64 px, batch 2); the SIFs are lz4 and kept outside the
+clone (~/.cache/dlbench/sif, keyed on the image id and the recipe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from infra import apptainer
+from infra.cache import CACHE, inputs_key, once
+from infra.helpers import ROOT, Started, last_json_line, ports, python_env
+from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
+from test_runtimes_real import DDP, TINY_TF, public_dataset, validate_in_image  # noqa: F401 (a fixture)
+
+from runners import runtimes
+from runners.runtimes import singularity
+from runners.runtimes.base import Mount
+
+pytestmark = pytest.mark.slow
+DEF_SIFS = CACHE / "sif-def"  # SIFs built from Singularity.def, one per framework, keyed on the recipe and image id
+HYDRA = "mpirun.mpich"
+
+
+@pytest.fixture(scope="session")
+def apptainer_bin():
+    return apptainer.install()
+
+
+@pytest.fixture(scope="session")
+def tf_sif(apptainer_bin, dlbench_images):
+    return apptainer.sif(dlbench_images["tensorflow"], apptainer_bin)
+
+
+def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
+    """`apptainer build --build-arg FRAMEWORK=... X.sif Singularity.def` (bootstraps from the local Docker image)."""
+    tag = image.split(":")[-1]
+    image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
+                              text=True).stdout.strip()
+    target = DEF_SIFS / f"dlbench-{framework}.sif"
+
+    def build() -> str:
+        DEF_SIFS.mkdir(parents=True, exist_ok=True)
+        argv = ["apptainer", "build", "--force", "--disable-cache", "--mksquashfs-args", singularity.MKSQUASHFS_ARGS,
+                "--build-arg", f"FRAMEWORK={framework}", "--build-arg", f"DLBENCH_TAG={tag}", f"{target}.partial",
+                str(ROOT / "Singularity.def")]
+        if apptainer.HEAVY_LOCK:
+            argv = ["flock", apptainer.HEAVY_LOCK, *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env=apptainer.env(apptainer_bin),
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, f"Singularity.def ({framework}) did not build:\n{done.stderr[-3000:]}"
+        os.replace(f"{target}.partial", target)
+        return str(target)
+
+    return once(f"sif-def-{framework}", inputs_key(["Singularity.def"], [image_id, singularity.MKSQUASHFS_ARGS]),
+                build, lambda text: Path(text).is_file())
+
+
+@pytest.fixture(scope="session")
+def def_sifs(apptainer_bin, dlbench_images):
+    return {fw: def_sif(apptainer_bin, fw, image) for fw, image in sorted(dlbench_images.items())}
+
+
+def benchrun_apptainer(bin_dir, *args, runtime="apptainer", environ=None, timeout=900):
+    done = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", runtime, *args], cwd=ROOT,
+                          env={**apptainer.env(bin_dir), **(environ or {})}, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return done, (last_json_line(done.stdout) if "{" in done.stdout else None)
+
+
+def check_ok(done, record, runtime="apptainer"):
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    validate_in_image(record)
+    assert record["status"] == "ok", record.get("error")
+    assert record["provenance"]["container_runtime"] == "apptainer"  # detected from inside (APPTAINER_CONTAINER)
+    assert record["provenance"]["requested_runtime"] == runtime
+    assert not leftovers()
+    return record
+
+
+def leftovers() -> list[str]:
+    """What a run of ours may leave: Apptainer's starter ("Apptainer runtime parent"), squashfuse of a SIF
+    of ours, and mounts under an Apptainer session directory."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if cmdline.startswith("Apptainer runtime parent") or (
+                "squashfuse" in (proc.info["name"] or "") and ".sif" in cmdline and "dlbench" in cmdline):
+            found.append(f"{proc.pid} {cmdline[:120]}")
+    mounts = Path("/proc/self/mounts").read_text().splitlines()
+    return found + [line.split()[1] for line in mounts if "/apptainer/mnt/session" in line.split()[1]]
+
+
+# ---- install ---------------------------------------------------------------------------------
+
+def test_install_is_cached_and_gives_both_names(apptainer_bin):
+    t0 = time.monotonic()
+    again = subprocess.run([str(apptainer.INSTALL)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and again.stdout.strip() == f'export PATH="{apptainer_bin}:$PATH"'
+    assert time.monotonic() - t0 < 10, "a second install downloaded again"
+    prefix = Path(apptainer_bin).parent
+    versions = dict(line.split("=", 1) for line in (prefix / "versions").read_text().split())
+    assert set(versions) == {"apptainer", "libc6", "libseccomp2", "libsqlite3-0"}
+    for name in ("apptainer", "singularity"):
+        said = subprocess.run([f"{apptainer_bin}/{name}", "--version"], capture_output=True, text=True)
+        assert said.returncode == 0 and said.stdout.strip() == f"apptainer version {versions['apptainer'].split('-')[0]}"
+    libc = subprocess.run(["ldd", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    assert versions["libc6"].split("-")[0] not in libc, "the system's libc was replaced"
+
+
+def test_unknown_install_option_is_one_line():
+    done = subprocess.run([str(apptainer.INSTALL), "--bogus"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "'--bogus'" in done.stderr
+
+
+# ---- images ----------------------------------------------------------------------------------
+
+def labels(sif: str, bin_dir: str, monkeypatch) -> dict[str, str]:
+    monkeypatch.setenv("PATH", apptainer.env(bin_dir)["PATH"])
+    return runtimes.get("apptainer").image_labels(sif)
+
+
+def test_docker_image_becomes_a_sif_once(apptainer_bin, tf_sif, dlbench_images, monkeypatch):
+    image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", dlbench_images["tensorflow"]],
+                              capture_output=True, text=True).stdout.strip()
+    assert Path(tf_sif).name == f"{image_id.removeprefix('sha256:')[:16]}.sif"
+    mtime = Path(tf_sif).stat().st_mtime_ns
+    t0 = time.monotonic()
+    assert apptainer.sif("dlbench-tensorflow:latest", apptainer_bin) == tf_sif  # another tag of the same image
+    assert time.monotonic() - t0 < 30 and Path(tf_sif).stat().st_mtime_ns == mtime, "the SIF was built again"
+    assert labels(tf_sif, apptainer_bin, monkeypatch)["io.dlbench.framework"] == "tensorflow"
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "torch"])
+def test_singularity_def_builds_and_runs_bench(apptainer_bin, def_sifs, framework, monkeypatch):
+    sif = def_sifs[framework]
+    helped = subprocess.run(["apptainer", "run", *(["--userns"] if singularity.needs_userns() else []), sif, "--help"],
+                            capture_output=True, text=True, env=apptainer.env(apptainer_bin), timeout=300)
+    assert helped.returncode == 0 and "usage: bench" in helped.stdout, helped.stderr[-2000:]
+    found = labels(sif, apptainer_bin, monkeypatch)
+    assert found["io.dlbench.framework"] == framework  # the recipe's label
+    assert found["org.label-schema.usage.singularity.deffile.bootstrap"] == "docker-daemon"
+
+
+# ---- runs as root --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", ["apptainer", "singularity"])
+def test_root_run_with_read_only_data(apptainer_bin, tf_sif, public_dataset, tmp_path, runtime):
+    done, record = benchrun_apptainer(apptainer_bin, "--image", "dlbench-tensorflow:latest", "--data-dir",
+                                      str(public_dataset), "--results", str(tmp_path), "--", *TINY_TF, runtime=runtime)
+    check_ok(done, record, runtime)
+    assert record["config"]["data_dir"] == "/data" and record["config"]["data"] == "real"
+    assert json.loads((tmp_path / "records.jsonl").read_text())["run_id"] == record["run_id"]
+
+
+def test_mounts_environment_and_workdir_inside(apptainer_bin, tf_sif, public_dataset, tmp_path):
+    """The runtime's own command with a shell instead of bench: data read-only, results writable, the
+    working directory and environment set, and the image's bench, not the host's (PYTHONPATH kept out)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    probe = ("pwd; echo env=$DLBENCH_PROBE; touch /results/ok; python -c 'import benchmarks; print(benchmarks.__file__)';"
+             " touch /data/x")
+    cmd = runtimes.get("apptainer").command(tf_sif, ["sh", "-c", probe], env={"DLBENCH_PROBE": "yes"}, mounts=[
+        Mount(str(results), "/results", readonly=False), Mount(str(public_dataset), "/data")], workdir="/results")
+    tried = subprocess.run(cmd, capture_output=True, text=True, env=apptainer.env(apptainer_bin), timeout=300)
+    assert tried.returncode != 0 and "Read-only file system" in tried.stderr, tried.stderr
+    lines = tried.stdout.split()
+    assert lines[0] == "/results" and "env=yes" in lines and lines[-1].startswith("/opt/venv/"), tried.stdout
+    assert (results / "ok").exists() and not (public_dataset / "x").exists()
+
+
+# ---- the unprivileged user -----------------------------------------------------------------------
+
+def test_unprivileged_user_runs_a_sif(apptainer_bin, tf_sif):
+    """As sites run it: a user's own install (install-apptainer.sh as that user), benchrun from its own venv,
+    the SIF given by path; /dev/fuse usable by that user (squashfuse); without it, one line."""
+    venv = unprivileged_user()
+    sif = apptainer.copy_for_nobody(tf_sif)
+    results = UNPRIVILEGED_HOME / f"results-{os.getpid()}"
+    run = (f'eval "$({apptainer.INSTALL})" && mkdir -p {results} && {venv}/bin/python -m runners run --runtime '
+           f'apptainer --image {sif} --results {results} -- ' + " ".join(TINY_TF))
+    try:
+        refused = as_nobody(run)
+        assert refused.returncode == 2 and refused.stderr.splitlines()[-1].startswith("benchrun: error: "), refused.stderr
+        assert "/dev/fuse" in refused.stderr.splitlines()[-1] and "Traceback" not in refused.stderr
+        with apptainer.fuse_for("nobody"):
+            done = as_nobody(run)
+        assert done.returncode == 0, done.stderr[-3000:]
+        record = validate_in_image(last_json_line(done.stdout))
+        assert record["status"] == "ok" and record["provenance"]["container_runtime"] == "apptainer"
+        assert (results / "records.jsonl").stat().st_uid == 65534  # written as the user, not root
+        assert not leftovers()
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
+
+
+# ---- srun (the hybrid model) and Hydra -----------------------------------------------------------
+
+def allreduce() -> list[str]:
+    return [*TINY_TF, "--strategy", "allreduce", *ports()]
+
+
+def test_srun_one_node_tf_allreduce(apptainer_bin, tf_sif, slurm_single):
+    done, record = benchrun_apptainer(apptainer_bin, "--image", "dlbench-tensorflow:latest", "--launcher", "srun",
+                                      "-n", "2", "--", *allreduce(),
+                                      environ={**slurm_single["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
+    check_ok(done, record)
+    assert len(record["ranks"]) == 2 and record["replicas"]["in_sync"] and record["world"]["nodes"] == 1
+
+
+def test_srun_two_emulated_nodes_tf_allreduce(apptainer_bin, tf_sif, slurm_two_nodes):
+    done, record = benchrun_apptainer(apptainer_bin, "--image", "dlbench-tensorflow:latest", "--launcher", "srun",
+                                      "-n", "2", "--launcher-arg=--nodes=2", "--", *allreduce(),
+                                      environ={**slurm_two_nodes["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
+    check_ok(done, record)
+    assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+def test_srun_two_emulated_nodes_torch_ddp(apptainer_bin, def_sifs, slurm_two_nodes):
+    """DDP from the SIF Singularity.def made, given by path."""
+    done, record = benchrun_apptainer(apptainer_bin, "--image", def_sifs["torch"], "--launcher", "srun", "-n", "2",
+                                      "--launcher-arg=--nodes=2", "--", *DDP,
+                                      environ={**slurm_two_nodes["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
+    check_ok(done, record)
+    assert record["world"]["nodes"] == 2 and record["replicas"]["in_sync"] and record["config"]["framework"] == "torch"
+
+
+def test_horovod_mpich_image_under_the_hosts_hydra(apptainer_bin, horovod_images, mpi_flavours):
+    """Singularity's documented MPI model: the host's MPICH (Hydra) starts one `apptainer exec` per rank,
+    the image's MPICH (same ABI) joins through the PMI variables the host's launcher sets."""
+    if shutil.which(HYDRA) is None:
+        pytest.skip(f"{HYDRA} (Debian mpich) is not installed")
+    image = horovod_images["mpich"]
+    apptainer.sif(image, apptainer_bin)
+    done, record = benchrun_apptainer(apptainer_bin, "--image", image, "--launcher", "mpich", "-n", "2", "--",
+                                      *TINY_TF, "--strategy", "horovod", timeout=1200)
+    check_ok(done, record)
+    assert record["world"]["launcher"] == "mpich" and record["world"]["strategy"] == "horovod"
+    assert len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
+
+
+# ---- stops ---------------------------------------------------------------------------------------
+
+LONG = [*TINY_TF[:-4], "--num-batches", "100000"]
+
+
+def test_timeout_leaves_nothing(apptainer_bin, tf_sif):
+    t0 = time.monotonic()
+    done, record = benchrun_apptainer(apptainer_bin, "--image", tf_sif, "--timeout", "15", "--", *LONG)
+    assert done.returncode == 4 and record["status"] == "timeout", done.stderr[-2000:]
+    assert time.monotonic() - t0 < 150 and not leftovers()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_stop_keeps_the_record_and_leaves_nothing(apptainer_bin, tf_sif, stop):
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "apptainer", "--image", tf_sif, "--",
+                       *LONG], env=apptainer.env(apptainer_bin))
+    started.wait_for("bench: building", timeout=180)
+    assert leftovers(), "bench is up but no Apptainer process or mount is seen"
+    started.proc.send_signal(stop)
+    out, err = started.communicate(timeout=180)
+    assert started.proc.returncode == 130 and last_json_line(out)["status"] == "interrupted", err[-2000:]
+    deadline = time.monotonic() + 10  # squashfuse unmounts as the starter ends
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not leftovers()
+
+
+# ---- bad input: one line, exit 2, nothing left -----------------------------------------------------
+
+def refused(bin_dir, tmp_path, image, message, *bench_args):
+    results = tmp_path / "results"
+    results.mkdir(exist_ok=True)
+    done, _ = benchrun_apptainer(bin_dir, "--image", image, "--results", str(results), "--",
+                                 *(bench_args or TINY_TF))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == "" and list(results.iterdir()) == []
+
+
+def test_bad_sifs_are_one_line(apptainer_bin, tf_sif, tmp_path):
+    refused(apptainer_bin, tmp_path, str(tmp_path / "missing.sif"), f"image file {tmp_path}/missing.sif does not exist")
+    fake = tmp_path / "fake.sif"
+    fake.write_bytes(b"not a SIF\n" * 10)
+    refused(apptainer_bin, tmp_path, str(fake), "is not a SIF")
+    other = [*TINY_TF[2:], "--framework", "torch"]
+    refused(apptainer_bin, tmp_path, tf_sif, "holds tensorflow (io.dlbench.framework), not --framework torch", *other)
+
+
+def test_unreadable_sif_is_one_line_for_its_user(apptainer_bin, tf_sif):
+    venv = unprivileged_user()
+    secret = UNPRIVILEGED_HOME / "root-only.sif"
+    shutil.copyfile(apptainer.INSTALL, secret)  # any content: it is refused before it is read
+    secret.chmod(0o600)
+    try:
+        with apptainer.fuse_for("nobody"):  # (for this user the /dev/fuse check comes first)
+            done = as_nobody(f'eval "$({apptainer.INSTALL})" && {venv}/bin/python -m runners run --runtime apptainer '
+                             f"--image {secret} -- --model x", timeout=120)
+        assert done.returncode == 2 and done.stderr.splitlines()[-1] == \
+            f"benchrun: error: image file {secret} is not readable (Permission denied)", done.stderr
+    finally:
+        secret.unlink()
+
+
+def test_apptainer_missing_is_one_line(tmp_path):
+    """The absence made here (a PATH of an empty directory), whatever this machine has installed."""
+    done = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "apptainer", "--", "--model", "x"],
+                          cwd=ROOT, env=python_env({"PATH": str(tmp_path)}), capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "runtime 'apptainer' needs 'apptainer', which is not on PATH" in done.stderr
+    assert "scripts/install-apptainer.sh" in done.stderr
