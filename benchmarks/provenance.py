@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 
 CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "none")
 REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
+RUNTIME_VERSION_ENV = "DLBENCH_RUNTIME_VERSION"  # set by benchrun beside it: that runtime's version line
 
 
 def detect_container_runtime(
@@ -77,5 +78,6 @@ def host_provenance() -> dict:
         "cpu_usable": usable_cores(),
         "container_runtime": detect_container_runtime(),
         "requested_runtime": os.environ.get(REQUESTED_RUNTIME_ENV) or None,
+        "runtime_version": os.environ.get(RUNTIME_VERSION_ENV) or None,
         "image": os.environ.get("BENCH_IMAGE") or None,
     }

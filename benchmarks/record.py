@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.10"
+SCHEMA_VERSION = "1.11"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -274,6 +274,8 @@ class Provenance(_Model):
     container_runtime: Literal["docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "none"]
     requested_runtime: Optional[str] = Field(
         None, description="the runtime benchrun was asked for (its --runtime name); null when bench ran alone")
+    runtime_version: Optional[str] = Field(
+        None, description="that runtime's version as benchrun found it (`apptainer --version`, ...); null without one")
     image: Optional[str]
     command: list[str]
     framework: Optional[FrameworkInfo] = Field(description="null when the run died before the framework loaded")
@@ -288,7 +290,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.10"] = SCHEMA_VERSION
+    schema_version: Literal["1.11"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status

@@ -7,20 +7,22 @@
 # a 2-core machine. Writes OUT/MODEL/ (compare.md/.csv/.png, records.jsonl, logs/) and
 # OUT/loadavg.txt (the load average before and after each comparison: our machines are shared).
 #
-#   RUNTIMES          comma-separated (default local,docker,podman,charliecloud,podman-hpc,udocker)
+#   RUNTIMES          comma-separated (default local,docker,apptainer,podman,charliecloud,podman-hpc,udocker)
 #   ALEXNET_RUNTIMES  for AlexNet (default: RUNTIMES)
 #   TF_IMAGE, TORCH_IMAGE   the images (default dlbench-tensorflow:latest, dlbench-torch:latest)
 #   REPEATS           rounds (default 5)
 #   MODELS            which comparisons (default "resnet50 alexnet")
+#   NUM_BATCHES       timed steps per run (default 20)
+#   PYTHON            the interpreter with benchrun's packages (default: the checkout's .venv, else python3)
 # Run it alone on the machine if you can; on ours, under `flock /tmp/dlbench-heavy.lock`.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:-$here/perf/runtime_overhead}"
-runtimes="${RUNTIMES:-local,docker,podman,charliecloud,podman-hpc,udocker}"
+runtimes="${RUNTIMES:-local,docker,apptainer,podman,charliecloud,podman-hpc,udocker}"
 repeats="${REPEATS:-5}"
-python="${PYTHON:-python3}"
+python="${PYTHON:-$( [ -x "$here/.venv/bin/python" ] && echo "$here/.venv/bin/python" || echo python3)}"
 mkdir -p "$out"
-common=(--image-size 64 --num-warmup-batches 2 --num-batches 20 --num-threads 2)
+common=(--image-size 64 --num-warmup-batches 2 --num-batches "${NUM_BATCHES:-20}" --num-threads 2)
 stamp() { echo "$(date -u +%FT%TZ) $1: loadavg $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/loadavg.txt"; }
 compare() {  # MODEL FRAMEWORK IMAGE BATCH RUNTIMES
     stamp "before $1"

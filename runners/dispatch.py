@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.errors import EXIT_ENVIRONMENT, UsageError
 from benchmarks.processes import host_deadline
-from benchmarks.provenance import REQUESTED_RUNTIME_ENV
+from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
 from .launchers.base import wait_group
@@ -122,7 +122,8 @@ def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
 def launch_spec(request: RunRequest, results: Path, image: str | None = None,
                 runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
     """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables,
-    and the runtime's name, which every rank's record keeps (provenance.requested_runtime).
+    and the runtime's name and version, which every rank's record keeps (provenance.requested_runtime,
+    runtime_version).
 
     A Slurm-plugin runtime puts its container options on srun's own line and ranks run `bench` directly."""
     runtime = runtime or runtimes.get(request.runtime)
@@ -130,9 +131,11 @@ def launch_spec(request: RunRequest, results: Path, image: str | None = None,
     bench, extra = runtime.bench_command(spec), list(request.launcher_args)
     if isinstance(runtime, SlurmPluginRuntime):
         bench, extra = runtime.program(spec), [*runtime.srun_options(spec, results), *extra]
+    version = runtime.version()
     return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
                                  request.num_ps, request.timeout_s, extra=extra,
-                                 env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name})
+                                 env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
+                                      **({RUNTIME_VERSION_ENV: version} if version else {})})
 
 
 def command(request: RunRequest, results: Path, image: str | None = None,

@@ -1,7 +1,8 @@
 """Container runtimes by their exact command lines (every runtime), errors, and compare-runtimes' statistics.
 
-Singularity, Apptainer, Shifter and Sarus cannot be installed on our machines:
-these argv tests are all that checks them (docs/runtimes.md says so)."""
+Shifter and Sarus cannot be installed on our machines: these argv tests are all that checks them
+(docs/runtimes.md says so). Apptainer also runs for real (test_runtimes_apptainer.py); its argv and rules
+are checked here too. A "not installed" test makes the absence itself (a PATH of an empty directory)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from infra.helpers import benchrun
 from infra.records import RecordFactory
 
+from benchmarks.errors import UsageError
 from runners import dispatch, runtimes
 from runners.commands import compare_runtimes
+from runners.runtimes import singularity
 from runners.runtimes.base import Mount
 from runners.runtimes.container import ContainerSpec, argv_for, rank_name
 
@@ -57,13 +60,39 @@ def test_podman_argv(dirs):
 
 
 @pytest.mark.parametrize("name", ["singularity", "apptainer"])
-def test_singularity_apptainer_argv(name, dirs):
+def test_singularity_apptainer_argv(name, dirs, monkeypatch, tmp_path):
     r, d = dirs
+    monkeypatch.setattr(singularity, "needs_userns", lambda: False)
+    keep_host_python_out = ["--env", "PYTHONPATH=", "--env", "PYTHONHOME=", "--env", "PYTHONNOUSERSITE=1"]
     # Host environment passes in by default: RANK (forwarded) needs no option, fixed values use --env.
+    # A Docker image's name is what `exec` takes (--dry-run: runs convert it to a SIF once, first).
     assert argv(name, dirs, name="ignored", gpus=True, mpi=True) == [
-        name, "exec", "--nv", "--env", "DLBENCH_X=1", "-B", f"{r}:/results", "-B", f"{d}:/data:ro",
-        "--pwd", "/results", "docker-daemon://dlbench-tensorflow:latest", "bench", "--model", "resnet50"]
+        name, "exec", *keep_host_python_out, "--nv", "--env", "DLBENCH_X=1", "-B", f"{r}:/results",
+        "-B", f"{d}:/data:ro", "--pwd", "/results", "docker-daemon:dlbench-tensorflow:latest", "bench", "--model", "resnet50"]
     assert argv(name, dirs, image="/images/tf.sif")[-4] == "/images/tf.sif"
+    monkeypatch.setattr(singularity, "needs_userns", lambda: True)  # root without CAP_SYS_RESOURCE
+    assert argv(name, dirs)[1:3] == ["exec", "--userns"]
+
+
+@pytest.mark.parametrize("euid, caps, expected", [
+    (0, 0x000001ffffffffff, False),  # root with the full bounding set: Apptainer's privileged start works
+    (0, 0x000001fffeffffff, True),  # root without CAP_SYS_RESOURCE (bit 24), as on our VMs: --userns
+    (1000, 0x000001fffeffffff, False),  # a user: Apptainer uses a user namespace by itself
+])
+def test_apptainer_userns_rule(euid, caps, expected):
+    assert singularity.needs_userns(euid, caps) is expected
+    assert singularity.bounding_caps("Name:\tx\nCapBnd:\t000001fffeffffff\n") == 0x000001fffeffffff
+
+
+def test_sif_checks(tmp_path):
+    sif = tmp_path / "x.sif"
+    sif.write_bytes(b"#!/usr/bin/env run-singularity\n".ljust(32, b"\0") + b"SIF_MAGIC0" + b"\0" * 100)
+    assert singularity.check_sif(str(sif)) == str(sif)
+    sif.write_bytes(b"\0" * 200)
+    with pytest.raises(UsageError, match="is not a SIF"):
+        singularity.check_sif(str(sif))
+    with pytest.raises(UsageError, match="does not exist"):
+        singularity.check_sif(str(tmp_path / "none.sif"))
 
 
 def test_shifter_ng_and_sarus_argv(dirs):
@@ -144,8 +173,9 @@ def test_request_default_images_and_container_command(tmp_path):
     (["--runtime", "docker", "--data-dir", "/nonexistent/dir"], "--data-dir /nonexistent/dir is not a directory"),
     (["--runtime", "local", "--launcher", "nope"], "unknown launcher 'nope'"),
 ])
-def test_bad_input_is_one_line_exit_2(args, message):
-    result = benchrun("run", *args, "--", "--framework", "tensorflow", "--model", "resnet50")
+def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
+    absent = {"PATH": str(tmp_path)} if "needs" in message else None  # whatever this machine has installed
+    result = benchrun("run", *args, "--", "--framework", "tensorflow", "--model", "resnet50", env=absent)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("benchrun: error: ") and message in result.stderr
 
@@ -167,8 +197,12 @@ def test_data_dir_unreadable_by_image_user_refused(tmp_path):
 
 
 def test_missing_binary_in_compare_refused_before_running(tmp_path):
-    result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(tmp_path), "--", "--model", "x")
-    assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not list(tmp_path.iterdir())
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    out = tmp_path / "out"
+    result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(out), "--", "--model", "x",
+                      env={"PATH": str(empty)})
+    assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not out.exists()
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import pytest
 
 from infra import apptainer
 from infra.cache import CACHE, inputs_key, once
-from infra.helpers import ROOT, Started, last_json_line, ports, python_env
+from infra.helpers import ROOT, SCHEMA, Started, last_json_line, ports, python_env
 from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
 from test_runtimes_real import DDP, TINY_TF, public_dataset, validate_in_image  # noqa: F401 (a fixture)
 
@@ -74,8 +74,10 @@ def def_sifs(apptainer_bin, dlbench_images):
 
 
 def benchrun_apptainer(bin_dir, *args, runtime="apptainer", environ=None, timeout=900):
+    environ = dict(environ or {})
+    path = environ.pop("PATH", os.environ["PATH"])  # a cluster's own (srun), with Apptainer first
     done = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", runtime, *args], cwd=ROOT,
-                          env={**apptainer.env(bin_dir), **(environ or {})}, capture_output=True, text=True,
+                          env={**apptainer.env(bin_dir), **environ, "PATH": f"{bin_dir}:{path}"}, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     return done, (last_json_line(done.stdout) if "{" in done.stdout else None)
 
@@ -86,6 +88,8 @@ def check_ok(done, record, runtime="apptainer"):
     assert record["status"] == "ok", record.get("error")
     assert record["provenance"]["container_runtime"] == "apptainer"  # detected from inside (APPTAINER_CONTAINER)
     assert record["provenance"]["requested_runtime"] == runtime
+    if record.get("schema_version") == SCHEMA["properties"]["schema_version"]["const"]:  # an image of this tree
+        assert record["provenance"]["runtime_version"].startswith("apptainer version ")
     assert not leftovers()
     return record
 
@@ -320,3 +324,35 @@ def test_apptainer_missing_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "runtime 'apptainer' needs 'apptainer', which is not on PATH" in done.stderr
     assert "scripts/install-apptainer.sh" in done.stderr
+
+
+# ---- the overhead job, as a site submits it -------------------------------------------------------
+
+def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path):
+    """examples/runtime-overhead/overhead.sbatch through sbatch, tiny (2 rounds of local and apptainer,
+    ResNet-50 TF, 2 timed steps): records of both runtimes and the report's runtime table."""
+    env = {**apptainer.env(apptainer_bin), **slurm_single["env"]}
+    env["PATH"] = f"{apptainer_bin}:{slurm_single['env'].get('PATH', os.environ['PATH'])}"
+    out, log = tmp_path / "overhead", tmp_path / "job.out"
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", f"--chdir={ROOT}",
+                          "--export=ALL,RUNTIMES=local,apptainer,REPEATS=2,MODELS=resnet50,NUM_BATCHES=2,"
+                          f"OUT={out},PYTHON={sys.executable}", str(ROOT / "examples/runtime-overhead/overhead.sbatch")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 900
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], env=env, capture_output=True, text=True).stdout
+        state = shown.split("JobState=", 1)[1].split()[0] if "JobState=" in shown else "GONE"
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        assert time.monotonic() < deadline, f"job {job_id} still {state}"
+        time.sleep(1)
+    text = log.read_text() if log.exists() else ""
+    assert state == "COMPLETED", f"job {job_id}: {state}\n{text[-3000:]}"
+    records = [json.loads(line) for line in (out / "resnet50" / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["provenance"]["requested_runtime"] for r in records) == ["apptainer", "apptainer", "local", "local"]
+    assert all(r["status"] == "ok" for r in records)
+    report = (out / "report" / "report.md").read_text()
+    assert "| apptainer | 2 |" in report and "| local | 2 |" in report
+    assert not leftovers()

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
-COMM_SCHEMA_VERSION = "1.3"
+COMM_SCHEMA_VERSION = "1.4"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
 KIND = "comm"
 
@@ -78,7 +78,7 @@ class CommError(_Model):
 
 
 class CommRecord(_Model):
-    schema_version: Literal["1.3"] = COMM_SCHEMA_VERSION
+    schema_version: Literal["1.4"] = COMM_SCHEMA_VERSION
     kind: Literal["comm"] = KIND
     run_id: str
     timestamp_utc: str

@@ -115,6 +115,17 @@ class Runtime(ABC):
     def available(self) -> bool:
         return self.binary is None or shutil.which(self.binary) is not None
 
+    def version(self) -> str | None:
+        """The first line `BINARY --version` prints (each record's provenance.runtime_version); None without one."""
+        if self.binary is None or not self.available():
+            return None
+        try:
+            said = run_quiet([self.executable(), "--version"], timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        line = next((ln.strip() for ln in (said.stdout or said.stderr).splitlines() if ln.strip()), "")
+        return line[:200] or None if said.returncode == 0 else None
+
     def require(self) -> None:
         if not self.available():
             hint = f" ({self.install_hint})" if self.install_hint else ""
