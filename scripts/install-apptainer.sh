@@ -34,8 +34,7 @@ LIB_FILES=(ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 l
            libnss_files.so.2 libnss_dns.so.2 'libseccomp.so.2*' 'libsqlite3.so.0*')
 LIBDIR=lib/x86_64-linux-gnu
 
-die() { echo "$PROG: error: $*" >&2; exit 2; }
-fail() { echo "$PROG: failed: $*" >&2; exit 1; }
+. "$HERE/newer-debian.sh"  # also die (exit 2) and fail (exit 1)
 
 update=0
 for arg in "$@"; do
@@ -75,7 +74,6 @@ fi
 
 WORK=$(mktemp -d "$CACHE/apptainer-work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-. "$HERE/newer-debian.sh"
 echo "$PROG: asking Debian trixie and sid for apptainer (private apt lists)" >&2
 newer_apt_init "$WORK" trixie sid || exit 1
 apptainer_version=$(newer_candidate apptainer sid)

@@ -20,8 +20,7 @@ PROG=$(basename "$0")
 HERE=$(cd "$(dirname "$0")" && pwd)
 PLUGIN_PATH=usr/libexec/docker/cli-plugins/docker-compose  # in Debian's package
 
-die() { echo "$PROG: error: $*" >&2; exit 2; }
-fail() { echo "$PROG: failed: $*" >&2; exit 1; }
+. "$HERE/newer-debian.sh"  # also die (exit 2) and fail (exit 1)
 
 force=0
 for arg in "$@"; do
@@ -52,7 +51,6 @@ fi
 
 WORK=$(mktemp -d "$CACHE/compose-work.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-. "$HERE/newer-debian.sh"
 newer_apt_init "$WORK" trixie sid || exit 1
 system_libc=$(dpkg-query -W -f='${Version}' libc6)
 picked=

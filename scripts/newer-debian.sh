@@ -9,7 +9,11 @@
 #   newer_candidate apptainer sid           # the version a suite offers ('' if none)
 #   newer_depends apptainer/sid libc6       # the minimum version apptainer's Depends asks of libc6
 #
-# Functions return non-zero with one line on stderr (prefixed with $PROG) when a step fails.
+# Functions return non-zero with one line on stderr (prefixed with $PROG) when a step fails;
+# die (usage, exit 2) and fail (a step failed, exit 1) end the script with one such line.
+
+die() { echo "$PROG: error: $*" >&2; exit 2; }
+fail() { echo "$PROG: failed: $*" >&2; exit 1; }
 
 NEWER_KEYRING=${NEWER_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
 NEWER_APT=()
