@@ -63,6 +63,7 @@ def test_podman_argv(dirs):
 def test_singularity_apptainer_argv(name, dirs, monkeypatch, tmp_path):
     r, d = dirs
     monkeypatch.setattr(singularity, "needs_userns", lambda: False)
+    monkeypatch.setattr(singularity.os, "geteuid", lambda: 0)  # root with the full capability set
     keep_host_python_out = ["--env", "PYTHONPATH=", "--env", "PYTHONHOME=", "--env", "PYTHONNOUSERSITE=1"]
     # Host environment passes in by default: RANK (forwarded) needs no option, fixed values use --env.
     # A Docker image's name is what `exec` takes (--dry-run: runs convert it to a SIF once, first).
@@ -71,7 +72,7 @@ def test_singularity_apptainer_argv(name, dirs, monkeypatch, tmp_path):
         "-B", f"{d}:/data:ro", "--pwd", "/results", "docker-daemon:dlbench-tensorflow:latest", "bench", "--model", "resnet50"]
     assert argv(name, dirs, image="/images/tf.sif")[-4] == "/images/tf.sif"
     monkeypatch.setattr(singularity, "needs_userns", lambda: True)  # root without CAP_SYS_RESOURCE
-    assert argv(name, dirs)[1:3] == ["exec", "--userns"]
+    assert argv(name, dirs)[1:3] == ["exec", "--userns"] and "UCX_POSIX_USE_PROC_LINK=n" in argv(name, dirs)
 
 
 @pytest.mark.parametrize("euid, caps, expected", [

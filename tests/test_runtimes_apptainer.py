@@ -244,13 +244,22 @@ def test_srun_two_emulated_nodes_tf_allreduce(apptainer_bin, tf_sif, slurm_two_n
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
 
 
-def test_srun_two_emulated_nodes_torch_ddp(apptainer_bin, def_sifs, slurm_two_nodes):
+def srun_ddp(bin_dir, sif, cluster, *extra):
     """DDP from the SIF Singularity.def made, given by path."""
-    done, record = benchrun_apptainer(apptainer_bin, "--image", def_sifs["torch"], "--launcher", "srun", "-n", "2",
-                                      "--launcher-arg=--nodes=2", "--", *DDP,
-                                      environ={**slurm_two_nodes["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
+    done, record = benchrun_apptainer(bin_dir, "--image", sif, "--launcher", "srun", "-n", "2", *extra, "--", *DDP,
+                                      environ={**cluster["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
     check_ok(done, record)
-    assert record["world"]["nodes"] == 2 and record["replicas"]["in_sync"] and record["config"]["framework"] == "torch"
+    assert len(record["ranks"]) == 2 and record["replicas"]["in_sync"] and record["config"]["framework"] == "torch"
+    return record
+
+
+def test_srun_one_node_torch_ddp(apptainer_bin, def_sifs, slurm_single):
+    assert srun_ddp(apptainer_bin, def_sifs["torch"], slurm_single)["world"]["nodes"] == 1
+
+
+def test_srun_two_emulated_nodes_torch_ddp(apptainer_bin, def_sifs, slurm_two_nodes):
+    record = srun_ddp(apptainer_bin, def_sifs["torch"], slurm_two_nodes, "--launcher-arg=--nodes=2")
+    assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
 
 
 def test_horovod_mpich_image_under_the_hosts_hydra(apptainer_bin, horovod_images, mpi_flavours):

@@ -44,6 +44,26 @@ FORWARD_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_")
 
 
+# Descriptors a launcher hands its ranks by number (MPICH Hydra's PMI-1 socket): the rank wrapper keeps
+# them open for the runtime's client, so that a rank in a container that shares the host's processes
+# (Apptainer under the host's Hydra) reaches its launcher.
+LAUNCHER_FD_VARS = ("PMI_FD",)
+
+
+def launcher_fds(environ: Mapping[str, str]) -> tuple[int, ...]:
+    """The open descriptors the launcher's variables name."""
+    fds = []
+    for name in LAUNCHER_FD_VARS:
+        value = environ.get(name, "")
+        if value.isdigit():
+            try:
+                os.fstat(int(value))
+            except OSError:
+                continue
+            fds.append(int(value))
+    return tuple(fds)
+
+
 def forwarded_names(environ: Mapping[str, str] = os.environ) -> list[str]:
     """Names of the rank variables present in `environ` (sorted, stable argv)."""
     return sorted(k for k in environ if k in FORWARD_NAMES or k.startswith(FORWARD_PREFIXES))
@@ -251,8 +271,8 @@ class Runtime(ABC):
 
     # ---- one rank's run ---------------------------------------------------------------
     def start_client(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
-        """Start the runtime's client process for one rank."""
-        return subprocess.Popen(command, env=env)
+        """Start the runtime's client process for one rank (the launcher's descriptors kept open)."""
+        return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))
 
     def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
         """Stop the run: SIGTERM so bench records 'interrupted' (the Docker/Podman clients forward it), then SIGKILL."""

@@ -20,7 +20,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from benchmarks.errors import UsageError
@@ -33,6 +35,7 @@ SIF_DIR_ENV = "DLBENCH_SIF_DIR"
 SIF_MAGIC = b"SIF_MAGIC"  # at byte 32 of every SIF, after the launch line
 CAP_SYS_RESOURCE = 24
 BUILD_TIMEOUT_S = 3600
+BUILD_ROOM = 3  # free disk a conversion needs, in image sizes (check_room)
 FUSE = "/dev/fuse"
 # mksquashfs options of the SIFs made from Docker images: lz4 (measured on the TensorFlow image: a third of
 # gzip's CPU time to build, a third faster to import TensorFlow from, 1.45x the size); override with the variable.
@@ -40,6 +43,10 @@ MKSQUASHFS_ARGS_ENV = "DLBENCH_SIF_MKSQUASHFS_ARGS"
 MKSQUASHFS_ARGS = "-comp lz4"
 # Host settings that would make the container's Python import the host's packages.
 HOST_PYTHON_ENV = ("PYTHONPATH=", "PYTHONHOME=", "PYTHONNOUSERSITE=1")
+# In a user namespace each rank's container has its own: UCX's shared memory (MPICH's, in the Horovod
+# MPICH image) cannot open a peer's /proc/PID/fd link across them ("Permission denied", MPI_Init fails);
+# UCX's documented switch makes it use named segments in the shared /dev/shm instead.
+USERNS_ENV = ("UCX_POSIX_USE_PROC_LINK=n",)
 
 
 def cdi_gpus_available(dirs=None) -> bool:
@@ -98,6 +105,27 @@ def check_sif(path: str) -> str:
     return os.path.abspath(path)
 
 
+def check_room(image: str, store: Path) -> None:
+    """Refuse a conversion the disk cannot hold: `build docker-daemon:` exports the image, unpacks it and
+    squashes it (seen: 12 + 7.4 + 4.7 GB for the 8.4 GB Horovod image), by default under /tmp."""
+    found = run_quiet(["docker", "image", "inspect", "--format", "{{.Size}}", image])
+    size = int(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip().isdigit() else 0
+    tmp = os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir()
+    free = min(shutil.disk_usage(tmp).free, shutil.disk_usage(store).free)
+    if free < BUILD_ROOM * size:
+        raise UsageError(f"making a SIF of {image} ({size / 1e9:.1f} GB) needs about {BUILD_ROOM * size / 1e9:.0f} GB "
+                         f"free under {tmp} and {store}; {free / 1e9:.0f} GB are: free some (docker image prune), "
+                         f"or set APPTAINER_TMPDIR / {SIF_DIR_ENV} to a larger disk")
+
+
+def remove_unnamed(store: Path) -> None:
+    """Remove the SIFs no image name points at any more (earlier builds of rebuilt images)."""
+    wanted = {path.read_text().strip() for path in store.glob("*.image")}
+    for old in store.glob("*.sif"):
+        if old.name not in wanted:
+            old.unlink(missing_ok=True)
+
+
 def sif_dir() -> Path:
     cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
     return Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
@@ -124,18 +152,19 @@ class SingularityRuntime(Runtime):
         store = sif_dir()
         target = store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
         store.mkdir(parents=True, exist_ok=True)
+        pointer = store / f"{safe_name(image)}.image"  # names the SIF of the image's current id
         with open(store / "build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another rank or run converting an image: wait, then reuse
             if not target.is_file():
+                pointer.unlink(missing_ok=True)  # the name's earlier SIF goes first: a build needs ~3x the image on disk
+                remove_unnamed(store)
                 self._build(image, target)
-            (store / f"{safe_name(image)}.image").write_text(target.name + "\n")  # which SIF the name is now
-            wanted = {path.read_text().strip() for path in store.glob("*.image")}
-            for old in store.glob("*.sif"):  # SIFs of earlier builds no name points at any more
-                if old.name not in wanted:
-                    old.unlink(missing_ok=True)
+            pointer.write_text(target.name + "\n")
+            remove_unnamed(store)
         return str(target)
 
     def _build(self, image: str, target: Path) -> None:
+        check_room(image, target.parent)
         partial = target.with_suffix(".sif.partial")
         try:
             squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
@@ -157,7 +186,9 @@ class SingularityRuntime(Runtime):
 
     def base_options(self, image: str) -> list[str]:
         userns = ["--userns"] if needs_userns() else []
-        return [*userns, *(option for setting in HOST_PYTHON_ENV for option in ("--env", setting))]
+        in_userns = bool(userns) or os.geteuid() != 0  # users: Apptainer without setuid always uses one
+        settings = [*HOST_PYTHON_ENV, *(USERNS_ENV if in_userns else ())]
+        return [*userns, *(option for setting in settings for option in ("--env", setting))]
 
     def gpu_options(self) -> list[str]:
         return ["--device", f"{CDI_GPU}=all"] if cdi_gpus_available() else ["--nv"]

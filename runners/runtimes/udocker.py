@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
 
-from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
+from .base import Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
 
 STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
 LOAD_TIMEOUT_S = 3600
@@ -138,7 +138,8 @@ class UdockerRuntime(Runtime):
         return {"UDOCKER_DEFAULT_EXECUTION_MODE": self.execmode}  # the mode of the container `run` creates
 
     def start_client(self, command: list[str], env) -> subprocess.Popen:
-        return subprocess.Popen(command, env=env, process_group=0)  # its own group: what a stop signals
+        return subprocess.Popen(command, env=env, process_group=0,  # its own group: what a stop signals
+                                pass_fds=launcher_fds(env))
 
     def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
         """SIGTERM to the group but udocker itself (bench records it; proot ignores it, runc forwards it;

@@ -29,10 +29,11 @@ import pytest
 SHARED = {
     "container-engines": ("test_runtimes_real", "test_containers", "test_runtimes_podman_hpc"),
 }
-# Modules in the order their units should start: test_horovod (the image builds, when cold), then the
-# longest first by a warm run's summary (the container-engines group ~230 s, models ~210, trace ~180, ...);
-# the rest follow in file order.
-HEAVY = ("test_horovod", "test_runtimes_real", "test_models", "test_trace", "test_runtimes_udocker",
+# Modules in the order their units should start: test_horovod (the image builds, when cold), then
+# test_runtimes_apptainer (its SIF builds, ~15 min of them after an image change, on the other worker),
+# then the longest first by a warm run's summary (the container-engines group ~230 s, models ~210,
+# trace ~180, ...); the rest follow in file order.
+HEAVY = ("test_horovod", "test_runtimes_apptainer", "test_runtimes_real", "test_models", "test_trace", "test_runtimes_udocker",
          "test_distributed", "test_launchers_real", "test_failures", "test_env_faults", "test_compile")
 _GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
