@@ -72,7 +72,10 @@ def test_singularity_apptainer_argv(name, dirs, monkeypatch, tmp_path):
         "-B", f"{d}:/data:ro", "--pwd", "/results", "docker-daemon:dlbench-tensorflow:latest", "bench", "--model", "resnet50"]
     assert argv(name, dirs, image="/images/tf.sif")[-4] == "/images/tf.sif"
     monkeypatch.setattr(singularity, "needs_userns", lambda: True)  # root without CAP_SYS_RESOURCE
-    assert argv(name, dirs)[1:3] == ["exec", "--userns"] and "UCX_POSIX_USE_PROC_LINK=n" in argv(name, dirs)
+    assert argv(name, dirs)[1:3] == ["exec", "--userns"]
+    assert {"UCX_POSIX_USE_PROC_LINK=n", "UCX_TLS=^cma"} <= set(argv(name, dirs))
+    monkeypatch.setenv("UCX_TLS", "tcp")  # the caller's own choice passes in as it is
+    assert "UCX_TLS=^cma" not in argv(name, dirs) and "UCX_POSIX_USE_PROC_LINK=n" in argv(name, dirs)
 
 
 @pytest.mark.parametrize("euid, caps, expected", [

@@ -43,10 +43,11 @@ MKSQUASHFS_ARGS_ENV = "DLBENCH_SIF_MKSQUASHFS_ARGS"
 MKSQUASHFS_ARGS = "-comp lz4"
 # Host settings that would make the container's Python import the host's packages.
 HOST_PYTHON_ENV = ("PYTHONPATH=", "PYTHONHOME=", "PYTHONNOUSERSITE=1")
-# In a user namespace each rank's container has its own: UCX's shared memory (MPICH's, in the Horovod
-# MPICH image) cannot open a peer's /proc/PID/fd link across them ("Permission denied", MPI_Init fails);
-# UCX's documented switch makes it use named segments in the shared /dev/shm instead.
-USERNS_ENV = ("UCX_POSIX_USE_PROC_LINK=n",)
+# In a user namespace each rank's container has its own, and UCX (MPICH's, in the Horovod MPICH image)
+# cannot reach a peer across them: its shared memory opens the peer's /proc/PID/fd link ("Permission
+# denied": MPI_Init fails) and its CMA transport calls process_vm_readv ("Operation not permitted").
+# UCX's own switches: named segments in the shared /dev/shm, and no CMA. A value the caller set wins.
+USERNS_ENV = {"UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 
 
 def cdi_gpus_available(dirs=None) -> bool:
@@ -187,7 +188,8 @@ class SingularityRuntime(Runtime):
     def base_options(self, image: str) -> list[str]:
         userns = ["--userns"] if needs_userns() else []
         in_userns = bool(userns) or os.geteuid() != 0  # users: Apptainer without setuid always uses one
-        settings = [*HOST_PYTHON_ENV, *(USERNS_ENV if in_userns else ())]
+        settings = [*HOST_PYTHON_ENV, *(f"{key}={value}" for key, value in (USERNS_ENV if in_userns else {}).items()
+                                        if key not in os.environ)]
         return [*userns, *(option for setting in settings for option in ("--env", setting))]
 
     def gpu_options(self) -> list[str]:
