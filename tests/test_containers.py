@@ -46,8 +46,8 @@ def compose_cmd() -> list[str] | None:
     return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
-def compose_v2(docker) -> list[str]:
-    """`docker compose` (v2): the docker fixture installs it (scripts/install-compose-v2.sh)."""
+def compose_v2() -> list[str]:
+    """`docker compose` (v2), which the docker fixture installs (scripts/install-compose-v2.sh): ask after it ran."""
     p = run(["docker", "compose", "version"])
     assert p.returncode == 0 and re.search(r"version v?2\.", p.stdout), f"no Compose v2 after the docker fixture: {p.stderr}"
     return ["docker", "compose"]
@@ -126,7 +126,7 @@ def test_daemon_not_running_is_one_line(tmp_path):
 
 
 def test_unknown_compose_service_is_one_line(docker):
-    compose_v2(docker)  # compose-run.sh picks v2 when it is there
+    compose_v2()  # compose-run.sh picks v2 when it is there
     one_line_error(run([C / "compose-run.sh", "jax-bench", "--help"]),
                    "unknown compose service 'jax-bench'", "tf-bench, torch-bench")
     one_line_error(run([C / "compose-run.sh"]), "missing service name", "tf-bench, torch-bench")
@@ -137,7 +137,7 @@ def test_unknown_compose_service_is_one_line(docker):
 @pytest.mark.parametrize("version", ["v2", "v1"])
 def test_compose_files_are_valid_and_cpu_by_default(docker, version):
     yaml = pytest.importorskip("yaml")
-    compose = compose_v2(docker) if version == "v2" else ["docker-compose"]
+    compose = compose_v2() if version == "v2" else ["docker-compose"]
     if version == "v1" and not shutil.which("docker-compose"):
         pytest.skip("bookworm's docker-compose (v1) is not installed: only v2 checked")
     p = run([*compose, "config"])
@@ -172,7 +172,7 @@ def test_too_little_disk_is_one_line(docker):
 
 
 def test_missing_image_for_compose_service_is_one_line(docker):
-    compose_v2(docker)
+    compose_v2()
     one_line_error(run([C / "compose-run.sh", "tf-bench", "--help"], env={"DLBENCH_TAG": "no-such-tag"}),
                    "'dlbench-tensorflow:no-such-tag'", "make image-tf")
 
@@ -233,7 +233,7 @@ def test_compose_run_gives_a_docker_record(images, fw, tmp_path):
     results.mkdir()
     results.chmod(0o777)  # the image runs as uid 1000
     left = ["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.service={SERVICES[fw]}"]
-    p = run([*compose_v2(images), "run", "--rm", SERVICES[fw], *SMOKE, "--output", "/results/run.jsonl"],
+    p = run([*compose_v2(), "run", "--rm", SERVICES[fw], *SMOKE, "--output", "/results/run.jsonl"],
             env={"BENCH_RESULTS_DIR": str(results), "DLBENCH_TAG": VERSION}, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert run(left).stdout.split() == []  # --rm: the container is gone
