@@ -277,3 +277,16 @@ def test_a_docker_daemon_that_is_not_there_is_a_fault_recorded_for_the_run(tmp_p
     assert result.returncode == 6 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("benchrun: error: the run failed: docker daemon went away (")
     assert json.loads(result.stdout)["error"]["kind"] == "environment"
+
+
+def test_sif_build_needs_three_times_the_image_on_disk(tmp_path, monkeypatch):
+    """A conversion the disk cannot hold is refused in one line before it starts (it would fill the disk)."""
+    free = __import__("shutil").disk_usage(tmp_path).free
+    for size, refused in ((free // 4, False), (free // 2, True)):
+        monkeypatch.setattr(singularity, "run_quiet", lambda argv, size=size: subprocess.CompletedProcess(argv, 0, f"{size}\n", ""))
+        monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
+        if refused:
+            with pytest.raises(UsageError, match=r"making a SIF of img:1 .* needs about \d+ GB free under"):
+                singularity.check_room("img:1", tmp_path / "sif")
+        else:
+            singularity.check_room("img:1", tmp_path / "sif")

@@ -133,7 +133,7 @@ def test_udocker_unprivileged_user_from_a_tarball(udocker_env, dlbench_images):
     image_id = run(["docker", "image", "inspect", "-f", "{{.Id}}", TF_IMAGE]).stdout.strip()
     tar = UNPRIVILEGED_HOME / f"dlbench-tensorflow-{image_id.split(':')[-1][:12]}.tar"
     if not tar.is_file():
-        for old in UNPRIVILEGED_HOME.glob("dlbench-tensorflow-*.tar"):
+        for old in UNPRIVILEGED_HOME.glob("dlbench-tensorflow-*.tar*"):  # a killed run's .partial too
             old.unlink()
         assert run(["docker", "save", "-o", f"{tar}.partial", TF_IMAGE], timeout=600).returncode == 0
         os.replace(f"{tar}.partial", tar)

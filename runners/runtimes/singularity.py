@@ -112,7 +112,8 @@ def check_room(image: str, store: Path) -> None:
     found = run_quiet(["docker", "image", "inspect", "--format", "{{.Size}}", image])
     size = int(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip().isdigit() else 0
     tmp = os.environ.get("APPTAINER_TMPDIR") or tempfile.gettempdir()
-    free = min(shutil.disk_usage(tmp).free, shutil.disk_usage(store).free)
+    existing = next(path for path in (store, *store.parents) if path.exists())
+    free = min(shutil.disk_usage(tmp).free, shutil.disk_usage(existing).free)
     if free < BUILD_ROOM * size:
         raise UsageError(f"making a SIF of {image} ({size / 1e9:.1f} GB) needs about {BUILD_ROOM * size / 1e9:.0f} GB "
                          f"free under {tmp} and {store}; {free / 1e9:.0f} GB are: free some (docker image prune), "

@@ -54,11 +54,12 @@ def sif(image: str, bin_dir: str) -> str:
 
 
 def copy_for_nobody(path: str) -> Path:
-    """A copy of a root-owned SIF that nobody can read (kept by name: the name carries the image id)."""
+    """A copy of a root-owned SIF that nobody can read (the only SIF kept there: copies of others go)."""
     target = UNPRIVILEGED_HOME / Path(path).name
-    if not target.is_file() or target.stat().st_size != Path(path).stat().st_size:
-        for old in UNPRIVILEGED_HOME.glob(f"{Path(path).name.rsplit('-', 1)[0]}-*.sif"):
+    for old in UNPRIVILEGED_HOME.glob("*.sif*"):
+        if old != target:
             old.unlink()
+    if not target.is_file() or target.stat().st_size != Path(path).stat().st_size:
         shutil.copyfile(path, f"{target}.partial")
         os.replace(f"{target}.partial", target)
     target.chmod(0o644)
