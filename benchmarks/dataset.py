@@ -112,6 +112,14 @@ _SIGNATURES = {  # format: (leading bytes, what a complete file ends with, or No
     "bmp": (b"BM", None),
 }
 _TAIL_BYTES = 64  # JPEG end-of-image may be followed by a little padding
+MAX_PIXELS = 2 * 89_478_485  # Pillow refuses images larger than this as decompression bombs
+
+
+def _png_pixels(head: bytes) -> int | None:
+    """Width × height from a PNG's IHDR chunk (bytes 16-24), None if it is not there."""
+    if len(head) < 24 or head[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(head[16:20], "big") * int.from_bytes(head[20:24], "big")
 
 
 def image_problem(path: str | os.PathLike) -> str | None:
@@ -123,7 +131,7 @@ def image_problem(path: str | os.PathLike) -> str | None:
     """
     try:
         with open(path, "rb") as f:
-            head = f.read(16)
+            head = f.read(24)
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - _TAIL_BYTES))
             tail = f.read()
@@ -135,6 +143,9 @@ def image_problem(path: str | os.PathLike) -> str | None:
         if head.startswith(magic):
             if end is not None and end not in tail:
                 return f"truncated {name.upper()} (no end marker)"
+            pixels = _png_pixels(head) if name == "png" else None
+            if pixels is not None and pixels > MAX_PIXELS:
+                return f"PNG claims {pixels:,} pixels (a decompression bomb: over {MAX_PIXELS:,})"
             return None
     return "not an image (unknown format)"
 
@@ -181,7 +192,10 @@ def skipped_section(scan_summary: dict | None, decode_failures: list[tuple[str, 
     """The record's `data` section: images found, how many were skipped, the first few and why."""
     if scan_summary is None:
         return None
-    skipped = [tuple(item) for item in scan_summary["skipped"]] + list(decode_failures)
+    first_reason: dict[str, str] = {}  # a file that fails only when decoded fails every epoch: count it once
+    for path, why in [tuple(item) for item in scan_summary["skipped"]] + list(decode_failures):
+        first_reason.setdefault(path, why)
+    skipped = list(first_reason.items())
     return {
         "images": scan_summary["images"],
         "skipped_images": len(skipped),

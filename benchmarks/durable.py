@@ -10,26 +10,39 @@ Three guarantees, shared by `bench --output`, `benchrun run --results`,
   last line left by a process killed mid-write is cut off by the next append,
   so a store never holds a torn line before a good one;
 - when the append still fails, the record goes to a fallback file in the
-  system temp dir (`fallback`), whose path the one-line error names.
+  system temp dir (`fallback`), whose path the one-line error names;
+- appends hold an advisory lock (flock) on the file, so writers in other processes (two
+  `benchrun run --results` into one store, a sweep beside them) neither interleave nor cut
+  each other's line as torn; a sweep holds its store for its whole length (`sole_writer`).
+
+An output that is not a regular file (a FIFO, /dev/stdout as a pipe or terminal) gets the line
+written whole, without fsync or truncation (they mean nothing there); opening a FIFO waits at
+most STREAM_WAIT_S for a reader, so a FIFO nobody reads ends in the fallback, not in a hang.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
+import socket
+import stat
 import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 MIN_FREE_BYTES = 1 << 20  # refuse an output on a file system with less free space than this (a record is ~10 KB)
+STREAM_WAIT_S = 30.0  # how long a record waits for a FIFO's reader to appear
 
 
 class OutputError(Exception):
     """A record could not be appended; `fallback` is where it was saved instead (None if nowhere)."""
 
     def __init__(self, path, error: OSError, fallback: Path | None):
-        reason = os.strerror(error.errno) if error.errno else str(error)
+        reason = error.strerror or (os.strerror(error.errno) if error.errno else str(error))
         super().__init__(f"could not write to {str(path)!r} ({reason})")
         self.path, self.reason, self.fallback = path, reason, fallback
 
@@ -68,11 +81,12 @@ def check_file(path: str | os.PathLike, flag: str) -> None:
     if target.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is a directory; give a file path")
     if target.exists():
-        try:
-            os.close(os.open(target, os.O_WRONLY | os.O_APPEND))
+        try:  # non-blocking: opening a FIFO without a reader would wait forever
+            os.close(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
         except OSError as error:
-            raise UsageError(f"{flag} {str(path)!r} is not writable ({os.strerror(error.errno)})") from None
-        problem = _free_space_problem(target.parent)
+            if error.errno != errno.ENXIO:  # ENXIO: a FIFO whose reader has not come yet (it may)
+                raise UsageError(f"{flag} {str(path)!r} is not writable ({os.strerror(error.errno)})") from None
+        problem = _free_space_problem(target.parent) if _is_regular(target) else None
     else:
         ancestor = _existing_ancestor(target.parent)
         if not ancestor.is_dir():
@@ -115,24 +129,60 @@ def cut_torn_tail(fd: int) -> int:
         window = min(size, window * 4)
 
 
-def append_jsonl(path: str | os.PathLike, obj: dict) -> None:
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True  # absent: it will be created as a regular file
+
+
+def _write_all(fd: int, line: bytes) -> None:
+    written = 0
+    while written < len(line):
+        n = os.write(fd, line[written:])
+        if n == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written += n
+
+
+def _open_stream(path: Path, wait_s: float) -> int:
+    """Open a FIFO or device for writing, waiting at most `wait_s` for a FIFO's reader (ENXIO meanwhile)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+        except OSError as error:
+            if error.errno != errno.ENXIO or time.monotonic() >= deadline:
+                if error.errno == errno.ENXIO:
+                    raise OSError(errno.ENXIO, f"no reader opened the FIFO within {wait_s:g} s") from None
+                raise
+            time.sleep(0.1)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def append_jsonl(path: str | os.PathLike, obj: dict, stream_wait_s: float = STREAM_WAIT_S) -> None:
     """Append one JSON line: all of it or none of it (raises OSError after undoing a partial write)."""
     line = (json.dumps(obj) + "\n").encode()
+    if not _is_regular(Path(path)):
+        fd = _open_stream(Path(path), stream_wait_s)
+        try:
+            _write_all(fd, line)
+        finally:
+            os.close(fd)
+        return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by close; another writer's line is never cut as torn
         cut = cut_torn_tail(fd)
         if cut:
             print(f"dlbench: warning: {path}: cut an incomplete last line ({cut} bytes) before appending",
                   file=sys.stderr, flush=True)
         start = os.fstat(fd).st_size
         try:
-            written = 0
-            while written < len(line):
-                n = os.write(fd, line[written:])
-                if n == 0:
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                written += n
+            _write_all(fd, line)
             os.fsync(fd)
         except OSError:
             try:
@@ -141,6 +191,31 @@ def append_jsonl(path: str | os.PathLike, obj: dict) -> None:
             except OSError:
                 pass  # the next append cuts what is left (cut_torn_tail)
             raise
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def sole_writer(path: str | os.PathLike, flag: str, who: str):
+    """Hold `path` (through PATH.lock beside it) for the length of the block; a second holder is
+    refused at once in one line naming the first (UsageError). The kernel drops the lock when its
+    process dies, so a killed sweep never leaves its store locked."""
+    from .errors import UsageError
+
+    lock_path = Path(f"{path}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            raise UsageError(f"{flag} {str(path)!r} is being written by {holder}; wait for it to end, "
+                             f"or give another {flag}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%dT%H:%M:%S%z')})"
+                      .encode(), 0)
+        yield
     finally:
         os.close(fd)
 

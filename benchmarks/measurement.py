@@ -171,7 +171,7 @@ class Measurement:
             progress(f"rank {world.rank}/{world.size} ({role.kind} {role.index}): meeting at {coordinator}:{cfg.rendezvous_port}")
             self.rendezvous = Rendezvous(
                 world.rank, world.size, coordinator, cfg.rendezvous_port, cfg.rendezvous_timeout,
-                on_failure=self._peer_failed,
+                on_failure=self._peer_failed, run_token=worlds.run_token(),
             )
             self.peers = self.rendezvous.allgather("hello", me)
         else:

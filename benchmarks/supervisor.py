@@ -65,17 +65,34 @@ def _gib(value: int) -> str:
     return f"{value / 2**30:.1f} GiB"
 
 
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat, Linux >= 4.13;
+    host-wide, also inside a container), or None where the count is not kept."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def classify_exit(
     returncode: int,
     stderr_tail: list[str],
     vm_peak: int = 0,
     as_limit: int | None = None,
+    oom_kills_during: int | None = None,
 ) -> tuple[str, dict]:
     """(status, error) for a worker that ended without writing a record.
 
     Native code that hits `ulimit -v` often crashes (SIGSEGV/SIGABRT) instead
     of raising; such a death close to the limit is reported as oom, with the
-    numbers, so the reader can judge.
+    numbers, so the reader can judge. A SIGKILL is the OOM killer's only when the
+    kernel's count of OOM kills moved during the run (`oom_kills_during`; None:
+    unknown, so the likely cause is named): else another process or a scheduler's
+    limit killed it, a failure that a sweep retries.
     """
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
@@ -85,9 +102,16 @@ def classify_exit(
         error["signal"] = signal.Signals(-returncode).name
     if oom_line is not None or looks_like_oom(text):
         return "oom", {**error, "kind": "oom", "message": oom_line or last}
-    if returncode == -signal.SIGKILL:
+    if returncode == -signal.SIGKILL and oom_kills_during is None:
         message = "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)"
         return "oom", {**error, "kind": "oom", "message": message}
+    if returncode == -signal.SIGKILL and oom_kills_during > 0:
+        message = f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} during the run)"
+        return "oom", {**error, "kind": "oom", "message": message}
+    if returncode == -signal.SIGKILL:
+        message = ("worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did not move): "
+                   "by another process or a scheduler's limit")
+        return "failed", {**error, "kind": "crash", "message": message}
     if returncode < 0 and as_limit and vm_peak >= AS_LIMIT_NEAR * as_limit:
         message = (
             f"worker died with {error['signal']} after its address space reached {_gib(vm_peak)} "
@@ -177,6 +201,7 @@ def supervise(
         # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
         signals = _StopSignals()
         previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
+        oom_kills_before = oom_kills()
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
             stdout=subprocess.PIPE,
@@ -230,7 +255,9 @@ def supervise(
             return None, 2  # the worker printed the usage error; nothing is recorded
         else:
             if status is None:
-                status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit)
+                after = oom_kills()
+                during = None if after is None or oom_kills_before is None else after - oom_kills_before
+                status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit, during)
             error.setdefault("exit_code", None)
             result = record.build(
                 config, base, status, error, time.monotonic() - started, world=record.single_world(config, world)
@@ -240,7 +267,7 @@ def supervise(
         if result["status"] != "ok" and world.rank != 0:
             # Process 0 writes the run's record; tell it why this rank stopped.
             try:
-                report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result)
+                report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result, worlds.run_token())
             except UsageError:
                 pass  # no address for process 0: the worker already said so
         return result, EXIT_CODE_BY_STATUS[result["status"]]

@@ -25,6 +25,8 @@ def first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
+    if lines[-1] != lines[0] and any(l.startswith("Original Traceback") for l in lines):
+        return lines[-1][:500]  # torch re-raises a DataLoader worker's error: its last line is the cause
     line = lines[0]
     if line.endswith(":") and len(lines) > 1:
         line = next((l for l in reversed(lines) if not l.startswith("File ")), lines[-1])

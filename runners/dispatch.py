@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_ENVIRONMENT, UsageError
 from benchmarks.processes import host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
@@ -163,6 +164,7 @@ def user_command(request: RunRequest, results: Path, image: str | None = None) -
     launcher = launcher_name(request, runtime)
     if launcher is None:
         return [*prefix, *spec.bench, *spec.bench_args]
+    prefix.append(f"{RUN_TOKEN_ENV}={spec.run_token}")  # what keeps its ranks from meeting another run's
     return [*prefix, *launchers.get(launcher).command(spec)]
 
 

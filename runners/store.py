@@ -15,6 +15,7 @@ a StoreWarning. An unreadable line before the last is corruption: ValueError.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import warnings
@@ -126,22 +127,23 @@ def repair_tail(path: str | os.PathLike) -> bool:
     path = Path(path)
     if not path.exists():
         return False
-    data = path.read_bytes()
-    if not data:
-        return False
-    keep = len(data)
-    if not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-    else:
-        start = data.rfind(b"\n", 0, len(data) - 1) + 1
-        try:
-            json.loads(data[start:])
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            keep = start
-    if keep == len(data):
-        return False
-    warnings.warn(f"{path}: cut an incomplete last line ({len(data) - keep} bytes)", StoreWarning, stacklevel=2)
     with open(path, "r+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # an append in another process (durable.append_jsonl) is never cut mid-line
+        data = f.read()
+        if not data:
+            return False
+        keep = len(data)
+        if not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+        else:
+            start = data.rfind(b"\n", 0, len(data) - 1) + 1
+            try:
+                json.loads(data[start:])
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                keep = start
+        if keep == len(data):
+            return False
+        warnings.warn(f"{path}: cut an incomplete last line ({len(data) - keep} bytes)", StoreWarning, stacklevel=2)
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())

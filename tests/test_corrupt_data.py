@@ -95,10 +95,14 @@ def _check_record(result, framework: str) -> dict:
 def test_torch_skips_and_counts_undecodable_images(corrupt_dir):
     # batches of 3 over the 9 files that pass the scan: every one is read in the first epoch, so
     # the corrupt body is met, and skipped, while decoding
-    result = bench("--framework", "torch", *RUN, "--batch-size", "3", "--data-dir", str(corrupt_dir), timeout=300)
+    # the corrupt body is met, and skipped, while decoding; 9 steps read the 9 files three times over, and
+    # a file that fails each epoch is one skipped image, not three
+    result = bench("--framework", "torch", *RUN, "--batch-size", "3", "--num-batches", "8", "--data-dir", str(corrupt_dir),
+                   timeout=300)
     record = _check_record(result, "torch")
     names = [Path(item["path"]).name for item in record["data"]["skipped_examples"]]
     assert "corrupt_body.jpg" in names and "cmyk.jpg" not in names and "png_named.jpg" not in names
+    assert record["data"]["skipped_images"] == 4 and len(set(names)) == len(names)
     reason = next(i["reason"] for i in record["data"]["skipped_examples"] if i["path"].endswith("corrupt_body.jpg"))
     assert reason.startswith("cannot be decoded")
 
@@ -132,3 +136,49 @@ def test_a_data_dir_of_only_bad_files_is_one_line_before_the_run(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "none of its 3 images can be decoded (first: " in lines[0], lines
     assert "building" not in result.stderr
+
+
+def test_a_png_claiming_a_huge_size_is_skipped_by_the_scan(tmp_path):
+    """A decompression bomb (a PNG whose header claims 50000 x 50000 px) is set apart before the run:
+    Pillow would refuse it with an error of its own, TensorFlow would try to allocate it."""
+    data = bytearray(_png(np.random.default_rng(2)))
+    data[16:24] = (50000).to_bytes(4, "big") * 2
+    (tmp_path / "bomb.png").write_bytes(bytes(data))
+    assert image_problem(tmp_path / "bomb.png") == ("PNG claims 2,500,000,000 pixels (a decompression bomb: over "
+                                                    "178,956,970)")
+    (tmp_path / "fine.png").write_bytes(_png(np.random.default_rng(3)))
+    assert image_problem(tmp_path / "fine.png") is None
+
+
+def test_directory_links_back_up_do_not_make_the_listing_endless(tmp_path):
+    """`cls0/up -> ..` and `cls1/up -> ..`: torchvision's own listing followed them for ever; bench lists
+    DIR/<class>/<image> only, in both frameworks, as the scan does."""
+    rng = np.random.default_rng(4)
+    root = tmp_path / "data"
+    for c in range(2):
+        (root / f"cls{c}").mkdir(parents=True)
+        for i in range(3):
+            (root / f"cls{c}" / f"img{i}.jpg").write_bytes(_jpeg(rng))
+        (root / f"cls{c}" / "up").symlink_to("..")
+    result = bench("--framework", "torch", *RUN, "--data-dir", str(root), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["status"] == "ok" and record["data"]["images"] == 6
+
+
+def test_no_decodable_image_is_named_in_the_record(tmp_path):
+    """Every file passes the scan but none decodes: the record and the one line give the cause, not
+    torch's "Caught ValueError in DataLoader worker process 0"."""
+    rng = np.random.default_rng(5)
+    root = tmp_path / "data"
+    (root / "cls0").mkdir(parents=True)
+    for i in range(3):
+        body = b"\xff\xd8\xff\xe0" + bytes(rng.integers(0, 256, 600, dtype=np.uint8)) + b"\xff\xd9"
+        (root / "cls0" / f"corrupt{i}.jpg").write_bytes(body)
+    result = bench("--framework", "torch", *RUN, "--data-dir", str(root), timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["status"] == "failed"
+    message = record["error"]["message"]
+    assert "images in a row cannot be decoded" in message and "Caught" not in message, message
+    assert "Traceback" not in result.stderr

@@ -114,3 +114,30 @@ def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
     time.sleep(1)
     alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not alive
+
+
+def test_two_runs_given_one_port_never_meet(tmp_path):
+    """Two 2-rank runs started together on the same ports (issue 26: their ranks joined each other's
+    rendezvous and hung, or one ended 'interrupted' by the other's launcher): one runs to its record,
+    the other fails within seconds, in one line naming the port clash; nothing is left behind."""
+    argv = [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
+            "--strategy", "ddp", "--model", "alexnet", *TINY, *ports(), "--json"]
+    started = time.monotonic()
+    runs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
+    ended = {}
+    while len(ended) < 2:
+        for i, run in enumerate(runs):
+            if i not in ended and run.poll() is not None:
+                ended[i] = (time.monotonic() - started, *run.communicate())
+        assert time.monotonic() - started < 300, "a run hung"
+        time.sleep(0.1)
+    codes = sorted(runs[i].returncode for i in ended)
+    assert codes == [0, 1], [ended[i][2][-2000:] for i in ended]
+    loser = next(i for i in ended if runs[i].returncode == 1)
+    elapsed, stdout, stderr = ended[loser]
+    record = validate_record(json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1]))
+    message = record["error"]["message"]
+    assert record["status"] == "failed" and ("held by another run" in message or "is in use on this host" in message), message
+    assert elapsed < 90, f"the clash took {elapsed:.0f} s to end"
+    assert "Traceback" not in stderr

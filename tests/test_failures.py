@@ -97,6 +97,36 @@ def test_sigterm_records_interrupted_and_leaves_no_orphans(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path):
+    """kill -9 of the worker, the kernel's OOM-kill count unmoved: `failed` (a sweep retries it), not
+    `oom` (a sweep takes that as the answer). Before, every SIGKILL was recorded as out of memory."""
+    from benchmarks.supervisor import oom_kills
+
+    if oom_kills() is None:
+        pytest.skip("this kernel keeps no count of OOM kills (/proc/vmstat oom_kill)")
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet50",
+         "--image-size", "64", *SMALL[:2], "--num-batches", "100000", "--output", str(output)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while "warmup" not in (proc.stderr.readline() or "warmup") and time.monotonic() < deadline:
+        pass
+    before = oom_kills()
+    worker = next(p for p in parent.children() if "benchmarks.worker" in " ".join(p.cmdline()))
+    worker.kill()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err[-2000:]
+    record = validate_record(json.loads(output.read_text()))
+    if oom_kills() != before:
+        pytest.skip("the OOM killer struck elsewhere on this host during the test: the count cannot tell")
+    assert (record["status"], record["error"]["kind"], record["error"]["signal"]) == ("failed", "crash", "SIGKILL")
+    assert "not by the OOM killer" in record["error"]["message"]
+
+
+@pytest.mark.slow
 def test_worker_dies_with_killed_supervisor():
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet50",
@@ -118,7 +148,12 @@ def test_worker_dies_with_killed_supervisor():
 
 
 def test_classify_exit():
-    assert classify_exit(-signal.SIGKILL, ["bench: warmup"])[0] == "oom"
+    assert classify_exit(-signal.SIGKILL, ["bench: warmup"])[0] == "oom"  # the OOM-kill count unknown
+    status, error = classify_exit(-signal.SIGKILL, ["bench: warmup"], oom_kills_during=1)
+    assert status == "oom" and "OOM killer (its count of OOM kills rose by 1" in error["message"]
+    status, error = classify_exit(-signal.SIGKILL, ["bench: warmup"], oom_kills_during=0)
+    assert (status, error["kind"], error["signal"]) == ("failed", "crash", "SIGKILL")
+    assert "not by the OOM killer" in error["message"]
     status, error = classify_exit(-signal.SIGABRT, ["terminate called after throwing an instance of 'std::bad_alloc'"])
     assert status == "oom" and "bad_alloc" in error["message"] and error["signal"] == "SIGABRT"
     status, error = classify_exit(-signal.SIGSEGV, ["x"], vm_peak=9 * 2**30, as_limit=10 * 2**30)

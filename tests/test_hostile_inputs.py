@@ -44,6 +44,7 @@ def hostile(tmp_path_factory):
         "garbage_plan": root / "plan.yaml",
         "bad_data": root / "bad-data",
         "non_utf8_dir": Path(os.fsdecode(os.fsencode(root) + b"/" + NON_UTF8)),
+        "colon_dir": root / "a:b",
     }
     paths["plain_file"].write_text("plain")
     paths["empty_store"].write_text("")
@@ -57,6 +58,7 @@ def hostile(tmp_path_factory):
     (paths["bad_data"] / "cats").mkdir(parents=True)
     (paths["bad_data"] / "cats" / "a.jpg").write_bytes(b"no image here")
     os.makedirs(os.fsencode(paths["non_utf8_dir"]))
+    (paths["colon_dir"] / "cats").mkdir(parents=True)
     return paths
 
 
@@ -96,6 +98,7 @@ def _cases():
         ("sweep-plan-is-dir", "benchrun", lambda p: ["sweep", str(p[r])], 2),
         ("run-data-dir-non-utf8", "benchrun", lambda p: ["run", "--data-dir", b"/nonexistent/" + NON_UTF8, "--", *TINY], 2),
         ("run-results-readonly", "benchrun", lambda p: ["run", "--results", str(p["readonly"] / "r"), "--", *TINY], 2),
+        ("run-docker-data-dir-with-colon", "benchrun", lambda p: ["run", "--runtime", "docker", "--data-dir", str(p["colon_dir"]), "--", *TINY], 2),
         ("run-unknown-runtime", "benchrun", lambda p: ["run", "--runtime", "lxc", "--", *TINY], 2),
         ("launch-bad-count", "benchrun", lambda p: ["launch", "-n", "zero", "--", *TINY], 2),
         ("benchrun-no-command", "benchrun", lambda p: [], 2),
@@ -117,6 +120,7 @@ def test_hostile_input_gets_one_line_and_the_documented_code(case, hostile, tmp_
     assert result.returncode == expected, stderr
     errors = [line for line in stderr.splitlines() if line.startswith(f"{tool}: error: ")]
     assert len(errors) == 1, stderr
+    assert result.stdout == b"", result.stdout  # stdout holds records only
     assert time.monotonic() - started < 60  # refused up front, nothing was trained
 
 

@@ -10,7 +10,8 @@ from infra.slurm import require_mpich
 from runners import launchers
 from runners.cli import main
 
-SPEC = dict(processes=4, bench=["bench"], bench_args=["--framework", "tf", "--strategy", "ps", "--num-ps", "1"])
+SPEC = dict(processes=4, bench=["bench"], bench_args=["--framework", "tf", "--strategy", "ps", "--num-ps", "1"],
+            run_token="t0k3n")
 
 
 def argv(name, **overrides):
@@ -19,7 +20,7 @@ def argv(name, **overrides):
 
 def test_open_mpi_argv():
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    env = ["-x", "DLBENCH_COORDINATOR=n1", "-x", "DLBENCH_NUM_NODES=2"]
+    env = ["-x", "DLBENCH_COORDINATOR=n1", "-x", "DLBENCH_NUM_NODES=2", "-x", "DLBENCH_RUN_TOKEN=t0k3n"]
     assert argv("mpirun", hosts=["n1", "n2"]) == [
         "mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", *root, "--host", "n1:2,n2:2", *env,
         "bench", *SPEC["bench_args"]]
@@ -28,7 +29,7 @@ def test_open_mpi_argv():
 def test_mpich_argv():
     assert argv("mpich") == [
         "mpirun.mpich", "-n", "4", "-genv", "DLBENCH_COORDINATOR", "127.0.0.1", "-genv", "DLBENCH_NUM_NODES", "1",
-        "bench", *SPEC["bench_args"]]
+        "-genv", "DLBENCH_RUN_TOKEN", "t0k3n", "bench", *SPEC["bench_args"]]
 
 
 def test_torchrun_argv():

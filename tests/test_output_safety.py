@@ -125,3 +125,107 @@ def test_benchrun_outputs_are_checked_before_anything_runs(tmp_path, readonly_di
         assert result.returncode == 2, (args, result.stderr)
         line = one_error_line(result.stderr, "benchrun: error: ")
         assert flag in line and "not writable" in line, line
+
+
+# ---- outputs that are not regular files: FIFOs, pipes (issue 26) ------------------------------------
+
+def test_a_fifo_without_reader_is_a_bounded_failure_not_a_hang(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    durable.check_file(fifo, "--output")  # a reader may still come: accepted, and without blocking
+    started = time.monotonic()
+    with pytest.raises(OSError, match="no reader opened the FIFO within 0.5 s"):
+        durable.append_jsonl(fifo, {"a": 1}, stream_wait_s=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_a_record_waits_for_a_fifo_reader_that_comes_late(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["sh", "-c", f"sleep 2; cat {fifo}"], stdout=subprocess.PIPE, text=True)
+    durable.append_jsonl(fifo, {"a": 1}, stream_wait_s=30)
+    assert json.loads(reader.communicate(timeout=30)[0]) == {"a": 1}
+
+
+def test_output_to_dev_stdout_through_a_pipe(tmp_path):
+    """`bench --output /dev/stdout | cat`: the record once on stdout, exit 0, no fallback file
+    (fsync on a pipe fails; a stream is not a file to fsync)."""
+    result = bench(*TINY, "--output", "/dev/stdout", env={"TMPDIR": str(tmp_path)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    records = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(records) == 1, result.stdout
+    validate_record(json.loads(records[0]))
+    assert not list(tmp_path.glob("dlbench-record-*")), "a fallback file was written"
+
+
+@pytest.mark.parametrize("with_output", [False, True])
+def test_json_to_a_reader_that_has_gone(tmp_path, with_output):
+    """`bench --json ... | true`: the record is never lost (--output, else the fallback file the one line
+    names), no traceback, no 'Exception ignored'."""
+    out = tmp_path / "out.jsonl"
+    extra = ["--output", str(out)] if with_output else []
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before bench writes
+    try:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks", *TINY, "--json", *extra], cwd=ROOT, stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300,
+                              env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    if with_output:
+        assert proc.returncode == 0, proc.stderr
+        assert "stdout was closed by its reader; the record is in" in proc.stderr
+        validate_record(json.loads(out.read_text()))
+    else:
+        assert proc.returncode == 5, proc.stderr
+        line = one_error_line(proc.stderr)
+        assert "stdout was closed by its reader" in line
+        saved = list(tmp_path.glob("dlbench-record-*.jsonl"))
+        assert len(saved) == 1 and str(saved[0]) in line
+        validate_record(json.loads(saved[0].read_text()))
+
+
+# ---- concurrent writers (issue 26) ---------------------------------------------------------------
+
+APPENDER = """
+import sys
+from benchmarks import durable
+for i in range(int(sys.argv[3])):
+    durable.append_jsonl(sys.argv[1], {"writer": int(sys.argv[2]), "i": i, "pad": "x" * int(sys.argv[4])})
+"""
+
+
+def test_appends_from_many_processes_neither_interleave_nor_cut_each_other(tmp_path):
+    target = tmp_path / "store.jsonl"
+    writers = [subprocess.Popen([sys.executable, "-c", APPENDER, str(target), str(w), "10", str(2 << 20)], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+               for w in range(6)]
+    for writer in writers:
+        assert writer.wait(timeout=120) == 0, writer.stderr.read()
+        assert "cut an incomplete last line" not in writer.stderr.read()
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    assert sorted((line["writer"], line["i"]) for line in lines) == [(w, i) for w in range(6) for i in range(10)]
+
+
+def test_a_store_held_by_one_writer_refuses_a_second_at_once(tmp_path):
+    from benchmarks.errors import UsageError
+
+    target = tmp_path / "store.jsonl"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom benchmarks import durable\n"
+                               f"with durable.sole_writer({str(target)!r}, '--store', 'the sweep of plan.yaml'):\n"
+                               "    print('held', flush=True)\n    time.sleep(600)"],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(UsageError, match=r"--store '.*store.jsonl' is being written by the sweep of plan.yaml "
+                                             r"\(pid \d+ on .*\); wait for it to end, or give another --store"):
+            with durable.sole_writer(target, "--store", "a second sweep"):
+                pass
+        assert time.monotonic() - started < 1
+    finally:
+        holder.kill()
+        holder.wait()
+    with durable.sole_writer(target, "--store", "a second sweep"):  # a killed holder leaves nothing held
+        assert "a second sweep" in Path(f"{target}.lock").read_text()

@@ -362,7 +362,7 @@ def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path)
     """examples/runtime-overhead/overhead.sbatch through sbatch, tiny (2 rounds of local and apptainer,
     ResNet-50 TF, 2 timed steps): records of both runtimes and the report's runtime table."""
     env = {**apptainer.env(apptainer_bin), **slurm_single["env"], "RUNTIMES": "local,apptainer", "REPEATS": "2",
-           "MODELS": "resnet50", "NUM_BATCHES": "2", "PYTHON": sys.executable, "TF_IMAGE": tf_sif}
+           "MODELS": "resnet50", "FRAMEWORKS": "tensorflow", "NUM_BATCHES": "2", "PYTHON": sys.executable, "TF_IMAGE": tf_sif}
     env["PATH"] = f"{apptainer_bin}:{slurm_single['env'].get('PATH', os.environ['PATH'])}"
     out, log = tmp_path / "overhead", tmp_path / "job.out"
     job = subprocess.run(["sbatch", "--parsable", f"--output={log}", f"--chdir={ROOT}", f"--export=ALL,OUT={out}",
@@ -380,7 +380,7 @@ def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path)
         time.sleep(1)
     text = log.read_text() if log.exists() else ""
     assert state == "COMPLETED", f"job {job_id}: {state}\n{text[-3000:]}"
-    records = [json.loads(line) for line in (out / "resnet50" / "records.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (out / "resnet50-tensorflow" / "records.jsonl").read_text().splitlines()]
     assert sorted(r["provenance"]["requested_runtime"] for r in records) == ["apptainer", "apptainer", "local", "local"]
     assert all(r["status"] == "ok" for r in records)
     report = (out / "report" / "report.md").read_text()

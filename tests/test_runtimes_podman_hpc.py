@@ -113,9 +113,9 @@ def test_dry_run_shows_podman_hpc_under_srun(tmp_path):
     out = benchrun("run", "--dry-run", "--runtime", "podman-hpc", "--mpi", "--gpus", "--launcher", "srun", "-n", "2",
                    "--", "--model", "resnet50", env={"PATH": f"{tmp_path}:{os.environ['PATH']}"})
     assert out.returncode == 0, out.stderr
-    argv = out.stdout.split()
+    token, *argv = out.stdout.split()
     start = argv.index("podman-hpc")
-    assert argv[0] == "srun" and argv[start:start + 6] == ["podman-hpc", "run", "--rm", "--gpu", "--nccl", "--mpi"]
+    assert token.startswith("DLBENCH_RUN_TOKEN=") and argv[0] == "srun" and argv[start:start + 6] == ["podman-hpc", "run", "--rm", "--gpu", "--nccl", "--mpi"]
     assert "--entrypoint=" in argv and "runners.runtimes" not in out.stdout
 
 

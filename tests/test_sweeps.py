@@ -334,3 +334,31 @@ def test_sigterm_stores_the_interrupted_run_and_stops(tmp_path):
     assert entry["record"]["status"] == "interrupted" and entry["sweep"]["point"]["batch_size"] == 1
     assert "not run (stopped)" in err
     assert not marked(marker)
+
+
+@pytest.mark.slow
+def test_two_sweeps_of_one_store_at_once_run_nothing_twice(tmp_path):
+    """The second sweep of a store being written is refused at once, in one line naming the first; the
+    first runs every point once (issue 26: before, both ran every point and the store held each twice)."""
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    store_path = tmp_path / "sweep.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
+    first = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        lock = Path(f"{store_path}.lock")
+        while not (lock.exists() and "the sweep of" in lock.read_text()):
+            assert time.monotonic() < deadline and first.poll() is None, "the first sweep never held its store"
+            time.sleep(0.05)
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip().splitlines() == [
+            f"benchrun: error: --store {str(store_path)!r} is being written by the sweep of {plan} "
+            f"(pid {first.pid} on {os.uname().nodename}, since " + second.stderr.split(", since ", 1)[1].split(")")[0]
+            + "); wait for it to end, or give another --store"]
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    finally:
+        first.kill()
+    stored = lines(store_path)
+    assert sorted(e["sweep"]["point"]["batch_size"] for e in stored) == [1, 2]

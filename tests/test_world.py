@@ -122,10 +122,59 @@ def test_rendezvous_client_cannot_reach_process_0(unused_port):
 def test_failure_reports_reach_process_0(unused_port):
     got = threading.Event()
     seen = {}
-    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, on_failure=lambda m: (seen.update(m), got.set()))
-    assert report_failure("127.0.0.1", unused_port, 1, {"status": "oom"})
+    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, on_failure=lambda m: (seen.update(m), got.set()),
+                       run_token="run-a")
+    assert report_failure("127.0.0.1", unused_port, 1, {"status": "failed"}, "run-b")  # another run's: not heard
+    assert report_failure("127.0.0.1", unused_port, 1, {"status": "oom"}, "run-a")
     assert got.wait(5) and seen["rank"] == 1 and seen["record"] == {"status": "oom"}
     rank0.close()
+
+
+def test_a_rank_of_another_run_is_refused_at_once_and_the_run_goes_on(unused_port):
+    """Two runs given one port: the other run's rank fails in one line naming both runs, within
+    seconds; this run's ranks still meet (issue 26: they joined each other's rendezvous and hung)."""
+    import time
+
+    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 10, run_token="run-a")
+    results = {}
+    thread = threading.Thread(target=lambda: results.__setitem__(0, rank0.allgather("hello", "a0")))
+    thread.start()
+    stranger = Rendezvous(1, 2, "127.0.0.1", unused_port, 10, run_token="run-b")
+    started = time.monotonic()
+    with pytest.raises(RendezvousError, match=rf"127.0.0.1:{unused_port}: the rendezvous port is held by another run "
+                                              r"\(its token run-a, this run's run-b\): give each concurrent run its own "
+                                              r"--rendezvous-port"):
+        stranger.allgather("hello", "b1")
+    assert time.monotonic() - started < 2
+    stranger.close()
+    ours = Rendezvous(1, 2, "127.0.0.1", unused_port, 10, run_token="run-a")
+    assert ours.allgather("hello", "a1") == ["a0", "a1"]
+    thread.join(10)
+    assert results == {0: ["a0", "a1"]}
+    ours.close()
+    rank0.close()
+
+
+def test_a_second_process_0_on_one_port_is_one_line(unused_port):
+    first = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, run_token="run-a")
+    with pytest.raises(RendezvousError, match=rf"--rendezvous-port {unused_port} is in use on this host"):
+        Rendezvous(0, 2, "127.0.0.1", unused_port, 5, run_token="run-b")
+    first.close()
+
+
+@pytest.mark.parametrize("env, token", [
+    ({"DLBENCH_RUN_TOKEN": "abc", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "abc"),  # benchrun's wins
+    ({"PMIX_NAMESPACE": "7581", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, "pmix 7581"),  # mpirun inside a job
+    ({"HOROVOD_GLOO_RENDEZVOUS_ADDR": "n1", "HOROVOD_GLOO_RENDEZVOUS_PORT": "4000"}, "horovodrun n1:4000"),
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "2", "SLURM_PROCID": "1"}, "slurm 7.2"),
+    ({"TORCHELASTIC_RUN_ID": "r9"}, "torchrun r9"),
+    ({"TORCHELASTIC_RUN_ID": "none"}, None),  # torchrun's default: not an identity
+    ({"PMI_RANK": "0", "PMI_SIZE": "2"}, None),  # MPICH's Hydra has none
+])
+def test_run_token_from_the_launcher(env, token):
+    from benchmarks.distributed.world import run_token
+
+    assert run_token(env) == token
 
 
 @pytest.fixture

@@ -72,7 +72,8 @@ class CommMeasurement:
         if world.size > 1:
             progress(f"rank {world.rank}/{world.size}: meeting at {coordinator}:{opts.rendezvous_port}")
             self.rendezvous = Rendezvous(world.rank, world.size, coordinator, opts.rendezvous_port,
-                                         opts.rendezvous_timeout, on_failure=self._peer_failed)
+                                         opts.rendezvous_timeout, on_failure=self._peer_failed,
+                                         run_token=worlds.run_token())
             self.peers = self.rendezvous.allgather("hello", me)
         else:
             self.peers = [me]
@@ -355,7 +356,7 @@ def run_comm(options: CommOptions, base: dict, deliver) -> int:
         elif not stopped.message.startswith("rank "):
             try:  # tell process 0, so the run's record says why
                 report_failure(worlds.coordinator_host(measurement.world), options.rendezvous_port,
-                               measurement.world.rank, record)
+                               measurement.world.rank, record, worlds.run_token())
             except UsageError:
                 pass
         sys.stdout.flush()

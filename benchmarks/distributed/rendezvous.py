@@ -5,10 +5,15 @@ names before TF starts, every rank's measurements must reach the reporting
 process whatever the strategy, processes that never exit on their own
 (parameter servers) wait here for the chief's "done", and a rank that fails
 tells process 0 so the run is recorded as failed instead of hanging.
+
+Every message carries the run's token (world.run_token): process 0 answers a rank of another run
+that reached its port with an error naming both runs, and ignores failures reported by one, so
+two runs given the same port fail in one line instead of joining each other.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import socketserver
@@ -30,8 +35,8 @@ def _send(sock: socket.socket, message: dict) -> None:
 class _Board:
     """Process 0's state: values per tag, and who is waiting for them."""
 
-    def __init__(self, size: int, on_failure: Callable[[dict], None] | None):
-        self.size = size
+    def __init__(self, size: int, on_failure: Callable[[dict], None] | None, run_token: str | None = None):
+        self.size, self.run_token = size, run_token
         self.values: dict[str, dict[int, object]] = {}
         self.cond = threading.Condition()
         self.on_failure = on_failure
@@ -59,6 +64,10 @@ class _Handler(socketserver.StreamRequestHandler):
         board: _Board = self.server.board  # type: ignore[attr-defined]
         for line in self.rfile:
             message = json.loads(line)
+            if message.get("run") != board.run_token:  # a rank of another run: not counted, not heard
+                if message["op"] != "fail":
+                    _send(self.request, {"tag": message.get("tag"), "error": _foreign(board.run_token, message.get("run"))})
+                return
             if message["op"] == "fail":
                 if board.on_failure:
                     board.on_failure(message)
@@ -69,6 +78,11 @@ class _Handler(socketserver.StreamRequestHandler):
                 _send(self.request, {"tag": message["tag"], "values": values})
             except RendezvousError as error:
                 _send(self.request, {"tag": message["tag"], "error": str(error)})
+
+
+def _foreign(held_by: str | None, ours: str | None) -> str:
+    return (f"the rendezvous port is held by another run (its token {held_by or 'none'}, this run's {ours or 'none'}): "
+            "give each concurrent run its own --rendezvous-port")
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -87,15 +101,23 @@ class Rendezvous:
         port: int,
         timeout_s: float,
         on_failure: Callable[[dict], None] | None = None,
+        run_token: str | None = None,
     ):
-        self.rank, self.size, self.timeout_s = rank, size, timeout_s
+        self.rank, self.size, self.timeout_s, self.run_token = rank, size, timeout_s, run_token
+        self.where = f"{host}:{port}"
         self._server = self._sock = None
         self._lines = None
         if size == 1:
-            self._board = _Board(1, on_failure)
+            self._board = _Board(1, on_failure, run_token)
         elif rank == 0:
-            self._board = _Board(size, on_failure)
-            self._server = _Server(("", port), _Handler)
+            self._board = _Board(size, on_failure, run_token)
+            try:
+                self._server = _Server(("", port), _Handler)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise RendezvousError(f"--rendezvous-port {port} is in use on this host (another run's process 0?): "
+                                      "give each concurrent run its own --rendezvous-port") from None
             self._server.board = self._board
             threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
         else:
@@ -112,7 +134,8 @@ class Rendezvous:
         if self._sock is None:
             self._board.put(tag, self.rank, value)
             return self._board.wait_all(tag, timeout_s)
-        _send(self._sock, {"op": "gather", "tag": tag, "rank": self.rank, "value": value, "timeout_s": timeout_s})
+        _send(self._sock, {"op": "gather", "tag": tag, "rank": self.rank, "value": value, "timeout_s": timeout_s,
+                           "run": self.run_token})
         self._sock.settimeout(None if wait_forever else timeout_s + 5)
         try:
             line = self._lines.readline()
@@ -122,7 +145,7 @@ class Rendezvous:
             raise RendezvousError(f"process 0 closed the rendezvous at '{tag}' (it ended or failed)")
         reply = json.loads(line)
         if "error" in reply:
-            raise RendezvousError(reply["error"])
+            raise RendezvousError(f"{self.where}: {reply['error']}")
         return reply["values"]
 
     def close(self) -> None:
@@ -146,11 +169,12 @@ def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
     raise RendezvousError(f"could not reach process 0 at {host}:{port} within {timeout_s:g} s ({last_error})")
 
 
-def report_failure(host: str, port: int, rank: int, record: dict, timeout_s: float = 5.0) -> bool:
-    """Tell process 0 that this rank failed (best effort: process 0 may be gone)."""
+def report_failure(host: str, port: int, rank: int, record: dict, run_token: str | None,
+                   timeout_s: float = 5.0) -> bool:
+    """Tell process 0 that this rank failed (best effort: process 0 may be gone; another run's ignores it)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            _send(sock, {"op": "fail", "rank": rank, "record": record})
+            _send(sock, {"op": "fail", "rank": rank, "record": record, "run": run_token})
         return True
     except OSError:
         return False

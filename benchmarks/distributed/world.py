@@ -135,6 +135,27 @@ def detect(env: Mapping[str, str] = os.environ) -> World:
     return World(coordinator=coordinator)
 
 
+RUN_TOKEN_ENV = "DLBENCH_RUN_TOKEN"  # benchrun's launchers set it for every rank (runners.launchers.base)
+
+
+def run_token(env: Mapping[str, str] = os.environ) -> str | None:
+    """What every rank of this run agrees on and no other run shares, so that ranks of two runs never
+    meet at one rendezvous: benchrun's token, else the launcher's own job identity (Open MPI's PMIx
+    namespace, horovodrun's gloo rendezvous, a Slurm job step, a torchrun run id). None under a
+    launcher that has none (MPICH's Hydra, plain env variables): set DLBENCH_RUN_TOKEN there."""
+    if env.get(RUN_TOKEN_ENV):
+        return env[RUN_TOKEN_ENV]
+    if env.get("PMIX_NAMESPACE"):
+        return f"pmix {env['PMIX_NAMESPACE']}"
+    if env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR") and env.get("HOROVOD_GLOO_RENDEZVOUS_PORT"):
+        return f"horovodrun {env['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{env['HOROVOD_GLOO_RENDEZVOUS_PORT']}"
+    if env.get("SLURM_JOB_ID") and env.get("SLURM_STEP_ID"):
+        return f"slurm {env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}"
+    if env.get("TORCHELASTIC_RUN_ID", "none") != "none":
+        return f"torchrun {env['TORCHELASTIC_RUN_ID']}"
+    return None
+
+
 def _tasks_on_this_node(env: Mapping[str, str]) -> int:
     """SLURM_STEP_TASKS_PER_NODE is '2(x3),1': the entry of this node (SLURM_NODEID)."""
     spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"

@@ -7,13 +7,15 @@ import hashlib
 import itertools
 import os
 import sys
+from pathlib import Path
 from typing import Iterator
 
 import torch
 import torchvision
+from PIL import Image
 
 from .. import compilation, precision, timing
-from ..dataset import IMAGE_EXTENSIONS
+from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
 TORCHVISION_MODELS = {
@@ -28,6 +30,21 @@ AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
 
 
 MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
+
+
+class FlatImageFolder(torchvision.datasets.ImageFolder):
+    """DIR/<class>/<image>, listed as the pre-run scan and the TensorFlow path list it: torchvision's
+    own listing recurses into class directories following symlinks, so a link back up
+    (`cls0/up -> ..`) made it endless, and it counted hidden directories as classes."""
+
+    def find_classes(self, directory):
+        classes = list_classes(Path(directory))
+        return classes, {name: index for index, name in enumerate(classes)}
+
+    @staticmethod
+    def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None, allow_empty=False):
+        return [(str(image), index) for name, index in class_to_idx.items()
+                for image in list_images(Path(directory) / name) if is_valid_file is None or is_valid_file(str(image))]
 
 
 class SkippingImageFolder(torch.utils.data.Dataset):
@@ -48,7 +65,7 @@ class SkippingImageFolder(torch.utils.data.Dataset):
             try:
                 image, label = self.folder[i]
                 return image, label, skipped
-            except (OSError, ValueError, SyntaxError) as error:  # PIL: truncated, unidentified, corrupt
+            except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:  # PIL: truncated, corrupt, huge
                 path = self.folder.samples[i][0]
                 if self.strict:
                     raise ValueError(f"--strict-data: {path}: cannot be decoded ({type(error).__name__}: {error})") from None
@@ -204,7 +221,7 @@ class TorchFramework(Framework):
             ]
         )
         skip = self.skip_images
-        folder = torchvision.datasets.ImageFolder(
+        folder = FlatImageFolder(
             cfg.data_dir, transform=pipeline,
             is_valid_file=lambda path: path.lower().endswith(IMAGE_EXTENSIONS) and path not in skip,
         )

@@ -17,7 +17,7 @@ import os
 import sys
 
 from benchmarks.durable import append_or_fallback, check_dir
-from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, UsageError, choices
+from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, UsageError, choices
 
 from .. import dispatch, launchers, runtimes
 
@@ -94,7 +94,8 @@ def run(args) -> int:
         if outcome.fault:
             print(f"benchrun: error: the run failed: {outcome.fault}; no record could be made", file=sys.stderr, flush=True)
             return EXIT_ENVIRONMENT
-        print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", flush=True)
+        if outcome.exit_code != EXIT_USAGE:  # on bad input bench has said why in its one line
+            print(f"benchrun: bench wrote no record (exit {outcome.exit_code})", file=sys.stderr, flush=True)
         return outcome.exit_code or EXIT_FAILED
     print(json.dumps(outcome.record), flush=True)  # first: the record is on stdout whatever follows
     if args.results:

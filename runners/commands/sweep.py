@@ -274,9 +274,15 @@ def run(args) -> int:
         if problem:
             raise UsageError(problem)
     store_path = Path(args.store)
-    if not args.dry_run:
-        durable.check_file(store_path, "--store")
-        recover_pending(console, store_path)
+    if args.dry_run:
+        return _dry_run(console, args, points, skipped, requests, store_path)
+    durable.check_file(store_path, "--store")
+    with durable.sole_writer(store_path, "--store", f"the sweep of {args.plan}"):
+        return _run_sweep(console, args, points, skipped, requests, store_path, timeout_s)
+
+
+def _plan_state(store_path: Path, points) -> tuple[dict, dict, list]:
+    """(done: config_hash -> status, attempts: config_hash -> last attempt, points still to run)."""
     entries = read_store(store_path)
     done = {e["sweep"]["config_hash"]: status_of(e) for e in entries if e["sweep"] and status_of(e) in DONE}
     attempts = {}
@@ -284,21 +290,34 @@ def run(args) -> int:
         if e["sweep"]:
             h = e["sweep"]["config_hash"]
             attempts[h] = max(attempts.get(h, 0), int(e["sweep"].get("attempt", 0)))
-    todo = [p for p in points if p.config_hash not in done]
+    return done, attempts, [p for p in points if p.config_hash not in done]
 
+
+def _announce(console, args, points, skipped, todo, store_path: Path) -> None:
     console.print(f"sweep {args.plan}: {len(points) + len(skipped)} combinations: {len(todo)} to run, "
                   f"{len(points) - len(todo)} already in {store_path}, {len(skipped)} skipped by rule")
     for point, reason in skipped:
         console.print(f"  skipped  {point.label()}  ({reason})")
-    if args.dry_run:
-        for point in points:
-            state = "done" if point.config_hash in done else "run"
-            command = dispatch.command(requests[point.config_hash], Path("<record>"))
-            print(f"{point.config_hash}  {state:4}  {point.label()}\n    {shlex.join(command)}")
-        for point, reason in skipped:
-            print(f"{point.config_hash}  skip  {point.label()}  ({reason})")
-        return EXIT_OK
 
+
+def _dry_run(console, args, points, skipped, requests, store_path: Path) -> int:
+    done, _, todo = _plan_state(store_path, points)
+    _announce(console, args, points, skipped, todo, store_path)
+    for point in points:
+        state = "done" if point.config_hash in done else "run"
+        command = dispatch.command(requests[point.config_hash], Path("<record>"))
+        print(f"{point.config_hash}  {state:4}  {point.label()}\n    {shlex.join(command)}")
+    for point, reason in skipped:
+        print(f"{point.config_hash}  skip  {point.label()}  ({reason})")
+    return EXIT_OK
+
+
+def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeout_s) -> int:
+    """The sweep proper, its store held (durable.sole_writer): the store's state is read under the lock,
+    so two sweeps of one plan never both run a point."""
+    recover_pending(console, store_path)
+    _, attempts, todo = _plan_state(store_path, points)
+    _announce(console, args, points, skipped, todo, store_path)
     store_path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.StoreWarning)

@@ -12,10 +12,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from benchmarks.distributed import strategies
+from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import UsageError
 from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
 
@@ -38,19 +40,24 @@ class LaunchSpec:
     hosts: list[str] = field(default_factory=list)  # empty: this machine only
     env: dict[str, str] = field(default_factory=dict)  # extra variables for every rank
     extra: list[str] = field(default_factory=list)  # launcher options passed through verbatim
+    run_token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # this run's ranks meet only each other
 
     @property
     def slots_per_host(self) -> int:
         return -(-self.processes // max(1, len(self.hosts)))
 
     def rank_env(self) -> dict[str, str]:
-        """Variables every rank needs: where process 0 is, how many nodes."""
+        """Variables every rank needs: where process 0 is, how many nodes, which run it belongs to."""
         coordinator = self.hosts[0] if self.hosts else "127.0.0.1"
         return {
             "DLBENCH_COORDINATOR": coordinator,
             "DLBENCH_NUM_NODES": str(max(1, len(self.hosts))),
-            **self.env,
+            **self.identity_env(),
         }
+
+    def identity_env(self) -> dict[str, str]:
+        """The run's token (benchmarks.distributed.world.run_token) and the caller's variables."""
+        return {RUN_TOKEN_ENV: self.run_token, **self.env}
 
 
 def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, num_ps: int = 0,

@@ -34,7 +34,7 @@ class SrunLauncher(Launcher):
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         """Without --hosts, bench finds process 0's node in Slurm's own node list."""
-        return spec.rank_env() if spec.hosts else dict(spec.env)
+        return spec.rank_env() if spec.hosts else spec.identity_env()
 
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
         proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)},
