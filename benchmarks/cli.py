@@ -25,7 +25,8 @@ from .config import (
     build_config,
 )
 from .distributed import strategies
-from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, choices, debug_enabled, report_internal_error
+from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
+                     choices, debug_enabled, report_internal_error)
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -368,6 +369,7 @@ def is_comm(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        check_working_directory()
         if argv[:1] == ["make-dataset"]:
             return make_dataset(argv[1:])
         if is_comm(argv):

@@ -55,6 +55,16 @@ def report_internal_error(prog: str, error: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def check_working_directory() -> None:
+    """A working directory deleted under the shell: native libraries (oneMKL) abort in it later,
+    without a word, so it is refused first (UsageError)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UsageError("the working directory no longer exists (deleted while the shell was in it): "
+                         "cd to one that does") from None
+
+
 def choices(values) -> str:
     return ", ".join(str(v) for v in values)
 

@@ -23,7 +23,7 @@ from . import energy, flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
 from .distributed import cluster, strategies
 from .distributed import world as worlds
-from .distributed.rendezvous import Rendezvous
+from .distributed.rendezvous import DONE, Rendezvous
 from .errors import UsageError
 from .frameworks.base import Distributed, Framework
 from .mllog import MLLogger
@@ -150,6 +150,9 @@ class Measurement:
         self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.peer_failed = threading.Event()
+        self.peer_record: dict | None = None  # a failed peer's report, as this run's record (process 0)
+        self._outcome = threading.Lock()  # who writes the record when a peer fails: see _peer_failed, failure
+        self._failing = False  # the main thread is in failure(): it writes the peer's record itself
         self.started = time.monotonic()
         self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
@@ -184,16 +187,22 @@ class Measurement:
         return Distributed(world, role, coordinator, self.peers)
 
     def _peer_failed(self, message: dict) -> None:
-        """Process 0 learns that another rank failed: record that as this run's outcome."""
-        self.peer_failed.set()
-        if self.on_peer_failure is None:
-            return
+        """Process 0 learns that another rank failed: that is this run's outcome. The main thread writes
+        it when it is failing too (failure() waits for it); else it may be stuck in a collective with
+        the dead rank, and on_peer_failure writes the record and ends the process from here."""
         remote = message["record"]
         rank = message["rank"]
-        host = self.peers[rank]["host"] if rank < len(self.peers) else "?"
         error = dict(remote.get("error") or {"kind": "crash"})
-        error["message"] = f"rank {rank} on {host}: {error.get('message', remote['status'])}"
-        self.on_peer_failure(self.finish(remote["status"], error, memory=memory.host_only()))
+        error["message"] = f"rank {rank} on {self._host_of(rank)}: {error.get('message', remote['status'])}"
+        peer_record = self.finish(remote["status"], error, memory=memory.host_only())
+        with self._outcome:  # held while on_peer_failure writes and exits: failure() cannot write beside it
+            self.peer_record = self.peer_record or peer_record
+            self.peer_failed.set()
+            if not self._failing and self.on_peer_failure is not None:
+                self.on_peer_failure(peer_record)
+
+    def _host_of(self, rank: int) -> str:
+        return self.peers[rank]["host"] if rank < len(self.peers) else "?"
 
     # -- the measurement -------------------------------------------------------------------------
 
@@ -213,7 +222,7 @@ class Measurement:
             progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
             if self.trace is not None:
                 self._serve_trace()
-            self.rendezvous.allgather("done", None, wait_forever=True)
+            self.rendezvous.allgather(DONE, None, wait_forever=True)
             return None
         device = self.backend.device_info()
         monitor = memory.DeviceMemoryMonitor(device.ordinals if device.kind == "gpu" else (), os.environ)
@@ -226,7 +235,7 @@ class Measurement:
         # report still reaches process 0 (failure() waits for it); the process then exits.
         if self.rendezvous is not None:
             if self.strategy.gathers_at_chief:  # release the processes that only serve, which wait for this
-                self.rendezvous.allgather("done", None)
+                self.rendezvous.allgather(DONE, None)
             self.rendezvous.close()
         return result
 
@@ -429,10 +438,24 @@ class Measurement:
     # -- records ---------------------------------------------------------------------------------
 
     def failure(self, status: str, kind: str, message: str) -> dict:
-        if self.world.rank == 0 and self.world.size > 1 and self.peer_failed.wait(PEER_REPORT_GRACE_S):
-            time.sleep(PEER_REPORT_GRACE_S)  # the peer's report is being written; it wins
+        """This rank's failure as the record; on process 0 a failed peer's report wins (it says which
+        rank failed first: this error is often only the collective noticing it), waited for at most
+        PEER_REPORT_GRACE_S; without one, ranks whose connection closed first are named."""
         self.mllog.end("run_stop", status="aborted")
+        if self.world.rank == 0 and self.world.size > 1:
+            with self._outcome:
+                self._failing = True
+            if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
+                return self.peer_record
+            message = self._lost_first(message)
         return self.finish(status, {"kind": kind, "message": message}, memory=memory.host_only())
+
+    def _lost_first(self, message: str) -> str:
+        lost = self.rendezvous.lost_ranks() if self.rendezvous is not None else []
+        if not lost:
+            return message
+        ranks = ", ".join(f"rank {rank} on {self._host_of(rank)}" for rank in lost)
+        return f"{ranks} went away first (its connection to process 0 closed, no report): {message}"
 
     def world_section(self) -> dict:
         hosts = sorted({peer["host"] for peer in self.peers}) or [socket.gethostname()]

@@ -10,7 +10,8 @@ import importlib
 import sys
 
 from benchmarks.durable import OutputError
-from benchmarks.errors import EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, debug_enabled, report_internal_error
+from benchmarks.errors import (EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory, debug_enabled,
+                             report_internal_error)
 
 COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
 
@@ -32,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        check_working_directory()
         args = parser().parse_args(argv)
         return args.run(args)
     except (UsageError, ValueError) as error:  # ValueError: a launcher or runtime refusing a combination

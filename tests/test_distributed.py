@@ -141,3 +141,46 @@ def test_two_runs_given_one_port_never_meet(tmp_path):
     assert record["status"] == "failed" and ("held by another run" in message or "is in use on this host" in message), message
     assert elapsed < 90, f"the clash took {elapsed:.0f} s to end"
     assert "Traceback" not in stderr
+
+
+def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):
+    """kill -9 of rank 1's bench process (its worker follows it; nobody reports): process 0's record
+    names rank 1 and its host, not only gloo's "Read error", within a bound, and nothing is left."""
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
+         "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
+         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    root = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    victim = worker = None
+    while worker is None and time.monotonic() < deadline:
+        for child in root.children(recursive=True):
+            try:
+                if child.environ().get("RANK") != "1":
+                    continue
+                command = " ".join(child.cmdline())
+                if "benchmarks.worker" in command:
+                    worker = child
+                elif "-m benchmarks" in command:
+                    victim = child
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+    assert victim is not None and worker is not None
+    time.sleep(8)  # into the training loop
+    everyone = [p.pid for p in root.children(recursive=True)]
+    victim.kill()
+    killed = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=90)
+    assert time.monotonic() - killed < 40, "process 0 took too long to end"
+    assert proc.returncode == 1, stderr[-3000:]
+    record = validate_record(json.loads(output.read_text()))
+    assert record["status"] == "failed"
+    assert record["error"]["message"].startswith("rank 1 on "), record["error"]["message"]
+    assert "went away first" in record["error"]["message"]
+    time.sleep(1)
+    alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not alive

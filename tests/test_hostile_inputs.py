@@ -190,3 +190,20 @@ def test_benchrun_internal_errors_are_one_line_unless_debug(monkeypatch, capsys)
     Path(err.split("full traceback in ", 1)[1].split(";", 1)[0]).unlink()
     with pytest.raises(KeyError):
         cli.main(["--debug", "export", "x.jsonl", "--csv", "x.csv"])
+
+
+@pytest.mark.parametrize("tool", ["bench", "benchrun"])
+def test_a_deleted_working_directory_is_one_line(tmp_path, tool):
+    """Started from a directory deleted under the shell: before, the worker died in oneMKL's import with
+    exit 2 and no `bench:` line."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    module = {"bench": "benchmarks", "benchrun": "runners"}[tool]
+    args = [*TINY, *SMALL] if tool == "bench" else ["run", "--", *TINY, *SMALL]
+    script = f'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    result = subprocess.run(["sh", "-c", script, "sh", str(gone), sys.executable, "-m", module, *args],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"{tool}: error: the working directory no longer exists (deleted while the "
+                                          "shell was in it): cd to one that does"]
+    assert result.stdout == ""

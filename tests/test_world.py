@@ -155,6 +155,33 @@ def test_a_rank_of_another_run_is_refused_at_once_and_the_run_goes_on(unused_por
     rank0.close()
 
 
+def test_process_0_knows_which_rank_went_away(unused_port):
+    """A rank whose connection closes before "done" (killed, crashed without a report) is named by
+    process 0; one that closes after "done" left as it should."""
+    import time
+
+    rank0 = Rendezvous(0, 3, "127.0.0.1", unused_port, 1, run_token="t")
+    clients = [Rendezvous(r, 3, "127.0.0.1", unused_port, 1, run_token="t") for r in (1, 2)]
+    threads = [threading.Thread(target=r.allgather, args=("hello", r.rank)) for r in [rank0, *clients]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    def done_then_leave():  # rank 2 reaches the end (the others never do: it times out) and leaves
+        with pytest.raises(RendezvousError):
+            clients[1].allgather("done", None)
+        clients[1].close()
+
+    finished = threading.Thread(target=done_then_leave)
+    finished.start()
+    clients[0].close()  # rank 1 dies before "done": no report, its connection closes
+    finished.join(10)
+    time.sleep(2)  # process 0's side of rank 2's "done" times out too, then sees the close
+    assert rank0.lost_ranks() == [1]
+    rank0.close()
+
+
 def test_a_second_process_0_on_one_port_is_one_line(unused_port):
     first = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, run_token="run-a")
     with pytest.raises(RendezvousError, match=rf"--rendezvous-port {unused_port} is in use on this host"):

@@ -24,7 +24,7 @@ import numpy as np
 from .. import provenance
 from ..distributed import cluster, strategies
 from ..distributed import world as worlds
-from ..distributed.rendezvous import Rendezvous, report_failure
+from ..distributed.rendezvous import DONE, Rendezvous, report_failure
 from ..errors import EXIT_CODE_BY_STATUS, UsageError
 from ..frameworks.base import Distributed
 from ..timing import clock
@@ -104,7 +104,7 @@ class CommMeasurement:
         backend.setup()
         if getattr(backend, "serves_only", False):
             progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
-            self.rendezvous.allgather("done", None, wait_forever=True)
+            self.rendezvous.allgather(DONE, None, wait_forever=True)
             return None
         gathers_at_chief = strategies.get(self.options.strategy).gathers_at_chief
         try:
@@ -112,7 +112,7 @@ class CommMeasurement:
                 getattr(self, f"_op_{op}")()
         finally:
             if self.rendezvous is not None and gathers_at_chief:  # release the serving processes
-                self.rendezvous.allgather("done", None)
+                self.rendezvous.allgather(DONE, None)
             backend.close()
         if self.rendezvous is not None:
             if not gathers_at_chief:  # the serving processes have gone after "done"

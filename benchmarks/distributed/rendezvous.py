@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 RETRY_S = 0.2
+DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
 
 
 class RendezvousError(RuntimeError):
@@ -38,6 +39,8 @@ class _Board:
     def __init__(self, size: int, on_failure: Callable[[dict], None] | None, run_token: str | None = None):
         self.size, self.run_token = size, run_token
         self.values: dict[str, dict[int, object]] = {}
+        self.lost: dict[int, float] = {}  # rank -> when its connection closed before the end of the run
+        self.closing = False
         self.cond = threading.Condition()
         self.on_failure = on_failure
 
@@ -62,22 +65,30 @@ class _Board:
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         board: _Board = self.server.board  # type: ignore[attr-defined]
-        for line in self.rfile:
-            message = json.loads(line)
-            if message.get("run") != board.run_token:  # a rank of another run: not counted, not heard
-                if message["op"] != "fail":
-                    _send(self.request, {"tag": message.get("tag"), "error": _foreign(board.run_token, message.get("run"))})
-                return
-            if message["op"] == "fail":
-                if board.on_failure:
-                    board.on_failure(message)
-                continue
-            board.put(message["tag"], message["rank"], message["value"])
-            try:
-                values = board.wait_all(message["tag"], message["timeout_s"])
-                _send(self.request, {"tag": message["tag"], "values": values})
-            except RendezvousError as error:
-                _send(self.request, {"tag": message["tag"], "error": str(error)})
+        rank, tag = None, None  # whose connection this is, once it has spoken, and what it said last
+        try:
+            for line in self.rfile:
+                message = json.loads(line)
+                if message.get("run") != board.run_token:  # a rank of another run: not counted, not heard
+                    if message["op"] != "fail":
+                        _send(self.request, {"tag": message.get("tag"), "error": _foreign(board.run_token, message.get("run"))})
+                    return
+                if message["op"] == "fail":
+                    if board.on_failure:
+                        board.on_failure(message)
+                    continue
+                rank, tag = message["rank"], message["tag"]
+                board.put(tag, rank, message["value"])
+                try:
+                    values = board.wait_all(message["tag"], message["timeout_s"])
+                    _send(self.request, {"tag": message["tag"], "values": values})
+                except RendezvousError as error:
+                    _send(self.request, {"tag": message["tag"], "error": str(error)})
+        except OSError:
+            pass  # reset by a dying peer: noted below like a close
+        if rank is not None and tag != DONE and not board.closing:  # after "done" a rank leaves as it should
+            with board.cond:
+                board.lost.setdefault(rank, time.monotonic())
 
 
 def _foreign(held_by: str | None, ours: str | None) -> str:
@@ -105,7 +116,7 @@ class Rendezvous:
     ):
         self.rank, self.size, self.timeout_s, self.run_token = rank, size, timeout_s, run_token
         self.where = f"{host}:{port}"
-        self._server = self._sock = None
+        self._server = self._sock = self._board = None
         self._lines = None
         if size == 1:
             self._board = _Board(1, on_failure, run_token)
@@ -148,11 +159,22 @@ class Rendezvous:
             raise RendezvousError(f"{self.where}: {reply['error']}")
         return reply["values"]
 
+    def lost_ranks(self) -> list[int]:
+        """Ranks whose connection to process 0 closed before the end of the run (they died or were
+        killed), in the order they went; empty on other ranks."""
+        if self._board is None:
+            return []
+        with self._board.cond:
+            return sorted(self._board.lost, key=self._board.lost.get)
+
     def close(self) -> None:
+        if self._board is not None:
+            self._board.closing = True
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
         if self._sock is not None:
+            self._lines.close()  # the socket's file object holds it open too
             self._sock.close()
 
 
