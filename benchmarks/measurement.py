@@ -477,7 +477,10 @@ class Measurement:
 
         framework, model = None, None
         if self.backend is not None and hasattr(self.backend, "model"):
-            framework, model = framework_info(self.backend), self.backend.model_info()
+            try:
+                framework, model = framework_info(self.backend), self.backend.model_info()
+            except AttributeError:  # a peer failed while this rank was still building: not known yet
+                pass
         failures = self.backend.decode_failures if self.backend is not None else []
         sections = self.backend.record_sections() if self.backend is not None else {}
         return record.build(

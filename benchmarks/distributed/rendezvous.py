@@ -75,7 +75,7 @@ class _Handler(socketserver.StreamRequestHandler):
                     return
                 if message["op"] == "fail":
                     if board.on_failure:
-                        board.on_failure(message)
+                        board.on_failure(message)  # must not raise: the run's outcome rides on it
                     continue
                 rank, tag = message["rank"], message["tag"]
                 board.put(tag, rank, message["value"])
