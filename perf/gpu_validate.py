@@ -231,7 +231,9 @@ class Plan:
         base = self.speed_bench_args()
         for name, args in p.speed_extra:
             merged = _override(base, args)
-            steps.append(self.bench("B", f"speed-{name}", merged, estimate_s=200 if "--compile" in args else 40))
+            compiled = "--compile" in args
+            steps.append(self.bench("B", f"speed-{name}", merged, checks=("compiled",) if compiled else (),
+                                    estimate_s=200 if compiled else 40))
         return steps
 
     def phase_c(self) -> list[Step]:
@@ -489,7 +491,7 @@ class Runner:
         if step.kind in ("bench", "comm"):
             output = step.output or str(self.out / ("comm.jsonl" if step.kind == "comm" else "records.jsonl"))
             extra = ["--json", "--output", output]
-            if step.kind == "bench" and _value(step.argv, "--strategy") == "ddp":
+            if step.kind == "comm" or _value(step.argv, "--strategy") == "ddp":  # never another run's ports
                 extra += ["--rendezvous-port", str(free_port())]
             return [self.python, "-m", "benchmarks", *step.argv, *extra]
         if step.kind == "dataset":
@@ -502,13 +504,20 @@ class Runner:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **step.env}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         began = time.monotonic()
+        command = self.command(step)
+        # Its own process group: at the deadline the whole of it goes (pytest's and bench's children too).
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
         try:
-            done = subprocess.run(self.command(step), cwd=ROOT, env=env, capture_output=True, text=True,
-                                  timeout=timeout, start_new_session=True)
-        except subprocess.TimeoutExpired as expired:
-            self.log(step, f"timed out after {timeout:.0f} s\n{_text(expired.stderr)}")
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            from benchmarks.processes import stop_process_group  # standard library only
+
+            stop_process_group(proc)
+            stdout, stderr = proc.communicate()
+            self.log(step, f"$ {' '.join(command)}\nstopped after {timeout:.0f} s\n{stderr}")
             return None, time.monotonic() - began
-        return done, time.monotonic() - began
+        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr), time.monotonic() - began
 
     def timeout_for(self, step: Step) -> float | None:
         """Seconds this step may take: until the deadline; None when it should not start."""
@@ -542,10 +551,9 @@ class Runner:
         return EXIT_FAILED if self.failed else EXIT_OK
 
     def one(self, step: Step, timeout: float) -> dict:
-        kind_timeout = timeout
         if step.kind == "bench" and "--find-max-batch" not in step.argv:
             step = dataclasses.replace(step, argv=[*step.argv, "--timeout", f"{max(timeout - 15, 5):.0f}"])
-        done, seconds = self.spawn(step, kind_timeout)
+        done, seconds = self.spawn(step, timeout)
         if done is None:
             return self.result(step, "fail", seconds, problems=[f"no answer within {timeout:.0f} s (killed)"])
         handler = {"bench": self.judge_bench, "comm": self.judge_comm, "dataset": self.judge_plain,
@@ -559,13 +567,13 @@ class Runner:
         problems = []
         if done.returncode != step.expect_exit:
             problems.append(f"exit {done.returncode}, expected {step.expect_exit}: {_last_line(done.stderr)}")
-        if step.expect_status == "none":  # refused before running: one line, nothing written
-            lines = [l for l in done.stderr.splitlines() if l.strip()]
-            if len(lines) != 1 or not lines[0].startswith("bench: error:"):
-                problems.append(f"expected one 'bench: error:' line, got {len(lines)}: {lines[:3]}")
+        if step.expect_status == "none":  # refused: one line naming the problem, no traceback, nothing written
+            errors = [line for line in done.stderr.splitlines() if line.startswith("bench: error:")]
+            if len(errors) != 1 or "--device gpu" not in errors[0] or "Traceback" in done.stderr:
+                problems.append(f"expected one 'bench: error: --device gpu ...' line: {done.stderr[-500:]!r}")
             if step.output and Path(step.output).exists():
                 problems.append(f"{step.output} was written")
-            return ("fail" if problems else "pass"), {"problems": problems, "message": lines[0] if lines else None}
+            return ("fail" if problems else "pass"), {"problems": problems, "message": errors[0] if errors else None}
         records = _json_lines(done.stdout)
         if not records:
             return "fail", {"problems": problems + ["no record on stdout"]}
@@ -710,10 +718,6 @@ def _json_lines(text: str) -> list[dict]:
 
 def _last_line(text: str) -> str:
     return next((line.strip() for line in reversed((text or "").splitlines()) if line.strip()), "")
-
-
-def _text(value) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
 # -- dry run -----------------------------------------------------------------------------------------
