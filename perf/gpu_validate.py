@@ -187,7 +187,7 @@ class Plan:
             self.bench("A", "clean-after-oom", p.gate, estimate_s=40),
             self.bench("A", "visible-by-uuid", p.small, env={"CUDA_VISIBLE_DEVICES": uuid}, estimate_s=30),
             self.bench("A", "local-rank", p.small, env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                                                        "LOCAL_WORLD_SIZE": "1"}, checks=("launcher-torchrun",), estimate_s=30),
+                                                        "LOCAL_WORLD_SIZE": "1"}, checks=("launcher-env",), estimate_s=30),
             Step("A", "no-visible-gpu", "bench",
                  [a if a != p.device else "gpu" for a in common] + list(p.small), env={"CUDA_VISIBLE_DEVICES": ""},
                  expect_status="none", expect_exit=2, checks=("one-line-error",), estimate_s=20,
@@ -385,8 +385,8 @@ def energy_checks(record: dict) -> tuple[list[str], list[str]]:
 
 
 def _launcher(record):
-    launcher = record["world"]["launcher"]
-    return [] if launcher == "torchrun" else [f"launcher {launcher}, expected torchrun (LOCAL_RANK set)"]
+    launcher = record["world"]["launcher"]  # torchrun's variables set by hand (no TORCHELASTIC_RUN_ID): "env"
+    return [] if launcher == "env" else [f"launcher {launcher}, expected env (RANK, WORLD_SIZE, LOCAL_RANK set)"]
 
 
 def _real_data(record):
@@ -411,7 +411,7 @@ def _compiled(record):
     return [f"compile fell back to eager: {section['fallback_reason']}"] if section["fell_back_to_eager"] else []
 
 
-EXTRA_CHECKS = {"launcher-torchrun": _launcher, "real-data": _real_data, "strategy-ddp": _ddp, "trace": _trace,
+EXTRA_CHECKS = {"launcher-env": _launcher, "real-data": _real_data, "strategy-ddp": _ddp, "trace": _trace,
                 "compiled": _compiled}
 
 
@@ -800,12 +800,13 @@ def report(folders: list[Path]) -> str:
             "|---|---|---|---|---|---|---|---|---|"]
     for s in steps:
         first = (s.get("summary") or [{}])[-1] if isinstance(s.get("summary"), list) else {}
+        rate = first.get("images_per_sec") or (s.get("facts") or {}).get("images_per_sec")  # bench, or a bare loop
         mfu = first.get("mfu")
         memory = " / ".join(_gib(first.get(k)) for k in ("allocator_peak_bytes", "reserved_peak_bytes",
                                                          "device_peak_bytes", "device_total_bytes")) if first else ""
         energy = f"{_num(first.get('joules'), 0)} J, {_num(first.get('average_watts'), 0)} W" if first else ""
         text = "; ".join(s.get("problems", []) + s.get("notes", [])) or s.get("reason", "")
-        out.append(f"| {s['phase']} | {s['step']} | {s['status']} | {s['seconds']:.0f} | {_num(first.get('images_per_sec'))} | "
+        out.append(f"| {s['phase']} | {s['step']} | {s['status']} | {s['seconds']:.0f} | {_num(rate)} | "
                    f"{'n/a' if mfu is None else f'{mfu:.3f}'} | {memory} | {energy} | {text.replace('|', '/')[:300]} |")
     out.append("")
     matrix = [s for s in steps if s["step"].startswith("matrix-") and s.get("summary")]
