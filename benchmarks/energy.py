@@ -120,11 +120,15 @@ class EnergyMeter:
         self.source, self.reason = source, reason
         self._read, self._to_joules = read_counter, to_joules
         self._reset, self._integrated = reset_integral, integrated
-        self._start = None
+        self._start, self._failed = None, None
 
     def start(self) -> None:
+        self._start, self._failed = None, None
         if self._read is not None:
-            self._start = self._read()
+            try:
+                self._start = self._read()
+            except Exception as error:  # noqa: BLE001 - an NVML error mid-run: null with why, not a crash
+                self._failed = error
         elif self._reset is not None:
             self._reset()
 
@@ -132,7 +136,12 @@ class EnergyMeter:
         if self.source is None:
             return Reading(None, None, self.reason)
         if self._read is not None:
-            return Reading(self._to_joules(self._start, self._read()), self.source)
+            try:
+                if self._failed is not None:
+                    raise self._failed
+                return Reading(self._to_joules(self._start, self._read()), self.source)
+            except Exception as error:  # noqa: BLE001
+                return Reading(None, None, f"{self.source} failed: {type(error).__name__}: {str(error)[:200]}")
         joules = self._integrated()
         if joules is None:
             return Reading(None, None, "no power samples during the loop")
@@ -146,10 +155,11 @@ def cpu_meter(root: Path = POWERCAP) -> EnergyMeter:
     return EnergyMeter(RAPL, rapl.read, rapl.joules)
 
 
-def gpu_meter(handles, reset_integral, integrated) -> EnergyMeter:
-    """The NVML counter where every GPU has it, else power sampling; no NVML: null with the reason."""
+def gpu_meter(handles, reset_integral, integrated, reason: str | None = None) -> EnergyMeter:
+    """The NVML counter where every GPU has it, else power sampling; no NVML: null with the reason
+    NVML gave (memory.nvml_handles)."""
     if not handles:
-        return EnergyMeter(None, reason="NVML is not usable here (no driver library or no permission)")
+        return EnergyMeter(None, reason=reason or "NVML is not usable here (no driver library or no permission)")
     try:
         nvml_energy_mj(handles)
     except Exception:  # noqa: BLE001 - NVMLError_NotSupported before Volta: sample power instead

@@ -129,16 +129,29 @@ class PeakSampler:
         return self.peak()
 
 
-def nvml_handles(devices: Sequence[int | str]):
-    """NVML handles for NVML indices or GPU/MIG UUIDs, or None when NVML is unusable."""
+def nvml_handles(devices: Sequence[int | str]) -> tuple[list | None, str | None]:
+    """(NVML handles for NVML indices or GPU/MIG UUIDs, None), or (None, why NVML is unusable):
+    the reason goes into the record, so a null device peak or energy never goes unexplained."""
     try:
         import pynvml
-
+    except ImportError as error:
+        return None, f"NVML: pynvml is not installed ({error})"
+    try:
         pynvml.nvmlInit()
-        return [pynvml.nvmlDeviceGetHandleByUUID(d) if isinstance(d, str) else pynvml.nvmlDeviceGetHandleByIndex(d)
-                for d in devices]
-    except Exception:  # no driver, no library, no permission: the field stays null
-        return None
+    except Exception as error:  # noqa: BLE001 - no driver library, no permission: NVMLError_*
+        return None, f"NVML could not start: {nvml_error_text(error)}"
+    handles = []
+    for device in devices:
+        try:
+            handles.append(pynvml.nvmlDeviceGetHandleByUUID(device) if isinstance(device, str)
+                           else pynvml.nvmlDeviceGetHandleByIndex(device))
+        except Exception as error:  # noqa: BLE001 - NVMLError_NotFound, NVMLError_InvalidArgument, ...
+            return None, f"NVML has no device {device!r} (from CUDA_VISIBLE_DEVICES): {nvml_error_text(error)}"
+    return handles, None
+
+
+def nvml_error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip()[:200] or 'no message'}"
 
 
 def nvml_used_bytes(handles) -> int:
@@ -181,7 +194,12 @@ class DeviceMemoryMonitor:
 
         devices = nvml_devices(cuda_ordinals, env)
         self._on_gpu = bool(cuda_ordinals)
-        self._handles = nvml_handles(devices) if devices else None
+        self._handles, self.unavailable_reason = None, None  # the reason: a GPU run's null device peak
+        if devices:
+            self._handles, self.unavailable_reason = nvml_handles(devices)
+        elif self._on_gpu:
+            self.unavailable_reason = (f"no NVML device for CUDA ordinal(s) {list(cuda_ordinals)} in "
+                                       f"CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}")
         self.ranges = Ranges()
         self._unsupported: set = set()  # quantities these GPUs do not report
         self._state_at = float("-inf")
@@ -190,7 +208,13 @@ class DeviceMemoryMonitor:
     def _read(self) -> int:
         from .energy import nvml_state
 
-        used = nvml_used_bytes(self._handles)
+        if self.unavailable_reason is not None:  # NVML failed during the run: the peak is not known
+            return 0
+        try:
+            used = nvml_used_bytes(self._handles)
+        except Exception as error:  # noqa: BLE001 - said in the record, not a crash of the run
+            self.unavailable_reason = f"NVML failed during the run: {nvml_error_text(error)}"
+            return 0
         now = time.monotonic()
         if now - self._state_at >= STATE_INTERVAL_S:  # slow quantities: fewer NVML calls competing with the run
             self._state_at = now
@@ -203,7 +227,8 @@ class DeviceMemoryMonitor:
 
         if not self._on_gpu:
             return energy.cpu_meter()
-        return energy.gpu_meter(self._handles, self.begin_repeat, self._integral_now)  # no NVML: null, not RAPL
+        return energy.gpu_meter(self._handles, self.begin_repeat, self._integral_now,  # no NVML: null, not RAPL
+                                self.unavailable_reason)
 
     def begin_repeat(self) -> None:
         self.ranges.reset()
@@ -231,10 +256,19 @@ class DeviceMemoryMonitor:
             self._sampler.reset()
 
     def peak_bytes(self) -> int | None:
-        return self._sampler.peak() if self._sampler else None
+        if self._sampler is None:
+            return None
+        peak = self._sampler.peak()
+        return None if self.unavailable_reason is not None else peak
 
     def total_bytes(self) -> int | None:
-        return nvml_total_bytes(self._handles) if self._handles else None
+        if not self._handles or self.unavailable_reason is not None:
+            return None
+        try:
+            return nvml_total_bytes(self._handles)
+        except Exception as error:  # noqa: BLE001
+            self.unavailable_reason = f"NVML failed reading the total: {nvml_error_text(error)}"
+            return None
 
     def close(self) -> None:
         if self._sampler:

@@ -102,7 +102,8 @@ def render(record: dict, stream: TextIO) -> None:
         console.print(
             f"memory: host RSS peak {_bytes(mem['host_rss_peak_bytes'])} (since {mem['host_rss_peak_since']}), "
             f"allocator peak {_bytes(mem['allocator_peak_bytes'])}, reserved peak {_bytes(mem['reserved_peak_bytes'])}, "
-            f"device peak {_bytes(mem['device_peak_bytes'])}",
+            f"device peak {_bytes(mem['device_peak_bytes'])}"
+            + (f" ({mem['device_unavailable_reason']})" if mem.get("device_unavailable_reason") else ""),
             markup=False,
         )
         world = record["world"]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.11"
+SCHEMA_VERSION = "1.12"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -119,6 +119,8 @@ class Memory(_Model):
     reserved_peak_bytes: Optional[int] = Field(description="PyTorch caching allocator reserved peak; GPU only")
     device_peak_bytes: Optional[int] = Field(description="NVML used-memory peak of the device since warmup")
     device_total_bytes: Optional[int]
+    device_unavailable_reason: Optional[str] = Field(
+        default=None, description="why device_peak_bytes / device_total_bytes are null on a GPU run (NVML's error); null when measured and on a CPU (1.12)")
     host_rss_peak_bytes: Optional[int] = Field(description="resident set high-water mark of the benchmark process")
     host_rss_peak_since: Literal["process_start", "warmup_end"]
 
@@ -290,7 +292,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.11"] = SCHEMA_VERSION
+    schema_version: Literal["1.12"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status

@@ -114,7 +114,7 @@ def test_nvml_state_skips_what_a_gpu_does_not_report(monkeypatch):
 
 def test_cpu_record_energy_is_null_with_reason_or_measured():
     result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL, "--json",
-                   "--display-every", "0")
+                   "--display-every", "0", "--device", "cpu")  # a CPU run also where a GPU is visible
     assert result.returncode == 0, result.stderr
     record = validate_record(last_json_line(result.stdout))
     section = record["energy"]
@@ -135,7 +135,7 @@ def test_monitor_thread_feeds_state_and_energy(monkeypatch, has_counter):
     from benchmarks import memory
 
     counter = iter(range(0, 10**9, 500))  # mJ: +0.5 J per read
-    monkeypatch.setattr(memory, "nvml_handles", lambda devices: ["gpu0"])
+    monkeypatch.setattr(memory, "nvml_handles", lambda devices: (["gpu0"], None))
     monkeypatch.setattr(memory, "nvml_used_bytes", lambda handles: 2**30)
     monkeypatch.setattr(energy, "_nvml_quantities", lambda: {"power_w": (lambda h: 250.0, sum),
                                                             "temperature_c": (lambda h: 70, max)})
@@ -167,7 +167,7 @@ def test_monitor_thread_feeds_state_and_energy(monkeypatch, has_counter):
 def test_gpu_run_without_nvml_is_null_not_cpu_energy(monkeypatch):
     from benchmarks import memory
 
-    monkeypatch.setattr(memory, "nvml_handles", lambda devices: None)  # no driver library
+    monkeypatch.setattr(memory, "nvml_handles", lambda devices: (None, "NVML could not start: NVMLError_LibraryNotFound"))
     monitor = memory.DeviceMemoryMonitor((0,), {})
     reading = monitor.energy_meter().stop()
     assert reading.joules is None and "NVML" in reading.reason and monitor.repeat_state() is None
@@ -179,3 +179,20 @@ def test_power_integral_ignores_a_sample_out_of_order():
     ranges.add(2.0, {"power_w": 100.0})
     ranges.add(1.5, {"power_w": 900.0})  # stamped before the last one by the other thread: range only
     assert ranges.integrated() == 100.0 and ranges.snapshot()["power_w"] == {"min": 100.0, "max": 900.0}
+
+
+@pytest.mark.parametrize("fails_at", ["start", "stop"])
+def test_energy_counter_failing_mid_run_is_null_with_reason(fails_at):
+    reads = iter([1000] if fails_at == "stop" else [])
+
+    def read():
+        try:
+            return next(reads)
+        except StopIteration:
+            raise RuntimeError("NVMLError_GpuIsLost: GPU is lost") from None
+
+    meter = energy.EnergyMeter(energy.NVML_COUNTER, read, lambda a, b: (b - a) / 1000)
+    meter.start()
+    reading = meter.stop()
+    assert reading.joules is None and reading.source is None
+    assert reading.reason == "nvml-energy-counter failed: RuntimeError: NVMLError_GpuIsLost: GPU is lost"

@@ -24,6 +24,56 @@ def search_against(capacity: int, start: int, limit: int = 1 << 16, stop_after: 
     return search, probed
 
 
+# What GPUs print near capacity instead of a CUDA out-of-memory error: the first four as torch, TensorFlow and cuDNN
+# word them, the last three copied from torch 2.14's own libtorch_cuda.so.
+NEAR_CAPACITY = [
+    "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    "Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+    "RuntimeError: CUDA error: CUSOLVER_STATUS_ALLOC_FAILED when calling `cusolverDnCreate(handle)`",
+    "RuntimeError: Expected canUse32BitIndexMath(input) && canUse32BitIndexMath(output) to be true, but got false.  "
+    "(Could this error message be improved?  If so, please report an enhancement request to PyTorch.)",
+    "RuntimeError: input tensor must fit into 32-bit index math",
+    "RuntimeError: upsample_nearest_nhwc only supports grad_output tensors with less than INT_MAX elements, but got 4294967296",
+]
+NOT_MEMORY = [
+    "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, ...)`",
+    "ImportError: libcuda.so.1: cannot open shared object file",
+]
+
+
+@pytest.mark.parametrize("message", NEAR_CAPACITY)
+def test_library_errors_near_capacity_are_out_of_memory(message):
+    from benchmarks.frameworks.base import looks_like_oom
+    from benchmarks.supervisor import classify_exit
+
+    assert looks_like_oom(message)
+    status, error = classify_exit(1, ["bench: warmup: 10 batches of 4096", message])  # the worker died of it
+    assert status == "oom" and error["kind"] == "oom" and error["message"] == message
+
+
+@pytest.mark.parametrize("message", NOT_MEMORY)
+def test_other_gpu_errors_stay_crashes(message):
+    from benchmarks.frameworks.base import looks_like_oom
+    from benchmarks.supervisor import classify_exit
+
+    assert not looks_like_oom(message) and classify_exit(1, [message])[0] == "failed"
+
+
+def test_search_goes_on_past_a_probe_that_hit_a_library_allocation_failure():
+    """The statuses a real search sees: a probe whose cuBLAS handle could not be allocated is an oom
+    probe (the worker's is_out_of_memory uses the same test), so the search bisects below it."""
+    from benchmarks.frameworks.base import looks_like_oom
+
+    search, capacity = Search(256, 4096), 700
+    while (batch := search.next_batch()) is not None:
+        error = None if batch <= capacity else NEAR_CAPACITY[batch % len(NEAR_CAPACITY)]
+        search.observe(batch, "ok" if error is None else ("oom" if looks_like_oom(error) else "failed"))
+    assert search.largest_fit == capacity and search.stop_reason == f"batch {capacity} fits and {capacity + 1} runs out of memory"
+
+
 @pytest.mark.parametrize("capacity, start", [(74, 2), (1, 1), (1, 64), (64, 64), (63, 64), (1000, 3), (5, 8), (2, 1)])
 def test_search_finds_the_capacity(capacity, start):
     search, probed = search_against(capacity, start)
@@ -85,7 +135,8 @@ def test_search_on_cpu_under_an_address_space_limit(tmp_path):
     output = tmp_path / "probes.jsonl"
     result = bench("--framework", "torch", "--model", "resnet50", "--image-size", "64", "--batch-size", "8",
                    "--num-warmup-batches", "0", "--num-batches", "1", "--num-threads", "2", "--display-every", "0",
-                   "--find-max-batch", "--max-batch-budget", "240", "--output", output, preexec_fn=limit_address_space)
+                   "--find-max-batch", "--max-batch-budget", "240", "--output", output, "--device", "cpu",
+                   preexec_fn=limit_address_space)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [validate_record(json.loads(line)) for line in output.read_text().splitlines()]
     searches = [r["batch_search"] for r in records]

@@ -1,3 +1,5 @@
+import itertools
+import sys
 import threading
 
 import pytest
@@ -74,7 +76,7 @@ def test_each_local_rank_samples_the_gpu_it_trains_on(visible, expected, monkeyp
     env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
     count = len(visible.split(",")) if visible else 4
     asked = []
-    monkeypatch.setattr(memory, "nvml_handles", lambda devices: asked.append(list(devices)) or [f"h{d}" for d in devices])
+    monkeypatch.setattr(memory, "nvml_handles", lambda devices: (asked.append(list(devices)) or [f"h{d}" for d in devices], None))
     monkeypatch.setattr(memory, "nvml_used_bytes", lambda handles: 0)
     for local_rank in range(4):
         backend = SimpleNamespace(dist=SimpleNamespace(world=SimpleNamespace(local_rank=local_rank)))
@@ -89,3 +91,79 @@ def test_device_monitor_is_inert_without_gpu():
     monitor.reset()
     assert monitor.peak_bytes() is None and monitor.total_bytes() is None
     monitor.close()
+
+
+class FakeNvmlError(Exception):
+    """pynvml's errors are NVMLError subclasses whose str() is the driver's message."""
+
+
+def fake_pynvml(init_error=None, missing=(), used=None):
+    """A stand-in for the pynvml module: the failures NVML has on real machines, injected."""
+    from types import SimpleNamespace
+
+    def init():
+        if init_error:
+            raise FakeNvmlError(init_error)
+
+    def handle(device):
+        if device in missing:
+            raise FakeNvmlError("Not Found")
+        return f"h-{device}"
+
+    return SimpleNamespace(nvmlInit=init, nvmlDeviceGetHandleByIndex=handle, nvmlDeviceGetHandleByUUID=handle,
+                           nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(used=used(), total=80 * 2**30))
+
+
+def test_nvml_that_cannot_start_says_why_in_peak_and_energy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error="Driver Not Loaded"))
+    monitor = memory.DeviceMemoryMonitor((0,), {})
+    try:
+        assert monitor.peak_bytes() is None and monitor.total_bytes() is None
+        assert monitor.unavailable_reason == "NVML could not start: FakeNvmlError: Driver Not Loaded"
+        reading = monitor.energy_meter().stop()
+        assert reading.joules is None and reading.reason == monitor.unavailable_reason
+    finally:
+        monitor.close()
+
+
+def test_a_uuid_nvml_does_not_know_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(missing=("GPU-0bad",)))
+    monitor = memory.DeviceMemoryMonitor((0,), {"CUDA_VISIBLE_DEVICES": "GPU-0bad"})
+    monitor.close()
+    assert monitor.peak_bytes() is None
+    assert "NVML has no device 'GPU-0bad' (from CUDA_VISIBLE_DEVICES): FakeNvmlError: Not Found" == monitor.unavailable_reason
+
+
+def test_nvml_failing_during_the_run_nulls_the_peak_with_the_reason(monkeypatch):
+    reads = itertools.count()  # the sampling thread reads too: next() on a count is atomic
+
+    def used():
+        if next(reads) >= 2:
+            raise FakeNvmlError("GPU is lost")
+        return 2**30
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(used=used))
+    monitor = memory.DeviceMemoryMonitor((0,), {})
+    try:
+        for _ in range(3):
+            monitor.reset()
+        assert monitor.peak_bytes() is None and monitor.total_bytes() is None
+        assert monitor.unavailable_reason == "NVML failed during the run: FakeNvmlError: GPU is lost"
+    finally:
+        monitor.close()
+
+
+def test_gpu_ordinal_missing_from_visible_devices_is_explained():
+    monitor = memory.DeviceMemoryMonitor((1,), {"CUDA_VISIBLE_DEVICES": "0"})
+    assert monitor.peak_bytes() is None and "CUDA ordinal(s) [1]" in monitor.unavailable_reason
+
+
+def test_ranks_merge_keeps_the_reason_of_a_rank_without_device_peak():
+    from benchmarks.measurement import max_memory
+
+    ok = {"allocator_peak_bytes": 5, "reserved_peak_bytes": 6, "device_peak_bytes": 7, "device_total_bytes": 9,
+          "device_unavailable_reason": None, "host_rss_peak_bytes": 1, "host_rss_peak_since": "warmup_end"}
+    broken = {**ok, "device_peak_bytes": None, "device_total_bytes": None, "device_unavailable_reason": "NVML failed"}
+    merged = max_memory([ok, broken])
+    assert merged["device_peak_bytes"] == 7 and merged["device_unavailable_reason"] == "rank 1: NVML failed"
+    assert max_memory([ok, ok])["device_unavailable_reason"] is None

@@ -54,9 +54,11 @@ def test_explicit_cpu_refusal_is_one_line_exit_2_nothing_written(tmp_path):
 
 
 def test_cpu_refusal_after_device_auto_is_exit_2_nothing_written(tmp_path):
+    """--device auto on a host where CUDA sees no GPU: made so here (an empty CUDA_VISIBLE_DEVICES hides
+    any GPU), so the test means the same on a GPU machine."""
     out = tmp_path / "r.jsonl"
     result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL,
-                   "--precision", "amp-fp16", "--output", str(out))
+                   "--precision", "amp-fp16", "--output", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 2, result.stderr
     assert "bench: error: --precision amp-fp16 is not available on a CPU" in result.stderr
     assert "Traceback" not in result.stderr
@@ -66,7 +68,7 @@ def test_cpu_refusal_after_device_auto_is_exit_2_nothing_written(tmp_path):
 @pytest.mark.parametrize("framework, requested", [("torch", "amp-bf16"), ("torch", "amp"), ("tensorflow", "amp-bf16"), ("tensorflow", "fp32")])
 def test_record_says_what_was_in_effect(framework, requested):
     result = bench("--framework", framework, "--model", "alexnet", "--image-size", "64", *SMALL,
-                   "--precision", requested, "--json", "--display-every", "0")
+                   "--precision", requested, "--json", "--display-every", "0", "--device", "cpu")
     assert result.returncode == 0, result.stderr
     record = validate_record(last_json_line(result.stdout))
     section = record["precision"]

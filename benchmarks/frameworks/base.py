@@ -183,10 +183,18 @@ OOM_MESSAGES = (
     "resource exhausted",
     "resourceexhausted",
     "failed to allocate",
+    # cuBLAS / cuDNN / cuSOLVER could not allocate a handle or workspace: a GPU near capacity
+    "status_alloc_failed",
+    # a tensor past what the kernels can index (torch's 32-bit index checks): the batch does not fit either
+    "canuse32bitindexmath",
+    "fit into 32-bit index math",
+    "int_max elements",
 )
 
 
 def looks_like_oom(text: str) -> bool:
-    """Message test shared by every backend and by the supervisor's post-mortem."""
+    """Message test shared by every backend and by the supervisor's post-mortem: also the
+    library errors a GPU raises near capacity instead of an out-of-memory error, so that
+    --find-max-batch bisects below such a batch rather than stopping."""
     lowered = text.lower()
     return any(marker in lowered for marker in OOM_MESSAGES)

@@ -34,7 +34,8 @@ SHARED = {
 # then the longest first by a warm run's summary (the container-engines group ~230 s, models ~210,
 # trace ~180, ...); the rest follow in file order.
 HEAVY = ("test_horovod", "test_runtimes_apptainer", "test_runtimes_real", "test_models", "test_trace", "test_runtimes_udocker",
-         "test_distributed", "test_launchers_real", "test_failures", "test_env_faults", "test_compile")
+         "test_distributed", "test_launchers_real", "test_failures", "test_env_faults", "test_compile",
+         "test_gpu_validate")
 _GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
 

@@ -1,0 +1,204 @@
+"""perf/gpu_validate.py proven on a CPU, so that a lent GPU's minutes go to the GPU: every planned command
+parses with bench's own parser, the device commands in perf/gpu.md fit the device tool, the deadline is
+kept, the checks catch what a GPU record must not do, the results obey the device's $OUT rules, and the
+CPU smoke runs every phase with the same code and renders the report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+
+import pytest
+
+from infra.helpers import ROOT, run, validate_record
+
+SCRIPT = ROOT / "perf" / "gpu_validate.py"
+GPU_MD = ROOT / "perf" / "gpu.md"
+DEVICE_COMMAND_CHARS = 2000  # the device tool's limit on one command
+DEVICE_CALL_S = 540  # a phase must end within 9 minutes
+
+
+def load_validator():
+    spec = importlib.util.spec_from_file_location("gpu_validate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_validate", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+gv = load_validator()
+
+
+def validate(*args, timeout=120):
+    return run([sys.executable, SCRIPT, *args], timeout=timeout)
+
+
+CHECK_IMPORTS = """
+import contextlib, io, runpy, sys
+script = sys.argv[1]
+sys.argv = [script, "--dry-run"]
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        pass
+print(sorted(m for m in ("torch", "torchvision", "tensorflow", "keras", "horovod") if m in sys.modules))
+"""
+
+
+def test_dry_run_parses_every_planned_command_with_bench_parsers():
+    result = validate("--dry-run")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "BAD" not in result.stdout and result.stdout.rstrip().endswith("0 rejected")
+    parsed = [line for line in result.stdout.splitlines() if line.startswith("parsed ")]
+    assert any(" comm " in line and "--backend nccl" in line for line in parsed)  # bench comm over NCCL
+    assert any("--find-max-batch" in line for line in parsed) and any("make-dataset" in line for line in parsed)
+    gpu_matrix = {line.split()[2] for line in parsed if " matrix-" in line and "--device gpu" in line}
+    assert len(gpu_matrix) == 5 * 4 * 2  # every model x precision x layout, A's and C's halves
+    imports = run([sys.executable, "-c", CHECK_IMPORTS, str(SCRIPT)])
+    assert imports.stdout.strip().splitlines()[-1] == "[]", imports.stderr[-2000:]  # no framework imported
+
+
+def device_commands() -> dict[str, str]:
+    text = GPU_MD.read_text()
+    return {phase: command.strip() for phase, command in
+            re.findall(r"<!-- device-command phase ([ABC]) -->\n```\n(.*?)\n```", text, flags=re.S)}
+
+
+def test_device_commands_in_gpu_md_fit_the_device_tool():
+    commands = device_commands()
+    assert sorted(commands) == ["A", "B", "C"]
+    for phase, command in commands.items():
+        assert "\n" not in command and len(command) < DEVICE_COMMAND_CHARS, (phase, len(command))
+        assert f"perf/gpu_validate.py --phase {phase} --out $OUT" in command
+        deadline = float(re.search(r"--deadline-s (\d+)", command).group(1))
+        assert deadline + 20 < DEVICE_CALL_S  # the wheels' install and Python's start fit before 9 minutes
+        assert command.startswith("python3 -m pip install -q --no-index --no-deps") and ".whl/*.whl" in command
+        assert "export PYTHONPATH=/tmp/site || exit;" in command
+        named = set(re.findall(r"\$OUT/([^\s;|&>]+)", command))
+        assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in named), named  # flat, plain names
+        assert len(named | set(gv.OUT_FILES)) <= gv.OUT_MAX_FILES
+
+
+def test_deadline_starts_nothing_it_would_cut_and_says_so(tmp_path):
+    out = tmp_path / "out"
+    result = validate("--cpu-smoke", "--phase", "C", "--deadline-s", "25", "--out", out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    planned = gv.Plan(gv.CPU_SMOKE, tmp_path).steps("C")
+    assert [s["step"] for s in steps] == [s.name for s in planned]
+    assert all(s["status"] == "skip" and "deadline" in s["reason"] for s in steps)
+    assert gv.check_out_dir(out) == [] and sorted(p.name for p in out.iterdir()) == ["steps.jsonl"]
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for args, message in ((["--cpu-smoke"], "--out DIR is needed"),
+                          (["--out", tmp_path / "file"], "not a folder"),
+                          (["--out", tmp_path / "o", "--deadline-s", "5"], "--deadline-s must be above"),
+                          (["--out", tmp_path / "o", "--timm-benchmark", tmp_path / "none.py"], "no such file"),
+                          (["report", tmp_path], "no steps.jsonl")):
+        result = validate(*args)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+MEMORY = {"allocator_peak_bytes": 10, "reserved_peak_bytes": 12, "device_peak_bytes": 15, "device_total_bytes": 80,
+          "device_unavailable_reason": None}
+
+
+def test_memory_check_wants_the_four_views_ordered_and_measured():
+    assert gv.memory_problems(MEMORY) == []
+    assert gv.memory_problems({**MEMORY, "reserved_peak_bytes": 16}) == [
+        "reserved_peak_bytes 16 > device_peak_bytes 15"]
+    missing = gv.memory_problems({**MEMORY, "device_peak_bytes": None, "device_unavailable_reason": "NVML could not start: X"})
+    assert missing == ["memory not measured: device_peak_bytes (NVML could not start: X)"]
+    assert "no reason given" in gv.memory_problems({**MEMORY, "device_total_bytes": None})[0]
+
+
+@pytest.mark.parametrize("asked, section, problem", [
+    ("amp-bf16", {"effective": "amp-bf16", "autocast_dtype": "bfloat16", "loss_scaling": False, "tf32_in_effect": False}, None),
+    ("amp-fp16", {"effective": "amp-fp16", "autocast_dtype": "float16", "loss_scaling": False, "tf32_in_effect": False},
+     "loss scaling False under amp-fp16"),
+    ("tf32", {"effective": "tf32", "autocast_dtype": None, "loss_scaling": False, "tf32_in_effect": False},
+     "TF32 in effect: False under tf32"),
+    ("fp32", {"effective": "fp32", "autocast_dtype": None, "loss_scaling": False, "tf32_in_effect": True}, "TF32 in effect: True"),
+    ("amp", {"effective": "amp-bf16", "autocast_dtype": "bfloat16", "loss_scaling": False, "tf32_in_effect": False},
+     "precision amp-bf16 in effect, asked amp"),
+])
+def test_precision_check_wants_what_was_asked_in_effect(asked, section, problem):
+    section = {"tf32_flag": section["tf32_in_effect"], "compute_capability": "9.0", **section}
+    found = gv.precision_problems(section, asked, on_gpu=True)
+    assert (found == []) if problem is None else any(problem in p for p in found), found
+
+
+def test_energy_check_wants_nvml_and_a_plausible_power():
+    def record(joules, watts, wall, limit=700.0, source="nvml-energy-counter"):
+        return {"energy": {"joules": joules, "average_watts": watts, "source": source, "unavailable_reason": "counter idle"},
+                "throughput": {"total_wall_time_s": wall},
+                "repeats": [{"device_state": {"power_limit_w": {"min": limit, "max": limit}}}]}
+
+    assert gv.energy_checks(record(3000.0, 450.0, 6.7)) == ([], [])
+    assert gv.energy_checks(record(None, None, 0.3)) == ([], ["energy null: counter idle"])  # too short to count
+    assert gv.energy_checks(record(None, None, 5.0))[0] == ["energy null: counter idle"]
+    assert "outside 20-840 W" in gv.energy_checks(record(9000.0, 1500.0, 6.0))[0][0]
+    assert "energy source rapl" in gv.energy_checks(record(100.0, 100.0, 2.0, source="rapl"))[0][0]
+
+
+def test_out_dir_rules_of_the_device_tool(tmp_path):
+    assert gv.check_out_dir(tmp_path) == []
+    for index in range(9):
+        (tmp_path / f"f{index}.txt").write_text("x")
+    assert gv.check_out_dir(tmp_path) == ["9 files, at most 8 come back"]
+    for index in range(2, 9):
+        (tmp_path / f"f{index}.txt").unlink()
+    (tmp_path / "a b.txt").write_text("x")
+    (tmp_path / "d1" / "d2" / "d3").mkdir(parents=True)
+    (tmp_path / "d1" / "d2" / "d3" / "deep.txt").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "f0.txt")
+    problems = gv.check_out_dir(tmp_path)
+    assert any(p.startswith("a b.txt: a name") for p in problems)
+    assert any(p.startswith("d1/d2/d3/deep.txt: more than 2 folders down") for p in problems)
+    assert any(p.startswith("link: not a plain file") for p in problems)
+
+
+def test_bench_options_override_keeps_one_value_per_flag():
+    base = ["--model", "resnet50", "--precision", "amp-bf16", "--num-batches", "60"]
+    assert gv._override(base, ("--precision", "tf32")) == ["--model", "resnet50", "--precision", "tf32", "--num-batches", "60"]
+    assert gv._override(base, ("--compile",)) == [*base, "--compile"]
+    assert gv._override(base, ("--compile", "reduce-overhead", "--seed", "3")) == [*base, "--compile", "reduce-overhead", "--seed", "3"]
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_every_phase_obeys_out_rules_and_reports(tmp_path):
+    """Every step kind of A, B and C on tiny sizes, with the same code and checks as on the GPU: 23 steps,
+    each a process paying torch's start (4-13 s on 2 cores): 2.5 min alone on an idle machine, 2.4 min
+    beside another test worker (2026-11-25)."""
+    out = tmp_path / "out"
+    result = validate("--cpu-smoke", "--out", out, "--deadline-s", "1500", timeout=1600)
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    failed = [(s["step"], s.get("problems"), s.get("reason")) for s in steps if s["status"] != "pass"]
+    assert result.returncode == 0 and not failed, (failed, result.stderr[-4000:], (out / "log.txt").read_text()[-4000:]
+                                                   if (out / "log.txt").exists() else "")
+    assert {s["phase"] for s in steps} == {"A", "B", "C"}
+    names = {s["step"] for s in steps}
+    for expected in ("preflight", "gate", "oom", "clean-after-oom", "visible-by-uuid", "local-rank", "no-visible-gpu",
+                     "data-dir", "gpu-tests", "speed", "speed-bench-r1", "speed-bare-sync-r2", "speed-bare-fast-r1",
+                     "find-max-batch", "comm", "ddp-one-rank", "trace"):
+        assert expected in names, expected
+    assert gv.check_out_dir(out) == [] and {p.name for p in out.iterdir()} <= set(gv.OUT_FILES)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    summarized = [run["run_id"] for s in steps if s["kind"] == "bench" for run in s.get("summary", [])]
+    assert [r["run_id"] for r in records] == summarized and len(records) >= 14  # every bench record, in order
+    assert all(validate_record(r) for r in records)
+    assert {r["status"] for r in records} == {"ok", "oom"}
+    speed = next(s for s in steps if s["step"] == "speed")
+    assert set(speed["ratios"]) == {"bench", "bare-sync", "bare-fast"} and speed["ratios"]["bare-fast"]["ratio_to_bare_fast"] == 1.0
+    assert all(side["ratio_ci95"] is not None for side in speed["ratios"].values())
+    report = validate("report", out)
+    assert report.returncode == 0, report.stderr
+    for heading in ("### Machine", "### Steps", "### Models x precision x layout", "### Speed: bench vs bare loops"):
+        assert heading in report.stdout
+    assert report.stdout.count("\n| A |") >= 10 and "| bare-fast |" in report.stdout
