@@ -1,0 +1,204 @@
+"""`benchrun export --mlflow`: real records into a real MLflow file store and a real `mlflow server`,
+read back through MLflow's own client; idempotent by run id; one line and exit 6 when the store
+cannot be reached; one line and exit 2 when MLflow is not installed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from infra.helpers import ROOT, benchrun, python_env
+from infra.mlflow import mlflow_env, mlflow_server, runs  # noqa: F401 - fixtures
+from infra.records import RecordFactory
+from runners import mlflow_export
+
+@pytest.fixture(scope="module")
+def store(real_record, tmp_path_factory):
+    """A plain store with two ok records (one of two repeats) and a failed one, and a sweep store
+    holding one more ok record in an envelope."""
+    R = RecordFactory(real_record)
+    ok, failed = R(12.5, runtime="local"), R(status="failed", error="RuntimeError: boom")
+    two = R(20.0, runtime="docker", requested="docker")
+    two["repeats"] = [dict(two["repeats"][0], index=0, images_per_sec=19.0),
+                      dict(two["repeats"][0], index=1, images_per_sec=21.0)]
+    swept = R(30.0)
+    root = tmp_path_factory.mktemp("mlflow-store")
+    plain, sweep = root / "runs.jsonl", root / "sweep.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in (ok, two, failed)))
+    sweep.write_text(json.dumps({"sweep": {"config_hash": "abcd", "plan": "p.yaml", "attempt": 1, "point": {}},
+                                 "record": swept, "error": None}) + "\n")
+    return {"files": [str(plain), str(sweep)], "records": {r["run_id"]: r for r in (ok, two, failed, swept)}}
+
+
+def by_run_id(found: list[dict]) -> dict[str, dict]:
+    ids = [r["tags"][mlflow_export.RUN_ID_TAG] for r in found]
+    assert len(ids) == len(set(ids)), f"duplicate runs: {ids}"
+    return {r["tags"][mlflow_export.RUN_ID_TAG]: r for r in found}
+
+
+def check_runs(found: list[dict], records: dict[str, dict]) -> None:
+    """What MLflow stored is the record: params, metrics (per repeat as steps), tags, status, artifact."""
+    stored = by_run_id(found)
+    assert set(stored) == set(records)
+    for run_id, record in records.items():
+        run = stored[run_id]
+        assert run["tags"][mlflow_export.COMPLETE_TAG] == "complete" and run["record"] == record
+        assert run["params"]["framework"] == "torch" and run["params"]["model"] == "alexnet"
+        assert run["params"]["batch_size"] == str(record["config"]["batch_size"])
+        assert run["params"]["world.workers"] == "1"
+        assert run["tags"]["provenance.hostname"] == record["provenance"]["hostname"]
+        assert run["tags"]["provenance.framework.version"] == record["provenance"]["framework"]["version"]
+        assert run["tags"]["dlbench.status"] == record["status"]
+        assert run["start"] == mlflow_export.mapped(record).start_ms
+        if record["status"] != "ok":
+            assert run["status"] == "FAILED" and run["tags"]["error.kind"] == "crash"
+            assert "throughput.images_per_sec" not in run["metrics"]
+            continue
+        assert run["status"] == "FINISHED"
+        metrics = run["metrics"]
+        assert metrics["throughput.images_per_sec"] == [(0, record["throughput"]["images_per_sec"])]
+        assert metrics["throughput.images_per_sec_per_rank"] == [(0, record["throughput"]["images_per_sec"])]
+        assert metrics["repeat.images_per_sec"] == [(r["index"], r["images_per_sec"]) for r in record["repeats"]]
+        assert metrics["step_time_s.p90"] == [(0, record["step_time_s"]["p90"])]
+        assert metrics["memory.host_rss_peak_bytes"] == [(0, record["memory"]["host_rss_peak_bytes"])]
+        assert metrics["rank.images_per_sec"] == [(0, record["ranks"][0]["images_per_sec"])]
+        assert "memory.allocator_peak_bytes" not in metrics  # null on CPU: absent, never 0
+    swept = next(r for r in found if "sweep.config_hash" in r["tags"])
+    assert swept["tags"]["sweep.plan"] == "p.yaml"
+
+
+def export(uri: str, files: list[str], env: dict, *extra: str):
+    return benchrun("export", *files, "--mlflow", uri, *extra, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_file_store_twice_stored_once(store, mlflow_env, tmp_path):
+    uri = str(tmp_path / "mlruns")
+    first = export(uri, store["files"], mlflow_env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("mlflow: 4 runs logged, 0 already there"), first.stdout
+    check_runs(runs(uri, mlflow_env), store["records"])
+    again = export(uri, store["files"], mlflow_env)
+    assert again.returncode == 0 and again.stdout.startswith("mlflow: 0 runs logged, 4 already there"), again.stdout
+    check_runs(runs(uri, mlflow_env), store["records"])  # no duplicate (by_run_id checks)
+
+
+@pytest.mark.slow
+def test_file_store_refused_by_mlflow_is_one_line_exit_6(store, mlflow_env, tmp_path):
+    done = export(str(tmp_path / "mlruns"), store["files"], {**mlflow_env, "MLFLOW_ALLOW_FILE_STORE": "false"})
+    assert done.returncode == 6 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr == (f"benchrun: error: MLflow tracking store {tmp_path / 'mlruns'}: MLflow refuses file stores "
+                           "unless MLFLOW_ALLOW_FILE_STORE=true is set; or name a tracking server (http://HOST:PORT) "
+                           "or sqlite:///FILE (full mlflow)\n")
+    assert not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.slow
+def test_selection_and_other_experiment(store, mlflow_env, tmp_path):
+    uri = str(tmp_path / "mlruns")
+    done = export(uri, store["files"], mlflow_env, "--where", "status=failed", "--mlflow-experiment", "nightly")
+    assert done.returncode == 0, done.stderr
+    found = runs(uri, mlflow_env, experiment="nightly")
+    assert [r["tags"]["dlbench.status"] for r in found] == ["failed"]
+
+
+@pytest.mark.slow
+def test_incomplete_run_is_replaced(store, mlflow_env, tmp_path):
+    """A run left by an export that stopped half-way (no completion tag, RUNNING) is deleted and written again."""
+    uri = str(tmp_path / "mlruns")
+    run_id = next(iter(store["records"]))
+    code = f"""
+from mlflow.tracking import MlflowClient
+client = MlflowClient(tracking_uri={uri!r})
+exp = client.create_experiment("dlbench")
+client.create_run(exp, tags={{{mlflow_export.RUN_ID_TAG!r}: {run_id!r}}})
+"""
+    made = subprocess.run([sys.executable, "-c", code], env=mlflow_env, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    done = export(uri, store["files"], mlflow_env)
+    assert done.returncode == 0 and done.stdout.startswith("mlflow: 4 runs logged"), done.stdout + done.stderr
+    check_runs(runs(uri, mlflow_env), store["records"])
+    deleted = [r for r in runs(uri, mlflow_env, view="DELETED_ONLY")]
+    assert [(r["tags"][mlflow_export.RUN_ID_TAG], r["status"]) for r in deleted] == [(run_id, "FAILED")] or \
+        [r["tags"][mlflow_export.RUN_ID_TAG] for r in deleted] == [run_id]
+
+
+@pytest.mark.slow
+def test_tracking_server_twice_stored_once(store, mlflow_env, mlflow_server):
+    first = export(mlflow_server, store["files"], mlflow_env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("mlflow: 4 runs logged"), first.stdout
+    check_runs(runs(mlflow_server, mlflow_env), store["records"])
+    again = export(mlflow_server, store["files"], mlflow_env)
+    assert again.returncode == 0 and "0 runs logged, 4 already there" in again.stdout, again.stdout
+    check_runs(runs(mlflow_server, mlflow_env), store["records"])
+
+
+def _refusing_port() -> int:
+    """A localhost port nothing listens on (bound, never listened: connections are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_unreachable_server_is_one_line_exit_6(store, mlflow_env):
+    t0 = time.monotonic()
+    done = export(f"http://127.0.0.1:{_refusing_port()}", store["files"], mlflow_env)
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("benchrun: error: MLflow tracking store http://"), \
+        done.stderr
+    assert time.monotonic() - t0 < 60
+    assert done.stdout == ""
+
+
+@pytest.mark.slow
+def test_store_that_cannot_be_written_is_one_line_exit_6(store, mlflow_env, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = export(str(blocker / "mlruns"), store["files"], mlflow_env)
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("benchrun: error: MLflow tracking store "), done.stderr
+
+
+def test_missing_mlflow_is_one_line_exit_2(store):
+    # the absence made here: an import of mlflow fails in this benchrun, whatever the machine has
+    code = "import sys; sys.modules['mlflow'] = None; from runners.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "export", *store["files"], "--mlflow", "/tmp/never"],
+                          cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == (f"benchrun: error: --mlflow needs MLflow, which this Python ({sys.executable}) lacks: "
+                           f"{mlflow_export.INSTALL_HINT}\n")
+
+
+def test_comm_record_metrics_are_per_message_size():
+    rows = [{"op": "allreduce", "bytes": 4, "busbw_gbps": 0.1, "algbw_gbps": 0.1, "time_s": 1e-5, "latency_us": None},
+            {"op": "allreduce", "bytes": 1024, "busbw_gbps": 2.0, "algbw_gbps": 2.0, "time_s": 5e-4, "latency_us": None},
+            {"op": "pingpong", "bytes": 4, "busbw_gbps": 0.05, "algbw_gbps": 0.05, "time_s": 2e-5, "latency_us": 10.0}]
+    record = {"kind": "comm", "run_id": "c" * 32, "status": "ok", "timestamp_utc": "2026-11-25T01:02:03.500Z",
+              "duration_s": 2.0, "config": {"framework": "torch", "backend": "gloo", "ops": ["allreduce", "pingpong"]},
+              "world": {"workers": 2, "processes": 2, "launcher": "benchrun-local"}, "results": rows,
+              "provenance": {"hostname": "vm", "framework": {"name": "torch", "version": "2.14.1"}}}
+    m = mlflow_export.mapped(record)
+    assert ("allreduce.busbw_gbps", 2.0, 1024) in m.metrics and ("pingpong.latency_us", 10.0, 4) in m.metrics
+    assert ("busbw_gbps.max", 2.0, 0) in m.metrics
+    assert m.params["ops"] == "allreduce pingpong" and m.params["world.workers"] == "2"
+    assert m.tags["dlbench.kind"] == "comm" and m.tags["provenance.framework.version"] == "2.14.1"
+    assert m.name == "comm-torch-x2-bench" and m.status == "FINISHED"
+    assert (m.start_ms, m.end_ms) == (1795568523500, 1795568525500)
+
+
+def test_accuracy_curve_is_metrics_at_sample_steps():
+    record = {"run_id": "a" * 32, "status": "timeout", "config": {"framework": "tf", "model": "resnet50"},
+              "accuracy": {"curve": [{"samples": 512, "eval_accuracy": 0.5, "eval_loss": 1.2, "epoch": 1},
+                                     {"samples": 1024, "eval_accuracy": 0.75, "eval_loss": float("nan")}]}}
+    m = mlflow_export.mapped(record)
+    assert [x for x in m.metrics if x[0].startswith("accuracy.")] == [
+        ("accuracy.eval_accuracy", 0.5, 512), ("accuracy.eval_loss", 1.2, 512), ("accuracy.epoch", 1.0, 512),
+        ("accuracy.eval_accuracy", 0.75, 1024)]  # not finite: left out
+    assert m.status == "FAILED" and m.start_ms == 0
