@@ -26,10 +26,10 @@ RUN_ID_TAG = "dlbench.run_id"
 COMPLETE_TAG = "dlbench.export"
 INSTALL_HINT = "pip install mlflow-skinny (the client; scripts/install-mlflow.sh installs a cached copy)"
 
-# MLflow's REST client retries a refused connection for minutes by default: fail within seconds instead
-# (a user's own setting of these variables wins).
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# MLflow's REST client retries a refused connection for minutes by default: fail within seconds instead;
+# and no "View run" lines of its own on stdout (a user's own setting of these variables wins).
+ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
 # record sections whose numeric leaves become metrics named SECTION.FIELD (nested: SECTION.A.B)
 METRIC_SECTIONS = ("throughput", "step_time_s", "input_wait_s", "memory", "flops", "energy", "model")
@@ -64,6 +64,15 @@ class Mapped:
     start_ms: int
     end_ms: int
     record: dict = field(repr=False)
+
+
+def add_options(parser, what: str) -> None:
+    """--mlflow [TRACKING_URI] and --mlflow-experiment, for `export` and `sweep`."""
+    parser.add_argument("--mlflow", nargs="?", const="", metavar="TRACKING_URI",
+                        help=f"{what} (default URI: $MLFLOW_TRACKING_URI, else MLflow's default); a record already "
+                             "there is skipped (docs/mlflow.md)")
+    parser.add_argument("--mlflow-experiment", default=EXPERIMENT,
+                        help=f"MLflow experiment to log into (default: {EXPERIMENT}; created when missing)")
 
 
 def _number(value) -> float | None:
@@ -133,6 +142,7 @@ def _metrics(record: dict) -> list[tuple[str, float, int]]:
 
 def _params(record: dict) -> dict[str, str]:
     params = {name: _text(value) for name, value in (record.get("config") or {}).items() if value is not None}
+    params["runtime"] = runtime_of(record)
     world = record.get("world") or {}
     params.update({f"world.{name}": _text(world[name]) for name in WORLD_PARAMS if world.get(name) is not None})
     return {key: value[:PARAM_LIMIT] for key, value in params.items()}
@@ -158,13 +168,19 @@ def _tags(record: dict, sweep: dict | None) -> dict[str, str]:
     return {key: value[:TAG_LIMIT] for key, value in tags.items() if value != ""}
 
 
+def runtime_of(record: dict) -> str:
+    """The runtime in benchrun's names, as reports group by it."""
+    from .reports import runtime_of as named
+
+    return named(record)
+
+
 def run_name(record: dict) -> str:
     config, world = record.get("config") or {}, record.get("world") or {}
-    runtime = (record.get("provenance") or {}).get("requested_runtime") or "bench"
     parts = ["comm" if is_comm(record) else None, config.get("framework"), config.get("model"),
              f"b{config['batch_size']}" if config.get("batch_size") else None,
              config.get("strategy") if config.get("strategy") not in (None, "none") else None,
-             f"x{world['workers']}" if world.get("workers") else None, runtime]
+             f"x{world['workers']}" if world.get("workers") else None, runtime_of(record)]
     return "-".join(str(p) for p in parts if p)
 
 
@@ -190,7 +206,7 @@ class Tracker:
 
         if importlib.util.find_spec("mlflow") is None:
             raise UsageError(f"--mlflow needs MLflow, which this Python ({sys.executable}) lacks: {INSTALL_HINT}")
-        for name, value in HTTP_DEFAULTS.items():
+        for name, value in ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
         from mlflow.tracking import MlflowClient
 

@@ -22,7 +22,7 @@ def store(real_record, tmp_path_factory):
     """A plain store with two ok records (one of two repeats) and a failed one, and a sweep store
     holding one more ok record in an envelope."""
     R = RecordFactory(real_record)
-    ok, failed = R(12.5, runtime="local"), R(status="failed", error="RuntimeError: boom")
+    ok, failed = R(12.5, runtime="none", requested="local"), R(status="failed", error="RuntimeError: boom")
     two = R(20.0, runtime="docker", requested="docker")
     two["repeats"] = [dict(two["repeats"][0], index=0, images_per_sec=19.0),
                       dict(two["repeats"][0], index=1, images_per_sec=21.0)]
@@ -60,7 +60,7 @@ def check_runs(found: list[dict], records: dict[str, dict]) -> None:
             assert "throughput.images_per_sec" not in run["metrics"]
             continue
         assert run["status"] == "FINISHED"
-        metrics = run["metrics"]
+        metrics = {name: [tuple(point) for point in points] for name, points in run["metrics"].items()}
         assert metrics["throughput.images_per_sec"] == [(0, record["throughput"]["images_per_sec"])]
         assert metrics["throughput.images_per_sec_per_rank"] == [(0, record["throughput"]["images_per_sec"])]
         assert metrics["repeat.images_per_sec"] == [(r["index"], r["images_per_sec"]) for r in record["repeats"]]
@@ -183,22 +183,56 @@ def test_comm_record_metrics_are_per_message_size():
     record = {"kind": "comm", "run_id": "c" * 32, "status": "ok", "timestamp_utc": "2026-11-25T01:02:03.500Z",
               "duration_s": 2.0, "config": {"framework": "torch", "backend": "gloo", "ops": ["allreduce", "pingpong"]},
               "world": {"workers": 2, "processes": 2, "launcher": "benchrun-local"}, "results": rows,
-              "provenance": {"hostname": "vm", "framework": {"name": "torch", "version": "2.14.1"}}}
+              "provenance": {"hostname": "vm", "container_runtime": "none", "requested_runtime": None,
+                             "framework": {"name": "torch", "version": "2.14.1"}}}
     m = mlflow_export.mapped(record)
     assert ("allreduce.busbw_gbps", 2.0, 1024) in m.metrics and ("pingpong.latency_us", 10.0, 4) in m.metrics
     assert ("busbw_gbps.max", 2.0, 0) in m.metrics
     assert m.params["ops"] == "allreduce pingpong" and m.params["world.workers"] == "2"
     assert m.tags["dlbench.kind"] == "comm" and m.tags["provenance.framework.version"] == "2.14.1"
-    assert m.name == "comm-torch-x2-bench" and m.status == "FINISHED"
+    assert m.name == "comm-torch-x2-local" and m.params["runtime"] == "local" and m.status == "FINISHED"
     assert (m.start_ms, m.end_ms) == (1795568523500, 1795568525500)
 
 
 def test_accuracy_curve_is_metrics_at_sample_steps():
     record = {"run_id": "a" * 32, "status": "timeout", "config": {"framework": "tf", "model": "resnet50"},
+              "provenance": {"container_runtime": "docker", "requested_runtime": "docker"},
               "accuracy": {"curve": [{"samples": 512, "eval_accuracy": 0.5, "eval_loss": 1.2, "epoch": 1},
                                      {"samples": 1024, "eval_accuracy": 0.75, "eval_loss": float("nan")}]}}
     m = mlflow_export.mapped(record)
     assert [x for x in m.metrics if x[0].startswith("accuracy.")] == [
         ("accuracy.eval_accuracy", 0.5, 512), ("accuracy.eval_loss", 1.2, 512), ("accuracy.epoch", 1.0, 512),
         ("accuracy.eval_accuracy", 0.75, 1024)]  # not finite: left out
-    assert m.status == "FAILED" and m.start_ms == 0
+    assert m.status == "FAILED" and m.start_ms == 0 and m.name == "tf-resnet50-docker"
+
+
+@pytest.mark.slow
+def test_sweep_logs_as_it_goes(mlflow_env, tmp_path):
+    from infra.sweeps import lines, tiny_plan, write_plan
+
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    uri, store_path = str(tmp_path / "mlruns"), tmp_path / "sweep.jsonl"
+    done = benchrun("sweep", str(plan), "--store", str(store_path), "--mlflow", uri, env=mlflow_env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    entries = lines(store_path)
+    found = by_run_id(runs(uri, mlflow_env))
+    assert set(found) == {e["record"]["run_id"] for e in entries} and len(found) == 2
+    for entry in entries:
+        run = found[entry["record"]["run_id"]]
+        assert run["tags"]["sweep.config_hash"] == entry["sweep"]["config_hash"] and run["status"] == "FINISHED"
+        assert run["params"]["batch_size"] == str(entry["record"]["config"]["batch_size"])
+    again = export(uri, [str(store_path)], mlflow_env)  # the export after a sweep finds them all there
+    assert again.returncode == 0 and again.stdout.startswith("mlflow: 0 runs logged, 2 already there"), again.stdout
+
+
+@pytest.mark.slow
+def test_sweep_with_unreachable_tracking_runs_nothing(mlflow_env, tmp_path):
+    from infra.sweeps import tiny_plan, write_plan
+
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan())
+    store_path = tmp_path / "sweep.jsonl"
+    done = benchrun("sweep", str(plan), "--store", str(store_path), "--mlflow", f"http://127.0.0.1:{_refusing_port()}",
+                    env=mlflow_env, timeout=300)
+    assert done.returncode == 6, done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1].startswith("benchrun: error: MLflow tracking store http://127.0.0.1:")
+    assert not store_path.exists()

@@ -115,11 +115,7 @@ def add_parser(sub) -> None:
     p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
     p.add_argument("--csv", help="CSV file to write (replaced)")
     p.add_argument("--parquet", help="Parquet file to write (replaced): the same columns, typed (pandas, Polars, Spark)")
-    p.add_argument("--mlflow", nargs="?", const="", metavar="TRACKING_URI",
-                   help="log one MLflow run per record (default URI: $MLFLOW_TRACKING_URI, else MLflow's default); "
-                        "records already there are skipped (docs/mlflow.md)")
-    p.add_argument("--mlflow-experiment", default=mlflow_export.EXPERIMENT,
-                   help=f"MLflow experiment to log into (default: {mlflow_export.EXPERIMENT}; created when missing)")
+    mlflow_export.add_options(p, "log one MLflow run per record")
     add_selection(p)
     p.set_defaults(run=run)
 
