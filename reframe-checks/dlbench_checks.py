@@ -61,22 +61,38 @@ class DlbenchBase(rfm.RunOnlyRegressionTest):
         """A partition's `extras` entry `dlbench_NAME` (site/settings.py)."""
         return self.current_partition.extras.get(f'dlbench_{name}', default)
 
-    def record(self):
-        """The record the run printed: the last JSON line of stdout."""
-        return lib.last_record(os.path.join(self.stagedir, str(self.stdout.evaluate())))
+    def records(self):
+        """The records the run made: the one it printed (the last JSON line of its stdout)."""
+        return [lib.last_record(os.path.join(self.stagedir, str(self.stdout.evaluate())))]
+
+    def expected_records(self):
+        return 1
+
+    def values(self, records):
+        """{performance variable: value} from the records (lib.PERF_VARIABLES names them)."""
+        raise NotImplementedError
 
     @run_after('init')
     def set_references(self):
         self.reference = lib.references(REFERENCES, self.selector())
 
     def selector(self):
-        return {'test': type(self).__name__}
+        """What a references entry's `match` is compared with: the test's name and its parameters."""
+        return {'test': type(self).__name__,
+                **{key: getattr(self, key) for key in lib.MATCH_KEYS if key != 'test' and hasattr(self, key)}}
 
-    def perf(self, values):
-        """perf_variables from {name: value} (units: lib.PERF_VARIABLES); values absent from the record
-        (null memory views on a CPU) are left out, never reported as 0."""
+    @sanity_function
+    def records_are_sound(self):
+        records = self.records()
+        return sn.all([lib.sane(record, self.kind) for record in records] +
+                      [sn.assert_eq(len(records), self.expected_records(), msg='{0} records, expected {1}')])
+
+    @run_before('performance')
+    def set_perf_variables(self):
+        """perf_variables from the records (units: lib.PERF_VARIABLES); values absent from the record (null
+        memory views on a CPU) are left out, never reported as 0."""
         self.perf_variables = {name: sn.make_performance_function(sn.defer(value), lib.PERF_VARIABLES[name][0])
-                               for name, value in values.items() if value is not None}
+                               for name, value in self.values(self.records()).items() if value is not None}
 
 
 @rfm.simple_test
@@ -128,17 +144,8 @@ class DlbenchTrain(DlbenchBase):
             ['--', *self.bench_args()]
         self.executable_opts = [shlex.quote(a) for a in self.executable_opts]
 
-    def selector(self):
-        return {'test': type(self).__name__, 'framework': self.framework, 'model': self.model,
-                'strategy': self.strategy, 'ranks': self.ranks, 'runtime': self.runtime}
-
-    @sanity_function
-    def record_is_sound(self):
-        return lib.sane(self.record(), self.kind)
-
-    @run_before('performance')
-    def set_perf_variables(self):
-        self.perf(lib.train_values(self.record()))
+    def values(self, records):
+        return lib.train_values(records[0])
 
 
 @rfm.simple_test
@@ -164,19 +171,14 @@ class DlbenchRuntimeOverhead(DlbenchBase):
             '--out', 'compare', '--', '--framework', self.framework, '--model', self.model,
             *shlex.split(self.bench_options)]]
 
-    def selector(self):
-        return {'test': type(self).__name__, 'framework': self.framework, 'model': self.model, 'runtime': self.runtime}
+    def records(self):
+        return lib.all_records(os.path.join(self.stagedir, 'compare', 'records.jsonl'))
 
-    @sanity_function
-    def records_are_sound(self):
-        records = lib.all_records(os.path.join(self.stagedir, 'compare', 'records.jsonl'))
-        return sn.all([lib.sane(record, self.kind) for record in records] +
-                      [sn.assert_eq(len(records), 2 * self.rounds, msg='expected {1} records, got {0}')])
+    def expected_records(self):
+        return 2 * self.rounds  # each runtime once per round
 
-    @run_before('performance')
-    def set_perf_variables(self):
-        records = lib.all_records(os.path.join(self.stagedir, 'compare', 'records.jsonl'))
-        self.perf({'runtime_overhead': lib.overhead(records, runtimes.BARE, self.runtime)})
+    def values(self, records):
+        return {'runtime_overhead': lib.overhead(records, runtimes.BARE, self.runtime)}
 
 
 @rfm.simple_test
@@ -201,13 +203,5 @@ class DlbenchComm(DlbenchBase):
             'launch', '--launcher', self.extra('launcher', 'local'), '-n', str(self.ranks), '--',
             '--framework', self.framework, 'comm', '--json', *shlex.split(self.comm_options)]]
 
-    def selector(self):
-        return {'test': type(self).__name__, 'framework': self.framework, 'ranks': self.ranks}
-
-    @sanity_function
-    def record_is_sound(self):
-        return lib.sane(self.record(), self.kind)
-
-    @run_before('performance')
-    def set_perf_variables(self):
-        self.perf(lib.comm_values(self.record()))
+    def values(self, records):
+        return lib.comm_values(records[0])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from benchmarks.errors import UsageError
 EXPERIMENT = "dlbench"
 RUN_ID_TAG = "dlbench.run_id"
 COMPLETE_TAG = "dlbench.export"
+RUN_ID = re.compile(r"[0-9a-fA-F]{8,64}")
 INSTALL_HINT = "pip install mlflow-skinny (the client; scripts/install-mlflow.sh installs a cached copy)"
 
 # MLflow's REST client retries a refused connection for minutes by default: fail within seconds instead;
@@ -152,7 +154,7 @@ def _tags(record: dict, sweep: dict | None) -> dict[str, str]:
     provenance = record.get("provenance") or {}
     tags = {RUN_ID_TAG: record["run_id"], "dlbench.status": record.get("status", ""),
             "dlbench.schema_version": str(record.get("schema_version", "")), "dlbench.kind": record.get("kind", "train"),
-            "mlflow.source.name": "benchrun export", "mlflow.source.type": "LOCAL"}
+            "mlflow.source.name": "benchrun", "mlflow.source.type": "LOCAL"}
     for name, value in provenance.items():
         if isinstance(value, dict):
             tags.update({f"provenance.{name}.{key}": _text(item) for key, item in value.items() if item is not None})
@@ -221,18 +223,16 @@ class Tracker:
 
         try:
             return function(*args, **kwargs)
-        except (MlflowException, OSError, ImportError, ValueError) as error:
-            if "MLFLOW_ALLOW_FILE_STORE" in str(error):  # MLflow's own message is a paragraph
-                raise TrackingError(f"MLflow tracking store {self.uri}: MLflow refuses file stores unless "
-                                    "MLFLOW_ALLOW_FILE_STORE=true is set; or name a tracking server (http://HOST:PORT) "
-                                    "or sqlite:///FILE (full mlflow)") from None
-            raise TrackingError(f"MLflow tracking store {self.uri or '(default)'}: could not {what}: "
-                                f"{_one_line(error)}") from None
         except Exception as error:  # requests' and SQLAlchemy's errors reach us unwrapped from some stores
-            if type(error).__module__.split(".")[0] in ("requests", "urllib3", "sqlalchemy"):
-                raise TrackingError(f"MLflow tracking store {self.uri or '(default)'}: could not {what}: "
-                                    f"{_one_line(error)}") from None
-            raise
+            if not isinstance(error, (MlflowException, OSError, ImportError, ValueError)) and \
+                    type(error).__module__.split(".")[0] not in ("requests", "urllib3", "sqlalchemy"):
+                raise  # a bug: benchrun's internal-error line
+            if "MLFLOW_ALLOW_FILE_STORE" in str(error):  # MLflow's own message is a paragraph
+                reason = ("MLflow refuses file stores unless MLFLOW_ALLOW_FILE_STORE=true is set; or name a "
+                          "tracking server (http://HOST:PORT) or sqlite:///FILE (full mlflow)")
+            else:
+                reason = f"could not {what}: {_one_line(error)}"
+            raise TrackingError(f"MLflow tracking store {self.uri or '(default)'}: {reason}") from None
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -261,6 +261,8 @@ class Tracker:
     def export(self, record: dict, sweep: dict | None = None, known: dict[str, list] | None = None) -> bool:
         """Log one record unless a complete run of it exists; True when a run was written. Runs of it
         left incomplete by an earlier export are deleted first (`known`: `existing()`, read once)."""
+        if not RUN_ID.fullmatch(str(record.get("run_id"))):  # it goes into a search filter
+            raise UsageError(f"record run_id {str(record.get('run_id'))[:80]!r} is not a dlbench run id (hex)")
         runs = (known if known is not None else self.existing(record["run_id"])).get(record["run_id"], [])
         if any(run.data.tags.get(COMPLETE_TAG) == "complete" for run in runs):
             return False

@@ -130,13 +130,13 @@ def run(args) -> int:
 
     if not args.csv and not args.parquet and args.mlflow is None:
         raise UsageError("export needs --csv OUT.csv, --parquet OUT.parquet and/or --mlflow [TRACKING_URI]")
+    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if path:
+            check_file(path, flag)
     if args.mlflow is not None:
         to_mlflow(args)
         if not args.csv and not args.parquet:
             return 0
-    for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
-        if path:
-            check_file(path, flag)
     fields, select = projection()
     chosen = selection(args)
     chosen["where"] = reports.conditions(chosen["where"])
