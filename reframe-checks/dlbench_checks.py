@@ -11,7 +11,6 @@ there is a new test here. What a site sets: its partitions, their features and `
 (site/settings.py) and its references (site/references.yaml, or DLBENCH_REFERENCES=FILE).
 """
 
-import json
 import os
 import shlex
 import sys
@@ -22,16 +21,14 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import parameter, run_after, run_before, sanity_function, variable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-sys.path.insert(0, HERE)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import dlbench_rfm as lib  # noqa: E402 - puts the dlbench checkout on sys.path
 
 from benchmarks.config import FRAMEWORKS, MODELS  # noqa: E402 - dlbench's own axes (no framework imported)
 from benchmarks.distributed import strategies  # noqa: E402
 from runners import runtimes  # noqa: E402
-
-import dlbench_rfm as lib  # noqa: E402
 
 RANKS = (1, 2)
 # the site's references, checked whole before any test is made: a wrong one stops the run here

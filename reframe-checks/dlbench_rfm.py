@@ -6,10 +6,15 @@ else: the checks report these, a references file may name only these, with these
 
 import json
 import os
+import sys
 
 import reframe.utility.sanity as sn
 
-from runners.dispatch import IMAGES  # noqa: F401 - the framework's image, as benchrun picks it
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dlbench checkout these checks ship in
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from runners.dispatch import IMAGES  # noqa: E402,F401 - the framework's image, as benchrun picks it
 
 MiB = 1024 * 1024
 EXIT_REFERENCES = 2  # the references file is wrong: `dlbench: error: ...` on stderr, no test run
@@ -40,7 +45,6 @@ PLATFORM_OPTIONS = {'docker': ["--entrypoint=''", '--network=host']}
 
 SCHEMAS = {'train': os.path.join('benchmarks', 'schema', 'result-1.json'),
            'comm': os.path.join('benchmarks', 'schema', 'comm-1.json')}
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ReferencesError(Exception):

@@ -46,6 +46,7 @@ RANK_METRICS = {"rank.images_per_sec": ("images_per_sec",), "rank.wall_time_s": 
 CURVES = (("accuracy", "curve", "samples"),)
 COMM_ROW_METRICS = ("busbw_gbps", "algbw_gbps", "time_s", "latency_us")
 WORLD_PARAMS = ("workers", "processes", "num_ps", "nodes", "processes_per_node", "launcher")
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy stores: full mlflow, not mlflow-skinny
 RUN_STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}  # any other record status: FAILED
 
 PARAM_LIMIT, TAG_LIMIT = 6000, 5000  # MLflow's value limits (characters)
@@ -210,9 +211,15 @@ class Tracker:
             raise UsageError(f"--mlflow needs MLflow, which this Python ({sys.executable}) lacks: {INSTALL_HINT}")
         for name, value in ENV_DEFAULTS.items():
             os.environ.setdefault(name, value)
+        import mlflow
         from mlflow.tracking import MlflowClient
 
-        self.uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+        self.uri = uri or "(default)"
+        self.uri = uri or self._call("find the tracking URI", mlflow.get_tracking_uri)  # $MLFLOW_TRACKING_URI, else MLflow's
+        scheme = self.uri.partition(":")[0].partition("+")[0]
+        if scheme in DATABASE_SCHEMES and importlib.util.find_spec("sqlalchemy") is None:
+            raise TrackingError(f"MLflow tracking store {self.uri}: a database store needs full MLflow (pip install "
+                                "mlflow; this Python has only its client); or name a tracking server (http://HOST:PORT)")
         self.client = self._call("open", MlflowClient, tracking_uri=self.uri)
         self.uri = self.client.tracking_uri
         self.experiment_id = self._call("read the experiment", self._experiment, experiment)
@@ -232,7 +239,7 @@ class Tracker:
                           "tracking server (http://HOST:PORT) or sqlite:///FILE (full mlflow)")
             else:
                 reason = f"could not {what}: {_one_line(error)}"
-            raise TrackingError(f"MLflow tracking store {self.uri or '(default)'}: {reason}") from None
+            raise TrackingError(f"MLflow tracking store {self.uri}: {reason}") from None
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)

@@ -236,3 +236,16 @@ def test_sweep_with_unreachable_tracking_runs_nothing(mlflow_env, tmp_path):
     assert done.returncode == 6, done.stderr[-3000:]
     assert done.stderr.splitlines()[-1].startswith("benchrun: error: MLflow tracking store http://127.0.0.1:")
     assert not store_path.exists()
+
+
+@pytest.mark.slow
+def test_database_store_without_full_mlflow_is_one_line_exit_6(store, mlflow_env, tmp_path):
+    # the client alone (mlflow-skinny) has no SQLAlchemy: MLflow's own default, sqlite:///mlflow.db, needs full mlflow
+    env = {key: value for key, value in mlflow_env.items() if key != "MLFLOW_TRACKING_URI"}
+    done = benchrun("export", *store["files"], "--mlflow", env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 6 and done.stdout == "", done.stdout + done.stderr
+    assert done.stderr == (f"benchrun: error: MLflow tracking store sqlite:///{tmp_path / 'mlflow.db'}: a database "
+                           "store needs full "
+                           "MLflow (pip install mlflow; this Python has only its client); or name a tracking server "
+                           "(http://HOST:PORT)\n")
+    assert not (tmp_path / "mlflow.db").exists()
