@@ -273,7 +273,9 @@ class Tracker:
         runs = (known if known is not None else self.existing(record["run_id"])).get(record["run_id"], [])
         if any(run.data.tags.get(COMPLETE_TAG) == "complete" for run in runs):
             return False
-        for run in runs:
+        for run in runs:  # an earlier export's, left incomplete: FAILED and deleted, as _abandon leaves its own
+            if run.info.status == "RUNNING":
+                self._call("end an incomplete run", self.client.set_terminated, run.info.run_id, "FAILED")
             self._call("delete an incomplete run", self.client.delete_run, run.info.run_id)
         self.log(mapped(record, sweep))
         return True
