@@ -184,3 +184,17 @@ def test_unknown_system_is_reframes_one_line(reframe_path, tmp_path):
     assert "ERROR: failed to load configuration: could not find a configuration entry for the requested system: " \
            "'nosuch'" in done.stdout + done.stderr
     assert not (tmp_path / "rfm" / "stage").exists()
+
+
+def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
+    """No record (bench refused its input) and a record whose status is not ok: both fail sanity, saying why."""
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
+                   "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
+                   "-S", "DlbenchTrain.bench_options=--image-size 8",
+                   "-S", f"DlbenchComm.comm_options=--timeout 0.5 {' '.join(ports())}", "-r")
+    out = done.stdout
+    assert done.returncode == 1 and "Ran 2/2 test case(s)" in out and "2 failure(s)" in out, out[-4000:]
+    failures = out[out.index("SUMMARY OF FAILURES"):]
+    assert failures.count("Failing phase: sanity") == 2, failures
+    assert "Reason: sanity error: the run printed no record" in failures, failures
+    assert re.search(r"Reason: sanity error: record status (timeout|interrupted|failed), expected ok", failures), failures
