@@ -1,7 +1,7 @@
 """reframe-checks/ under a real ReFrame (scripts/install-reframe.sh, PyPI, cached): a small subset on
-the local scheduler, on our local Slurm and in Docker through ReFrame's own container platform; a
-reference that passes and one that fails, read back from ReFrame's performance report and perflog;
-a wrong references file and an unknown system stop ReFrame with one line."""
+the local scheduler, on our local Slurm, and in Docker and Apptainer through ReFrame's own container
+platforms; a reference that passes and one that fails, read back from ReFrame's performance report
+and perflog; sanity failing; a wrong references file and an unknown system stop ReFrame with one line."""
 
 from __future__ import annotations
 
@@ -42,12 +42,13 @@ def write_references(path, entries: list[dict]) -> str:
 
 
 def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = None, env: dict | None = None,
-            timeout: float = 900) -> subprocess.CompletedProcess:
+            timeout: float = 900, settings=SETTINGS) -> subprocess.CompletedProcess:
     """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it and small runs."""
-    environment = python_env({"PATH": f"{reframe_path}:{os.environ['PATH']}", **(env or {})})
+    environment = python_env(env)
+    environment["PATH"] = f"{reframe_path}:{environment['PATH']}"
     if references:
         environment["DLBENCH_REFERENCES"] = references
-    argv = ["reframe", "--nocolor", "-C", str(SETTINGS), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
+    argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
             "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={sys.executable} -m runners",
             "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
     return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
@@ -142,6 +143,35 @@ def test_docker_through_reframes_container_platform_and_overhead(reframe_path, t
     assert re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
     assert subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=dlbench-torch:latest", "--filter", "status=exited"],
                           capture_output=True, text=True).stdout.strip() == ""  # --rm: nothing left
+
+
+def test_apptainer_through_reframes_container_platform(reframe_path, tmp_path, dlbench_images):
+    """A site's partition with Apptainer: ReFrame's own Apptainer platform runs bench in our SIF (as root here:
+    `--userns`, given through dlbench_container_options)."""
+    from infra import apptainer
+    from test_runtimes_apptainer import def_sif  # the SIF those tests build from Singularity.def: one build for both
+
+    bin_dir = apptainer.install()
+    sif = def_sif(bin_dir, "tensorflow", dlbench_images["tensorflow"])
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"""import runpy
+site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
+local = site_configuration['systems'][0]['partitions'][0]
+local['features'].append('apptainer')
+local['container_platforms'].append({{'type': 'Apptainer'}})
+local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}},
+                       dlbench_container_options={{'apptainer': ['--userns']}})
+""")
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
+                   "-n", "DlbenchTrain%framework=tensorflow%model=resnet50%strategy=none%ranks=1%runtime=apptainer$",
+                   "-r", "--performance-report", settings=settings, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert "Ran 1/1 test case(s)" in out and re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
+    script = next((tmp_path / "rfm").rglob("rfm_job.sh")).read_text()
+    assert "apptainer exec -B" in script and f"--userns {sif} bench --framework tensorflow" in script, script
+    record = json.loads(next((tmp_path / "rfm").rglob("rfm_job.out")).read_text().splitlines()[-1])
+    assert record["provenance"]["container_runtime"] == "apptainer"  # detected inside the container
 
 
 LOCAL_ENTRY = {"match": {"model": "alexnet"}, "system": f"{SYSTEM}:local"}
