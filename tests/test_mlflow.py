@@ -268,3 +268,20 @@ def test_refused_write_leaves_no_running_run(store, mlflow_env, tmp_path):
     active, deleted = runs(uri, mlflow_env), runs(uri, mlflow_env, view="DELETED_ONLY")
     assert [(r["tags"][mlflow_export.RUN_ID_TAG], r["status"]) for r in active] == [(records[1]["run_id"], "FINISHED")]
     assert [(r["tags"][mlflow_export.RUN_ID_TAG], r["status"]) for r in deleted] == [(bad["run_id"], "FAILED")]
+
+
+def _documented_names(text: str) -> set[str]:
+    """Backquoted names in docs/mlflow.md, `a.{x,y}` expanded to a.x and a.y."""
+    import re
+
+    names = set()
+    for name in re.findall(r"`([^`\s]+)`", text):
+        match = re.fullmatch(r"(.*)\{([^}]*)\}(.*)", name)
+        names.update(f"{match[1]}{part}{match[3]}" for part in match[2].split(",")) if match else names.add(name)
+    return names
+
+
+def test_every_metric_of_a_real_record_is_documented(real_record):
+    documented = _documented_names((ROOT / "docs" / "mlflow.md").read_text())
+    metrics = {name for name, _, _ in mlflow_export.mapped(real_record).metrics}
+    assert metrics and metrics <= documented, sorted(metrics - documented)

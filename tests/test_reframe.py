@@ -228,3 +228,15 @@ def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
     assert failures.count("Failing phase: sanity") == 2, failures
     assert "Reason: sanity error: the run printed no record" in failures, failures
     assert re.search(r"Reason: sanity error: record status (timeout|interrupted|failed), expected ok", failures), failures
+
+
+def test_every_performance_variable_is_documented_with_its_unit():
+    import ast
+
+    tree = ast.parse((ROOT / "reframe-checks" / "dlbench_rfm.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PERF_VARIABLES")
+    variables = ast.literal_eval(node.value)
+    docs, readme = (ROOT / "docs" / "reframe.md").read_text(), (ROOT / "README.md").read_text()
+    for name, (unit, _) in variables.items():
+        assert re.search(rf"^\| `{name}` \| `{re.escape(unit)}` \|", docs, re.MULTILINE), (name, unit)
+        assert f"`{name}`" in readme, name
