@@ -10,8 +10,10 @@ import importlib
 import sys
 
 from benchmarks.durable import OutputError
-from benchmarks.errors import (EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory, debug_enabled,
-                             report_internal_error)
+from benchmarks.errors import (EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError,
+                               check_working_directory, debug_enabled, report_internal_error)
+
+from .mlflow_export import TrackingError
 
 COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
 
@@ -43,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         saved = f"saved to {error.fallback}" if error.fallback else "the temp dir is not writable either"
         print(f"benchrun: error: {error}: the entry is {saved}", file=sys.stderr)
         return EXIT_OUTPUT
+    except TrackingError as error:  # an MLflow tracking store unreachable or refusing a write
+        print(f"benchrun: error: {error}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except KeyboardInterrupt:
         print("benchrun: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

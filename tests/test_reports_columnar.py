@@ -125,7 +125,7 @@ def test_unreadable_stores_are_one_line(tmp_path):
     cases = [(["report", middle, "--out", tmp_path / "o"], "m.jsonl: line 4 is not valid JSON"),
              (["export", tmp_path / "absent.jsonl", "--csv", tmp_path / "x.csv"], "is not a file or a directory"),
              (["compare", empty_dir, STORE], "is a directory without *.jsonl stores"),
-             (["export", STORE], "export needs --csv OUT.csv and/or --parquet OUT.parquet")]
+             (["export", STORE], "export needs --csv OUT.csv, --parquet OUT.parquet and/or --mlflow [TRACKING_URI]")]
     for args, message in cases:
         result = benchrun(*args)
         assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, (args, result.stderr)

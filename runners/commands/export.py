@@ -1,12 +1,21 @@
-"""`benchrun export`: every record of one or more stores as one row, CSV and/or Parquet.
+"""`benchrun export`: every record of one or more stores as one row (CSV, Parquet) or one MLflow run.
 
     benchrun export RESULTS.jsonl [MORE.jsonl DIR ...] --csv OUT.csv [--parquet OUT.parquet]
+    benchrun export RESULTS.jsonl [MORE.jsonl DIR ...] --mlflow [TRACKING_URI] [--mlflow-experiment NAME]
 
 Columns are fixed and documented in docs/reports.md (COLUMNS below); a value
 that does not apply is an empty cell (CSV) or null (Parquet), never 0. Rows
 come from DuckDB (runners.columnar) and stream to the file: memory does not
 grow with the store. Each file is written beside its target and renamed into
 place once complete.
+
+--mlflow logs one MLflow run per record (training and `bench comm` records), to
+TRACKING_URI or else $MLFLOW_TRACKING_URI (docs/mlflow.md: every param, metric
+and tag); a record already exported there is skipped, so exporting twice stores
+once. Exit codes: 0 done, 2 bad input or MLflow not installed in this Python,
+6 the tracking store could not be reached or refused a write (one line; no run
+is left RUNNING: a run begun is marked FAILED and deleted, or replaced by the
+next export).
 """
 
 from __future__ import annotations
@@ -14,11 +23,12 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import warnings
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .. import columnar, reports
+from .. import columnar, mlflow_export, reports, store
 from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
@@ -105,6 +115,7 @@ def add_parser(sub) -> None:
     p.add_argument("stores", nargs="+", help="bench JSONL files, sweep stores, or directories of them (*.jsonl)")
     p.add_argument("--csv", help="CSV file to write (replaced)")
     p.add_argument("--parquet", help="Parquet file to write (replaced): the same columns, typed (pandas, Polars, Spark)")
+    mlflow_export.add_options(p, "log one MLflow run per record")
     add_selection(p)
     p.set_defaults(run=run)
 
@@ -117,11 +128,15 @@ def _partial(target: Path) -> Path:
 def run(args) -> int:
     from benchmarks.durable import check_file
 
-    if not args.csv and not args.parquet:
-        raise UsageError("export needs --csv OUT.csv and/or --parquet OUT.parquet")
+    if not args.csv and not args.parquet and args.mlflow is None:
+        raise UsageError("export needs --csv OUT.csv, --parquet OUT.parquet and/or --mlflow [TRACKING_URI]")
     for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):
         if path:
             check_file(path, flag)
+    if args.mlflow is not None:
+        to_mlflow(args)
+        if not args.csv and not args.parquet:
+            return 0
     fields, select = projection()
     chosen = selection(args)
     chosen["where"] = reports.conditions(chosen["where"])
@@ -149,3 +164,35 @@ def run(args) -> int:
             written.append(str(target))
     print(f"wrote {count} records, {len(COLUMNS)} columns to {' and '.join(written)}")
     return 0
+
+
+def chosen_entries(args):
+    """(record, sweep section or None) of every record the selection keeps, once per run_id, in store
+    order: DuckDB picks the run_ids as for --csv; the records are then read whole."""
+    chosen = selection(args)
+    chosen["where"] = reports.conditions(chosen["where"])
+    with columnar.scan(args.stores, ["run_id"], ["r.run_id"], warn=reports.print_warning, **chosen) as con:
+        wanted = {row[0] for row in con.execute("SELECT c0 FROM records").fetchall()}
+    if not args.where:
+        wanted |= {r["run_id"] for r in reports.load(args.stores, kind="comm", since=chosen["since"], until=chosen["until"])}
+    for path in columnar.store_files(args.stores):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", store.StoreWarning)  # columnar.scan has named them already
+            for entry in store.iter_entries(path):
+                record = entry["record"]
+                if record is not None and record.get("run_id") in wanted:
+                    wanted.discard(record["run_id"])
+                    yield record, entry["sweep"]
+
+
+def to_mlflow(args) -> None:
+    tracker = mlflow_export.Tracker(args.mlflow or None, args.mlflow_experiment)
+    known = tracker.existing()
+    written = skipped = 0
+    for record, sweep in chosen_entries(args):
+        if tracker.export(record, sweep, known):
+            written += 1
+        else:
+            skipped += 1
+    print(f"mlflow: {written} runs logged, {skipped} already there, to experiment {args.mlflow_experiment!r} "
+          f"at {tracker.uri}")

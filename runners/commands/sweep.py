@@ -16,7 +16,12 @@ the same store appends the pending entries first: nothing lost, nothing run twic
 
 Exit codes: 0 every point ok or oom, 1 some point failed (after its retries),
 2 bad plan or options (nothing run, store untouched), 5 the store could not be
-written (the sweep stopped; the entry is in the pending file named), 130 interrupted.
+written (the sweep stopped; the entry is in the pending file named), 6 --mlflow's
+tracking store cannot be reached at start (nothing run), 130 interrupted.
+
+With --mlflow, each record is logged to MLflow once it is in the store; if the tracking
+store fails mid-sweep, one warning says so, the sweep goes on without it, and
+`benchrun export STORE --mlflow URI` later logs what is missing (it skips what is there).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from benchmarks import durable
 from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
 from benchmarks.processes import sweep_deadline
 
-from .. import dispatch, launchers, runtimes, store
+from .. import dispatch, launchers, mlflow_export, runtimes, store
 from ..sweep import Plan, PlanError, Point, expand, load_plan
 
 DEFAULT_STORE = "results/sweep.jsonl"
@@ -54,6 +59,7 @@ def add_parser(sub) -> None:
     p.add_argument("--retries", type=int, default=0, help="re-run a failed or timed-out point up to N more times (default: 0)")
     p.add_argument("--timeout", type=float, help="seconds per run, recorded as 'timeout' (default: the plan's timeout, else none)")
     p.add_argument("--dry-run", action="store_true", help="list what would run, skip and be kept, with each command; run nothing")
+    mlflow_export.add_options(p, "also log each stored record as an MLflow run as it comes, as `export --mlflow`")
     p.set_defaults(run=run)
 
 
@@ -318,6 +324,9 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     recover_pending(console, store_path)
     _, attempts, todo = _plan_state(store_path, points)
     _announce(console, args, points, skipped, todo, store_path)
+    tracker = None
+    if args.mlflow is not None:  # reached before anything runs: a wrong URI costs no measurement
+        tracker = mlflow_export.Tracker(args.mlflow or None, args.mlflow_experiment)
     store_path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.StoreWarning)
@@ -332,7 +341,8 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     unwritable = None
     with Stop() as stop:
         try:
-            _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop)
+            _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop,
+                   MlflowLog(console, tracker) if tracker else None)
         except durable.OutputError as error:
             unwritable = error
     counts = {k: 0 for k in ("ok", "oom", "failed", "timeout", "interrupted")}
@@ -350,7 +360,26 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     return EXIT_OK if all(s in DONE for s in final.values()) else EXIT_FAILED
 
 
-def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop) -> None:
+class MlflowLog:
+    """Each stored record to MLflow as it comes; after the first failure of the tracking store, nothing more
+    (the store has every record; `benchrun export --mlflow` catches up later)."""
+
+    def __init__(self, console, tracker):
+        self.console, self.tracker = console, tracker
+
+    def __call__(self, entry: dict) -> None:
+        if self.tracker is None or entry["record"] is None:
+            return
+        try:
+            self.tracker.export(entry["record"], entry["sweep"])
+        except mlflow_export.TrackingError as error:
+            self.console.print(f"benchrun: warning: {error}; not logging to MLflow for the rest of this sweep "
+                               f"(`benchrun export STORE --mlflow {self.tracker.uri}` logs what is missing)")
+            self.tracker = None
+
+
+def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
+           logged=None) -> None:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -389,6 +418,8 @@ def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_p
                 status = status_of(entry)
                 final[h] = status
                 durable.append_or_fallback(store_path, entry, pending_name(store_path))
+                if logged:
+                    logged(entry)
                 progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
                 if status not in RETRY or stop.requested:
                     break

@@ -1,0 +1,242 @@
+"""reframe-checks/ under a real ReFrame (scripts/install-reframe.sh, PyPI, cached): a small subset on
+the local scheduler, on our local Slurm, and in Docker and Apptainer through ReFrame's own container
+platforms; a reference that passes and one that fails, read back from ReFrame's performance report
+and perflog; sanity failing; a wrong references file and an unknown system stop ReFrame with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from infra.helpers import ROOT, SMALL, ports, python_env
+from infra.slurm import skip_loudly
+
+CHECKS = ROOT / "reframe-checks"  # the folder, as a site points -c at it
+SETTINGS = ROOT / "reframe-checks" / "site" / "settings.py"
+INSTALL = ROOT / "scripts" / "install-reframe.sh"
+SYSTEM = "dlbench-example"
+TRAIN = "DlbenchTrain%framework=torch%model=alexnet"  # ReFrame matches -n against the name without spaces
+BENCH_OPTIONS = " ".join(["--image-size", "64", *SMALL, "--timeout", "120"])
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reframe_path() -> str:
+    try:
+        done = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as error:
+        skip_loudly(f"REFRAME TESTS SKIPPED: {error}")
+    assert done.returncode == 0, f"install-reframe.sh failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    return done.stdout.strip().removeprefix('export PATH="').removesuffix(':$PATH"')
+
+
+def write_references(path, entries: list[dict]) -> str:
+    path.write_text(json.dumps(entries))  # JSON is YAML
+    return str(path)
+
+
+def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = None, env: dict | None = None,
+            timeout: float = 900, settings=SETTINGS) -> subprocess.CompletedProcess:
+    """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it and small runs."""
+    environment = python_env(env)
+    environment["PATH"] = f"{reframe_path}:{environment['PATH']}"
+    if references:
+        environment["DLBENCH_REFERENCES"] = references
+    argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
+            "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={sys.executable} -m runners",
+            "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
+    return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def perflog(tmp_path, partition: str, test: str) -> list[dict]:
+    """The rows of ReFrame's perflog for a test (its default handler: '|'-separated, a header line first)."""
+    files = list((tmp_path / "perflogs" / SYSTEM / partition).glob(f"{test}*.log"))
+    assert files, f"no perflog for {test} under {tmp_path / 'perflogs'}"
+    lines = "".join(f.read_text() for f in files).splitlines()
+    return [dict(zip(lines[0].split("|"), line.split("|"))) for line in lines[1:]]
+
+
+def test_local_scheduler_reference_passes_and_one_fails(reframe_path, tmp_path):
+    """Training on the local scheduler against a reference it meets; `bench comm` against one it
+    cannot meet: ReFrame reports the performance failure, the report and perflog hold both."""
+    references = write_references(tmp_path / "references.yaml", [
+        {"match": {"test": "DlbenchTrain", "framework": "torch"}, "system": f"{SYSTEM}:local",
+         "variables": {"images_per_sec": [0.01, -0.99, None, "img/s"], "step_time_p90": [600.0, None, 0.0, "s"]}},
+        {"match": {"test": "DlbenchComm"}, "system": SYSTEM,
+         "variables": {"busbw": [1.0e6, -0.1, None, "GB/s"]}},
+    ])
+    comm = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1", *ports()]
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local", "-n",
+                   f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
+                   "-S", f"DlbenchComm.comm_options={' '.join(comm)}", "-r", "--performance-report",
+                   references=references)
+    out = done.stdout
+    assert done.returncode == 1, out[-4000:] + done.stderr[-2000:]  # one test failed
+    assert "Ran 2/2 test case(s)" in out and "1 failure(s)" in out, out[-3000:]
+    assert re.search(r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch", out), out[-3000:]
+    failure = out[out.index("SUMMARY OF FAILURES"):]
+    assert "DlbenchComm %framework=torch" in failure and "performance" in failure, failure
+    assert re.search(r"busbw=[0-9.e+-]+ GB/s, expected 1000000(\.0)? \(l=900000(\.0)?, u=inf\)", failure), failure
+    # ReFrame's per-test lines and its performance report: every variable with its unit and reference
+    assert re.search(r"P: images_per_sec: [0-9.]+ img/s \(r:0\.01, l:-0\.99, u:None\)", out), out[-4000:]
+    assert re.search(r"P: step_time_p90: [0-9.]+ s \(r:600\.0, l:None, u:0\.0\)", out), out[-4000:]
+    for variable, unit in (("images_per_sec_per_rank", "img/s"), ("host_rss_peak", "MiB"), ("pingpong_latency", "us")):
+        assert re.search(rf"P: {variable}: [0-9.]+ {unit}\b", out), variable
+    assert "allocator_peak" not in out  # null on a CPU: not reported at all
+    report = out[out.index("PERFORMANCE REPORT"):]
+    assert re.search(r"│ busbw +│ GB/s +│ +[0-9.e+-]+ │ fail", report), report
+    assert re.search(r"│ images_per_sec +│ img/s +│ +[0-9.]+ │ pass", report), report
+    [train], [comm] = perflog(tmp_path, "local", "DlbenchTrain"), perflog(tmp_path, "local", "DlbenchComm")
+    assert train["result"] == "pass" and train["model"] == "alexnet" and train["runtime"] == "local", train
+    assert (train["images_per_sec_unit"], train["images_per_sec_ref"], train["images_per_sec_lower_thres"]) == \
+        ("img/s", "0.01", "-0.99") and float(train["images_per_sec_value"]) > 0.01, train
+    assert (train["step_time_p90_unit"], train["host_rss_peak_unit"]) == ("s", "MiB"), train
+    assert comm["result"] == "fail" and comm["busbw_unit"] == "GB/s" and comm["busbw_ref"] == "1000000.0", comm
+    assert float(comm["busbw_value"]) < 900000 and comm["pingpong_latency_unit"] == "us", comm
+
+
+def test_slurm_partition_two_ranks(reframe_path, tmp_path, slurm_single):
+    """torch DDP on 2 ranks as a Slurm job on our partition: benchrun starts the ranks with srun inside it."""
+    references = write_references(tmp_path / "references.yaml", [
+        {"match": {"test": "DlbenchTrain", "strategy": "ddp", "ranks": 2}, "system": f"{SYSTEM}:slurm",
+         "variables": {"images_per_sec": [0.01, -0.99, None, "img/s"]}}])
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:slurm", "-n",
+                   f"{TRAIN}%strategy=ddp%ranks=2%runtime=local$", "-r", "--performance-report",
+                   references=references, env={"SLURM_CONF": slurm_single["conf"],
+                                                 # emulated nodes' names do not resolve: ranks meet on loopback
+                                                 "DLBENCH_COORDINATOR": "127.0.0.1"})
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert "Ran 1/1 test case(s)" in out and "0 failure(s)" in out, out[-3000:]
+    assert re.search(r"images_per_sec_per_rank: [0-9.]+ img/s", out), out[-3000:]
+    script = next((tmp_path / "rfm").rglob("rfm_job.sh")).read_text()
+    assert "#SBATCH --ntasks=2" in script and "--partition=debug" in script, script
+    assert "--launcher srun -n 2" in script, script
+    [row] = perflog(tmp_path, "slurm", "DlbenchTrain")
+    assert row["result"] == "pass" and row["ranks"] == "2" and row["num_tasks"] == "2", row
+
+
+def test_docker_through_reframes_container_platform_and_overhead(reframe_path, tmp_path, dlbench_images):
+    """One rank in Docker started by ReFrame's own Docker platform; the runtime overhead test (one round of
+    compare-runtimes, local against docker) through benchrun."""
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
+                   "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=docker$",
+                   "-n", "DlbenchRuntimeOverhead%runtime=docker%framework=torch",
+                   "-S", "DlbenchRuntimeOverhead.model=alexnet", "-S", "DlbenchRuntimeOverhead.rounds=1",
+                   "-S", f"DlbenchRuntimeOverhead.bench_options={BENCH_OPTIONS}", "-r", "--performance-report")
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert "Ran 2/2 test case(s)" in out and "0 failure(s)" in out, out[-3000:]
+    scripts = {p.parent.name.split("_")[0]: p.read_text() for p in (tmp_path / "rfm").rglob("rfm_job.sh")}
+    train = scripts["DlbenchTrain"]
+    assert "docker run --rm" in train and "dlbench-torch:latest bench --framework torch" in train, train
+    assert "benchrun" not in train and "docker pull" not in train, train
+    assert "compare-runtimes --runtimes local,docker --repeats 1" in scripts["DlbenchRuntimeOverhead"]
+    assert re.search(r"P: runtime_overhead: -?[0-9.]+ %", out), out[-3000:]
+    assert re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
+    assert subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=dlbench-torch:latest", "--filter", "status=exited"],
+                          capture_output=True, text=True).stdout.strip() == ""  # --rm: nothing left
+
+
+def test_apptainer_through_reframes_container_platform(reframe_path, tmp_path, dlbench_images):
+    """A site's partition with Apptainer: ReFrame's own Apptainer platform runs bench in our SIF (as root here:
+    `--userns`, given through dlbench_container_options)."""
+    from infra import apptainer
+    from test_runtimes_apptainer import def_sif  # the SIF those tests build from Singularity.def: one build for both
+
+    bin_dir = apptainer.install()
+    sif = def_sif(bin_dir, "tensorflow", dlbench_images["tensorflow"])
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"""import runpy
+site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
+local = site_configuration['systems'][0]['partitions'][0]
+local['features'].append('apptainer')
+local['container_platforms'].append({{'type': 'Apptainer'}})
+local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}},
+                       dlbench_container_options={{'apptainer': ['--userns']}})
+""")
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
+                   "-n", "DlbenchTrain%framework=tensorflow%model=resnet50%strategy=none%ranks=1%runtime=apptainer$",
+                   "-r", "--performance-report", settings=settings, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert "Ran 1/1 test case(s)" in out and re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
+    script = next((tmp_path / "rfm").rglob("rfm_job.sh")).read_text()
+    assert "apptainer exec -B" in script and f"--userns {sif} bench --framework tensorflow" in script, script
+    record = json.loads(next((tmp_path / "rfm").rglob("rfm_job.out")).read_text().splitlines()[-1])
+    assert record["provenance"]["container_runtime"] == "apptainer"  # detected inside the container
+
+
+LOCAL_ENTRY = {"match": {"model": "alexnet"}, "system": f"{SYSTEM}:local"}
+
+
+@pytest.mark.parametrize("content, message", [
+    ([{**LOCAL_ENTRY, "variables": {"images_per_sec": [10, -0.1, None, "img/min"]}}],
+     "entry 1: images_per_sec is measured in 'img/s', the reference says 'img/min'"),
+    ([{"system": "daint:gpu", "variables": {"busbw": [10, -0.1, None, "GB/s"]}}],
+     f"entry 1: unknown system:partition 'daint:gpu' (this site configuration has: *, {SYSTEM}, {SYSTEM}:local, "
+     f"{SYSTEM}:slurm, generic, generic:default)"),
+    ([LOCAL_ENTRY, {**LOCAL_ENTRY, "variables": {"images_per_second": [10, -0.1, None, "img/s"]}}],
+     "entry 2: unknown performance variable 'images_per_second' (choices: images_per_sec, images_per_sec_per_rank, "
+     "step_time_p90, host_rss_peak, allocator_peak, reserved_peak, device_peak, runtime_overhead, busbw, "
+     "pingpong_latency)"),
+    ([{**LOCAL_ENTRY, "variables": {"busbw": [10, "-10%", None, "GB/s"]}}],
+     "entry 1: busbw: expected [reference, lower, upper, unit] (bounds as fractions or null), "
+     "e.g. [100.0, -0.1, null, 'GB/s']"),
+    ([{**LOCAL_ENTRY, "match": {"nodes": 2}}], "entry 1: unknown match key 'nodes' (choices: test, framework, model, "
+     "strategy, ranks, runtime)"),
+    ({"system": "x"}, "expected a list of entries (match, system, variables)"),
+], ids=["wrong-unit", "unknown-system", "unknown-variable", "malformed-tuple", "unknown-match-key", "not-a-list"])
+def test_wrong_references_stop_reframe_with_one_line(reframe_path, tmp_path, content, message):
+    references = write_references(tmp_path / "references.yaml", content)
+    done = reframe(reframe_path, tmp_path, "-r", references=references, timeout=300)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr
+    assert done.stderr == f"dlbench: error: {references}: {message}\n"
+    assert not (tmp_path / "rfm" / "stage").exists()  # nothing ran
+
+
+def test_missing_references_file_stops_reframe_with_one_line(reframe_path, tmp_path):
+    done = reframe(reframe_path, tmp_path, "-r", references=str(tmp_path / "nowhere.yaml"), timeout=300)
+    assert done.returncode == 2
+    assert done.stderr == f"dlbench: error: {tmp_path / 'nowhere.yaml'}: cannot be read (No such file or directory)\n"
+
+
+def test_unknown_system_is_reframes_one_line(reframe_path, tmp_path):
+    done = reframe(reframe_path, tmp_path, "--system", "nosuch", "-r", timeout=300)
+    assert done.returncode == 1
+    assert "ERROR: failed to load configuration: could not find a configuration entry for the requested system: " \
+           "'nosuch'" in done.stdout + done.stderr
+    assert not (tmp_path / "rfm" / "stage").exists()
+
+
+def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
+    """No record (bench refused its input) and a record whose status is not ok: both fail sanity, saying why."""
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
+                   "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
+                   "-S", "DlbenchTrain.bench_options=--image-size 8",
+                   "-S", f"DlbenchComm.comm_options=--timeout 0.5 {' '.join(ports())}", "-r")
+    out = done.stdout
+    assert done.returncode == 1 and "Ran 2/2 test case(s)" in out and "2 failure(s)" in out, out[-4000:]
+    failures = out[out.index("SUMMARY OF FAILURES"):]
+    assert failures.count("Failing phase: sanity") == 2, failures
+    assert "Reason: sanity error: the run printed no record" in failures, failures
+    assert re.search(r"Reason: sanity error: record status (timeout|interrupted|failed), expected ok", failures), failures
+
+
+def test_every_performance_variable_is_documented_with_its_unit():
+    import ast
+
+    tree = ast.parse((ROOT / "reframe-checks" / "dlbench_rfm.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PERF_VARIABLES")
+    variables = ast.literal_eval(node.value)
+    docs, readme = (ROOT / "docs" / "reframe.md").read_text(), (ROOT / "README.md").read_text()
+    for name, (unit, _) in variables.items():
+        assert re.search(rf"^\| `{name}` \| `{re.escape(unit)}` \|", docs, re.MULTILINE), (name, unit)
+        assert f"`{name}`" in readme, name
