@@ -13,7 +13,9 @@ EXIT_USAGE = 2  # bad input; nothing was run and nothing was written
 EXIT_OOM = 3  # device or host out of memory; a record with status "oom" was written
 EXIT_TIMEOUT = 4  # --timeout expired; a record with status "timeout" was written
 EXIT_OUTPUT = 5  # the record could not be written where asked; it was saved to the fallback the error names
-EXIT_ENVIRONMENT = 6  # benchrun: the environment ended the run (container daemon gone, node failed); record status "failed"
+# benchrun: the environment ended the run (container daemon gone, node failed; record status "failed"),
+# or an MLflow tracking store is unreachable or refused a write
+EXIT_ENVIRONMENT = 6
 EXIT_INTERNAL = 70  # a bug in dlbench (EX_SOFTWARE): one line and the path of the full traceback
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; a record with status "interrupted" was written
 

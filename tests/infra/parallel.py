@@ -35,7 +35,7 @@ SHARED = {
 # trace ~180, ...); the rest follow in file order.
 HEAVY = ("test_horovod", "test_runtimes_apptainer", "test_runtimes_real", "test_models", "test_trace", "test_runtimes_udocker",
          "test_distributed", "test_launchers_real", "test_failures", "test_env_faults", "test_compile",
-         "test_gpu_validate")
+         "test_reframe", "test_mlflow", "test_gpu_validate")
 _GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
 
