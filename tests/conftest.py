@@ -27,3 +27,10 @@ def dataset_dir(tmp_path_factory) -> Path:
     result = bench("make-dataset", str(root), "--images", "24", "--classes", "3", "--min-size", "64", "--max-size", "128")
     assert result.returncode == 0, result.stderr
     return root
+
+
+def pytest_configure(config):
+    # here, not in pyproject.toml: the images' dependency layers copy pyproject.toml, so editing it
+    # rebuilds them all (Horovod compiled twice) for a test marker
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/test_gpu.py); skipped loudly without one; "
+                            "`-m gpu` runs them on a GPU machine (perf/gpu.md)")

@@ -82,27 +82,38 @@ def test_tf_parameter_server_placements_differ_and_greedy_balances():
     assert imbalance["greedy"] < 1.5 < imbalance["round-robin"], loads
 
 
-def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
-    output = tmp_path / "runs.jsonl"
-    proc = subprocess.Popen(
+def endless_ddp_run(output) -> subprocess.Popen:
+    """A 2-rank DDP run that trains until stopped (or its 120 s timeout)."""
+    return subprocess.Popen(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
          "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
          "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    root = psutil.Process(proc.pid)
+
+
+def rank_processes(root: psutil.Process, rank: int) -> tuple[psutil.Process, psutil.Process]:
+    """(bench, its worker) of `rank`, once both exist."""
     deadline = time.monotonic() + 120
-    victim = None
-    while victim is None and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        found = {}
         for child in root.children(recursive=True):
             try:
-                env = child.environ()
-                if "benchmarks.worker" in " ".join(child.cmdline()) and env.get("RANK") == "1":
-                    victim = child
+                if child.environ().get("RANK") == str(rank):
+                    found["worker" if "benchmarks.worker" in " ".join(child.cmdline()) else "bench"] = child
             except psutil.Error:
                 pass
+        if len(found) == 2:
+            return found["bench"], found["worker"]
         time.sleep(0.5)
-    assert victim is not None
+    raise AssertionError(f"rank {rank} never started")
+
+
+def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
+    output = tmp_path / "runs.jsonl"
+    proc = endless_ddp_run(output)
+    root = psutil.Process(proc.pid)
+    _, victim = rank_processes(root, 1)
     time.sleep(8)  # let it reach the training loop
     everyone = [p.pid for p in root.children(recursive=True)]
     victim.send_signal(signal.SIGSEGV)
@@ -147,29 +158,9 @@ def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):
     """kill -9 of rank 1's bench process (its worker follows it; nobody reports): process 0's record
     names rank 1 and its host, not only gloo's "Read error", within a bound, and nothing is left."""
     output = tmp_path / "runs.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
-         "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = endless_ddp_run(output)
     root = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 120
-    victim = worker = None
-    while worker is None and time.monotonic() < deadline:
-        for child in root.children(recursive=True):
-            try:
-                if child.environ().get("RANK") != "1":
-                    continue
-                command = " ".join(child.cmdline())
-                if "benchmarks.worker" in command:
-                    worker = child
-                elif "-m benchmarks" in command:
-                    victim = child
-            except psutil.Error:
-                pass
-        time.sleep(0.5)
-    assert victim is not None and worker is not None
+    victim, _ = rank_processes(root, 1)
     time.sleep(8)  # into the training loop
     everyone = [p.pid for p in root.children(recursive=True)]
     victim.kill()
