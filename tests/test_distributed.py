@@ -166,12 +166,12 @@ def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):
     victim.kill()
     killed = time.monotonic()
     stdout, stderr = proc.communicate(timeout=90)
-    assert time.monotonic() - killed < 40, "process 0 took too long to end"
+    assert time.monotonic() - killed < 25, "process 0 took too long to end"  # 5 s for a report, then its own record
     assert proc.returncode == 1, stderr[-3000:]
     record = validate_record(json.loads(output.read_text()))
     assert record["status"] == "failed"
     assert record["error"]["message"].startswith("rank 1 on "), record["error"]["message"]
-    assert "went away first" in record["error"]["message"]
+    assert "went away" in record["error"]["message"]
     time.sleep(1)
     alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not alive

@@ -6,6 +6,10 @@ process whatever the strategy, processes that never exit on their own
 (parameter servers) wait here for the chief's "done", and a rank that fails
 tells process 0 so the run is recorded as failed instead of hanging.
 
+A rank whose connection closes before the end without a report (killed with its supervisor, its
+node gone) is reported for it LOST_REPORT_WAIT_S later, so process 0 ends wherever it is (building,
+in a collective) instead of waiting for the launcher to stop it.
+
 Every message carries the run's token (world.run_token): process 0 answers a rank of another run
 that reached its port with an error naming both runs, and ignores failures reported by one, so
 two runs given the same port fail in one line instead of joining each other.
@@ -22,6 +26,7 @@ import time
 from typing import Callable
 
 RETRY_S = 0.2
+LOST_REPORT_WAIT_S = 5.0  # a vanished rank's own report (its supervisor's) wins if it comes within this
 DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
 
 
@@ -89,6 +94,16 @@ class _Handler(socketserver.StreamRequestHandler):
         if rank is not None and tag != DONE and not board.closing:  # after "done" a rank leaves as it should
             with board.cond:
                 board.lost.setdefault(rank, time.monotonic())
+            if board.on_failure:  # its supervisor reports why within moments; killed with it, nobody does
+                timer = threading.Timer(LOST_REPORT_WAIT_S, board.on_failure, args=(_went_away(rank),))
+                timer.daemon = True
+                timer.start()
+
+
+def _went_away(rank: int) -> dict:
+    """The failure report a rank that vanished would have sent."""
+    message = "went away without a report (its connection to process 0 closed): killed, or its host failed"
+    return {"op": "fail", "rank": rank, "record": {"status": "failed", "error": {"kind": "crash", "message": message}}}
 
 
 def _foreign(held_by: str | None, ours: str | None) -> str:
