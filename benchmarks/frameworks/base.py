@@ -164,6 +164,26 @@ class Framework(ABC):
     @abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool: ...
 
+    # -- time to accuracy (benchmarks/accuracy.py) ------------------------------------------------
+
+    def labelled_batch(self, images, labels):
+        """numpy float32 N x H x W x 3 images and int64 labels -> a device batch for train_step/evaluate,
+        in the run's data format."""
+        raise NotImplementedError(f"{self.name} has no time-to-accuracy input")
+
+    def evaluate(self, batch) -> tuple[int, float]:
+        """(correct predictions, summed cross-entropy) of one batch in inference mode (BatchNorm's
+        running statistics, no dropout), on this process's replica only: no collective."""
+        raise NotImplementedError(f"{self.name} cannot evaluate")
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The LR of the following updates (lr_rules.Schedule)."""
+        raise NotImplementedError(f"{self.name} cannot change its learning rate")
+
+    @property
+    def uses_lars(self) -> bool:
+        return self.config.lr_rule == "lars"
+
     def reset_peak_memory(self) -> None:
         """Reset the framework allocator's peak counters (GPU only)."""
 
