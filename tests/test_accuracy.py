@@ -287,3 +287,67 @@ def test_random_labels_stay_at_chance(tmp_path):
     # chance is 0.25; five sigma of a binomial proportion over the validation images above it fails
     assert section["best_accuracy"] < 0.25 + 5 * math.sqrt(0.25 * 0.75 / val), section["curve"]
     assert section["curve"][-1]["epoch"] == pytest.approx(2.0, abs=0.1)
+
+
+# -- scoring arms for reports (runners/accuracy.py) -----------------------------------------------
+
+
+def arm(workers, runs, images_per_sec=100.0):
+    """An arm whose runs are (samples to target or None, best accuracy)."""
+    from runners import accuracy
+
+    records = [{"accuracy": {"outcome": "converged" if samples else "not_converged", "samples_to_target": samples,
+                             "time_to_target_s": samples / images_per_sec if samples else None, "best_accuracy": best,
+                             "train_images_per_sec": images_per_sec}, "run_id": f"{workers:08d}{i}"}
+               for i, (samples, best) in enumerate(runs)]
+    return accuracy.Arm({"framework": "torch", "model": "smallcnn", "strategy": "ddp", "workers": workers,
+                         "batch_size": 32}, "none", 0.01, 0.8, records, ())
+
+
+def scored(candidate, reference):
+    from runners import accuracy
+
+    candidate.reference = reference
+    candidate.flags = accuracy.flags(candidate)
+    return candidate
+
+
+def test_speedup_splits_into_statistical_and_hardware_efficiency():
+    reference = arm(1, [(1000, 0.85)] * 3, images_per_sec=100.0)
+    four = scored(arm(4, [(2000, 0.85)] * 3, images_per_sec=350.0), reference)
+    assert four.statistical_efficiency == pytest.approx(0.5) and four.hardware_efficiency == pytest.approx(3.5)
+    assert four.speedup == pytest.approx(1.75) == pytest.approx(four.statistical_efficiency * four.hardware_efficiency)
+    assert four.flags == []
+
+
+def test_olympic_scoring_drops_one_failed_run_of_five():
+    runs = [(1000, 0.85), (1100, 0.85), (900, 0.85), (1050, 0.85), (None, 0.79)]
+    assert arm(1, runs).samples_to_target == pytest.approx((1000 + 1100 + 1050) / 3)
+    assert math.isinf(arm(1, runs[:4] + [(None, 0.79)] * 2).samples_to_target)  # two failures: not scored
+
+
+def test_fast_but_wrong_flag():
+    from runners import accuracy
+
+    reference = arm(1, [(1000, 0.850), (1000, 0.852), (1000, 0.848)])
+    wrong = scored(arm(8, [(None, 0.70), (None, 0.71), (None, 0.69)], images_per_sec=700.0), reference)
+    assert accuracy.FAST_BUT_WRONG in wrong.flags
+    sentence = accuracy.verdict(wrong)
+    assert "FAST BUT WRONG" in sentence and "0 of 3 runs" in sentence and "target was not reached" in sentence
+    within = scored(arm(8, [(1000, 0.849), (1000, 0.851), (1000, 0.850)], images_per_sec=700.0), reference)
+    assert within.flags == []  # as accurate, within the seed spread
+    slower = scored(arm(8, [(None, 0.70)] * 3, images_per_sec=50.0), reference)
+    assert accuracy.FAST_BUT_WRONG not in slower.flags  # wrong, but not faster: no win to distrust
+
+
+def test_suspiciously_fast_flag():
+    from runners import accuracy
+
+    reference = arm(1, [(1000, 0.85), (1040, 0.85), (960, 0.85)])
+    fast = scored(arm(4, [(500, 0.85), (520, 0.85), (480, 0.85)], images_per_sec=300.0), reference)
+    assert accuracy.SUSPICIOUSLY_FAST in fast.flags and "SUSPICIOUSLY FAST" in accuracy.verdict(fast)
+    usual = scored(arm(4, [(1000, 0.85), (1100, 0.85), (1050, 0.85)], images_per_sec=300.0), reference)
+    assert usual.flags == []
+    alone = scored(arm(4, [(500, 0.85)], images_per_sec=300.0), reference)
+    assert accuracy.SUSPICIOUSLY_FAST not in alone.flags  # one run: no test, no flag
+    assert "only 1 seed(s)" in accuracy.verdict(alone)
