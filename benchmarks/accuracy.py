@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from . import convergence, labelled, lr_rules, memory, timing
+from . import convergence, labelled, lr_rules, memory, stats, timing
 from .measurement import Measurement, aggregate, loop_payload, max_memory, progress, rank_rows
 
 EVAL_BATCH = 500  # validation images per forward pass; the last batch of a shard may be smaller
@@ -25,8 +25,10 @@ class AccuracyMeasurement(Measurement):
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
         cfg, backend = self.config, self.backend
         workers = max(1, self._num_workers())
-        rank = self.world.rank
         global_batch = cfg.batch_size * workers
+        per_update = global_batch if self.strategy.synchronous else cfg.batch_size
+        # Under a strategy whose chief drives the workers, the chief deals every batch and evaluates alone.
+        rank, shards = (0, 1) if self.strategy.gathers_at_chief else (self.world.rank, workers)
         self.mllog.end("init_stop")
         self.mllog.event("global_batch_size", global_batch)
         self.mllog.start("run_start")
@@ -38,7 +40,7 @@ class AccuracyMeasurement(Measurement):
         schedule = lr_rules.schedule(cfg.lr_rule, cfg.base_lr, cfg.base_batch, global_batch, cfg.warmup_epochs,
                                      len(data.train))
         self.mllog.event("opt_base_learning_rate", schedule.peak_lr)
-        indices = labelled.train_batches(len(data.train), cfg.batch_size, rank, workers, cfg.seed)
+        indices = labelled.train_batches(len(data.train), cfg.batch_size, rank, shards, cfg.seed)
 
         def batches():
             for chosen in indices:
@@ -48,23 +50,22 @@ class AccuracyMeasurement(Measurement):
         stream = batches()
         trained, lr_now = 0, None  # images trained so far (all workers), the LR last set
 
-        def step(batch):
+        def before_update():
             nonlocal trained, lr_now
             lr = schedule.lr(trained)
             if lr != lr_now:  # only when it changes: the first step and warmup
                 backend.set_learning_rate(lr)
                 lr_now = lr
-            trained += global_batch
-            return backend.train_step(batch)
+            trained += per_update
 
         segments, curve, eval_time_s, outcome = [], [], 0.0, None
         while outcome is None:
-            steps = -(-(budget.next_eval(trained) - trained) // global_batch)  # to the first step boundary at/after it
-            loop = timing.run_steps(stream, step, backend.synchronize, steps, cfg.batch_size, keep_losses=True)
+            updates = -(-(budget.next_eval(trained) - trained) // per_update)  # to the first boundary at/after it
+            loop = backend.labelled_loop(stream, updates, before_update)
             segments.append(loop)
             train_loss = sum(backend.loss_value(loss) for loss in loop.losses) / len(loop.losses)
             evaluated = timing.clock()
-            shard = self._evaluate(data, rank, workers)
+            shard = self._evaluate(data, rank, shards)
             eval_time_s += timing.clock() - evaluated
             # One gather per evaluation: everyone's counts, and process 0's clock for everyone.
             gathered = self._gather("eval", {**shard, "elapsed": timing.clock() - started, "train_loss": train_loss})
@@ -78,19 +79,22 @@ class AccuracyMeasurement(Measurement):
             outcome = budget.outcome(point)
         self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
         run_time_s = timing.clock() - started
-        merged = timing.TimedLoop(images=sum(s.images for s in segments), wall_time_s=sum(s.wall_time_s for s in segments),
-                                  step_times_s=[t for s in segments for t in s.step_times_s],
-                                  input_wait_s=[t for s in segments for t in s.input_wait_s], last_loss=segments[-1].last_loss)
         peaks = backend.peak_memory()
-        everyone = self._gather("result", {
-            "loop": loop_payload(merged), "checksum": backend.parameter_checksum(),
-            "memory": {"allocator_peak_bytes": peaks.allocated, "reserved_peak_bytes": peaks.reserved,
-                       "device_peak_bytes": monitor.peak_bytes(), "device_total_bytes": monitor.total_bytes(),
-                       "host_rss_peak_bytes": memory.host_rss_peak_bytes(), "host_rss_peak_since": "process_start"},
-        })
-        if rank != 0:
-            return None
-        per_rank = [[{**peer["loop"], "energy": None, "device_state": None}] for peer in everyone]
+        mine = {"checksum": backend.parameter_checksum(),
+                "memory": {"allocator_peak_bytes": peaks.allocated, "reserved_peak_bytes": peaks.reserved,
+                           "device_peak_bytes": monitor.peak_bytes(), "device_total_bytes": monitor.total_bytes(),
+                           "host_rss_peak_bytes": memory.host_rss_peak_bytes(), "host_rss_peak_since": "process_start"}}
+        if self.strategy.gathers_at_chief:  # the chief timed every worker: one loop each, one copy of the weights
+            workers_seen = sorted(segments[0].per_worker)
+            per_rank = [[{**loop_payload(all_segments(s.per_worker[w] for s in segments if w in s.per_worker)),
+                          "energy": None, "device_state": None}] for w in workers_seen]
+            everyone, ranks = [mine], [1 + w for w in workers_seen]
+        else:
+            everyone = self._gather("result", {**mine, "loop": loop_payload(all_segments(segments))})
+            if self.world.rank != 0:
+                return None
+            per_rank = [[{**peer["loop"], "energy": None, "device_state": None}] for peer in everyone]
+            ranks = list(range(len(everyone)))
         totals = aggregate(per_rank, cfg.batch_size)
         checksums = [peer["checksum"] for peer in everyone]
         section = {
@@ -100,7 +104,8 @@ class AccuracyMeasurement(Measurement):
             "eval_every_samples": budget.eval_every,
             "dataset": data.as_dict(cfg.image_size),
             "lr": {**schedule.as_dict(), "warmup_epochs": lr_rules.warmup_epochs(cfg.lr_rule, cfg.warmup_epochs),
-                   "per_update_batch": global_batch, "staleness": None},
+                   "per_update_batch": per_update,
+                   "staleness": stats.Stats.of(backend.staleness).as_dict() if backend.staleness else None},
             "init_time_s": init_time_s,
             "run_time_s": run_time_s,
             "eval_time_s": eval_time_s,
@@ -113,7 +118,7 @@ class AccuracyMeasurement(Measurement):
             **totals,
             "memory": max_memory([peer["memory"] for peer in everyone]),
             "final_loss": curve[-1]["train_loss"],
-            "ranks": rank_rows(per_rank, list(range(len(per_rank))), self.peers),
+            "ranks": rank_rows(per_rank, ranks, self.peers),
             "replicas": {"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                          "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
             "placement": backend.placement(),
@@ -132,7 +137,10 @@ class AccuracyMeasurement(Measurement):
         return {"correct": correct, "loss_sum": loss_sum, "images": int(len(mine))}
 
     def _gather(self, tag: str, value) -> list:
-        return self.rendezvous.allgather(tag, value) if self.rendezvous is not None else [value]
+        """Every training rank's value (the chief's alone where it drives the workers)."""
+        if self.rendezvous is None or self.strategy.gathers_at_chief:
+            return [value]
+        return self.rendezvous.allgather(tag, value)
 
     def _write_curve(self, curve: list[dict], started_unix: float) -> None:
         from . import tensorboard
@@ -141,3 +149,11 @@ class AccuracyMeasurement(Measurement):
             tensorboard.write_curve(self.tensorboard, curve, started_unix)
         except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
             progress(f"warning: --tensorboard {self.tensorboard}: {type(error).__name__}: {error}")
+
+
+def all_segments(segments) -> timing.TimedLoop:
+    """One rank's training segments (between evaluations) as one loop: all its images and steps."""
+    segments = list(segments)
+    return timing.TimedLoop(images=sum(s.images for s in segments), wall_time_s=sum(s.wall_time_s for s in segments),
+                            step_times_s=[t for s in segments for t in s.step_times_s],
+                            input_wait_s=[t for s in segments for t in s.input_wait_s], last_loss=segments[-1].last_loss)

@@ -152,7 +152,8 @@ def bench_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--output", help="append the record as one JSON line to this file")
     out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
-    out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
+    out.add_argument("--mllog", action="store_true", help="also print MLPerf's ':::MLLOG {...}' lines, written by MLCommons' mlperf-logging package "
+                     "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)")
     out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
                      "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
     out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
@@ -229,6 +230,10 @@ def run_benchmark(argv: list[str]) -> int:
         raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
     if args.find_max_batch:
         check_max_batch_args(args)
+    if args.mllog:
+        from .mllog import require
+
+        require()
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
     from .durable import check_dir, check_file
@@ -246,6 +251,8 @@ def run_benchmark(argv: list[str]) -> int:
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
     config = config_of(args)
+    if config.accuracy_mode:
+        check_accuracy_world(config)
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images
@@ -319,6 +326,16 @@ def find_max_batch(config, args, run_once) -> int:
     if exit_code not in (EXIT_OK, EXIT_OOM):
         return exit_code
     return EXIT_OK if answer is not None else EXIT_OOM
+
+
+def check_accuracy_world(config) -> None:
+    from .distributed.world import detect
+
+    strategy = strategies.get(config.strategy)
+    if not strategy.syncs_replicas and detect().size > 1:
+        synced = [s.name for s in strategies.STRATEGIES.values() if s.syncs_replicas and s.supports(config.framework)]
+        raise UsageError(f"--target-accuracy with {detect().size} ranks under --strategy {strategy.name} would train "
+                         f"independent replicas; use one of {choices(synced)}")
 
 
 def check_max_batch_args(args) -> None:

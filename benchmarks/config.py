@@ -229,10 +229,6 @@ def validate_accuracy(options: dict) -> None:
         raise UsageError(f"--warmup-epochs must be zero or more, got {options['warmup_epochs']:g}")
     if not 0 < options.get("val_fraction", 0.1) < 1:
         raise UsageError(f"--val-fraction must be between 0 and 1, got {options['val_fraction']:g}")
-    strategy = strategies.get(options.get("strategy"))
-    if strategy.gathers_at_chief:
-        raise UsageError(f"--target-accuracy under --strategy {strategy.name} is not supported in this version "
-                         f"(choices: {choices(s.name for s in strategies.STRATEGIES.values() if not s.gathers_at_chief)})")
     if options.get("data_dir") is None:
         from .labelled import check_fashion_mnist
 

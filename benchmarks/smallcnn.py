@@ -17,7 +17,6 @@ CHANNELS = (32, 64)
 HIDDEN = 128
 BN_EPSILON = 1e-5
 BN_MOMENTUM = 0.1  # torch's convention (new statistic's weight); Keras takes 1 - this
-MIN_IMAGE_SIZE = 4  # two 2x2 poolings leave a 1x1 map
 
 
 def feature_size(image_size: int) -> int:
@@ -26,8 +25,10 @@ def feature_size(image_size: int) -> int:
 
 
 def initial_weights(seed: int, image_size: int, num_classes: int, in_channels: int = 3) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng([seed, 0x5C22])
     side = feature_size(image_size)
+    if side < 1:
+        raise ValueError(f"smallcnn needs images of at least 4 px (two 2x2 poolings), got {image_size}")
+    rng = np.random.default_rng([seed, 0x5C22])
 
     def normal(shape, fan_in, gain):
         return (rng.standard_normal(shape) * np.sqrt(gain / fan_in)).astype(np.float32)

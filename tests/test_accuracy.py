@@ -232,7 +232,7 @@ def assert_converged_honestly(section: dict, workers: int) -> None:
     assert section["samples_to_target"] == curve[-1]["samples"]  # stopped at the first evaluation at the target
     assert all(p["val_accuracy"] < section["target"] for p in curve[:-1])
     assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
-    assert all(p["samples"] % (32 * workers) == 0 for p in curve) and section["lr"]["global_batch"] == 32 * workers
+    assert all(p["samples"] % section["lr"]["per_update_batch"] == 0 for p in curve) and section["lr"]["global_batch"] == 32 * workers
     assert section["time_to_target_s"] == curve[-1]["wall_time_s"] <= section["run_time_s"]
     assert 0 < section["eval_time_s"] < section["run_time_s"] and section["init_time_s"] > 0
     assert section["dataset"]["val_images"] == 1000 and section["dataset"]["name"] == "fashion-mnist"
@@ -351,3 +351,19 @@ def test_suspiciously_fast_flag():
     alone = scored(arm(4, [(500, 0.85)], images_per_sec=300.0), reference)
     assert accuracy.SUSPICIOUSLY_FAST not in alone.flags  # one run: no test, no flag
     assert "only 1 seed(s)" in accuracy.verdict(alone)
+
+
+@pytest.mark.slow
+def test_tf_parameter_server_reaches_target_and_records_staleness(fashion_mnist):
+    result = benchrun("launch", "--launcher", "local", "-n", "2", "--num-ps", "1", "--", "--framework", "tf",
+                      "--strategy", "ps", *FAST, "--target-accuracy", "0.6", *ports())
+    record = accuracy_record(result)
+    section = record["accuracy"]
+    assert section["outcome"] == "converged" and section["best_accuracy"] >= 0.6  # stale updates: a lower bar
+    lr = section["lr"]
+    assert lr["per_update_batch"] == 32 and lr["global_batch"] == 64  # asynchronous: one worker's batch per update
+    staleness = lr["staleness"]
+    assert staleness["n"] == section["samples_to_target"] // 32 and staleness["min"] >= 0
+    assert staleness["max"] >= 1  # two workers updating at once: some updates read weights another then changed
+    assert section["curve"][-1]["samples"] % 32 == 0 and record["replicas"]["in_sync"]  # one copy, on the PS
+    assert sorted(r["role"] for r in record["ranks"]) == ["worker", "worker"]

@@ -176,6 +176,18 @@ class Framework(ABC):
         running statistics, no dropout), on this process's replica only: no collective."""
         raise NotImplementedError(f"{self.name} cannot evaluate")
 
+    staleness: list | None = None  # per update, updates applied meanwhile by others (asynchronous strategies)
+
+    def labelled_loop(self, batches: Iterator, num_updates: int, before_update) -> timing.TimedLoop:
+        """`num_updates` training steps on labelled batches, `before_update()` before each (the LR
+        schedule), timed as every loop is; every step's loss kept. Strategies whose steps run
+        elsewhere (TF PS) override it."""
+        def step(batch):
+            before_update()
+            return self.train_step(batch)
+
+        return timing.run_steps(batches, step, self.synchronize, num_updates, self.config.batch_size, keep_losses=True)
+
     def set_learning_rate(self, lr: float) -> None:
         """The LR of the following updates (lr_rules.Schedule)."""
         raise NotImplementedError(f"{self.name} cannot change its learning rate")

@@ -25,6 +25,15 @@ fi
 
 python3 -m venv /opt/venv
 
+# Fashion-MNIST for time-to-accuracy runs (bench --target-accuracy): Debian's dataset-fashion-mnist
+# (31 MB of gzip IDX files in /usr/share/datasets/fashion-mnist). A base whose apt sources lack it
+# (Ubuntu without universe) still builds; bench then says, in one line, how to get the data.
+export DEBIAN_FRONTEND=noninteractive
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends dataset-fashion-mnist >/dev/null; }; then
+    echo "setup-base: warning: dataset-fashion-mnist is not installable from this base's apt sources" >&2
+fi
+rm -rf /var/lib/apt/lists/*
+
 # uid 1000 is taken by `ubuntu` on Ubuntu 24.04 bases: rename it rather than
 # pick another uid, so volume permissions are the same on every base.
 existing=$(getent passwd 1000 | cut -d: -f1 || true)
