@@ -22,7 +22,7 @@ from .config import (
     PRECISIONS,
     PS_PLACEMENTS,
     STRATEGIES,
-    FASHION_MNIST_DIR,
+    DEFAULTS,
     FASHION_MNIST_PACKAGE,
     build_config,
 )
@@ -120,21 +120,24 @@ def bench_parser() -> argparse.ArgumentParser:
                      "a held-out split; --num-batches, --num-warmup-batches and --repeats do not apply (default: off = throughput)")
     tta.add_argument("--eval-every", type=integer, metavar="SAMPLES",
                      help="evaluate after every SAMPLES training images, all workers together (default: a quarter of the training set)")
-    tta.add_argument("--max-epochs", type=float, default=10.0, help="epoch budget: not_converged past it (default: 10)")
+    tta.add_argument("--max-epochs", type=float, default=DEFAULTS["max_epochs"],
+                     help=f"epoch budget: not_converged past it (default: {DEFAULTS['max_epochs']:g})")
     tta.add_argument("--time-budget", type=float, metavar="SECONDS", help="time budget on the run's clock: not_converged past it (default: none)")
-    tta.add_argument("--base-lr", type=float, default=0.01, help="SGD (momentum 0.9) learning rate at --base-batch (default: 0.01)")
+    tta.add_argument("--base-lr", type=float, default=DEFAULTS["base_lr"],
+                     help=f"SGD (momentum 0.9) learning rate at --base-batch; throughput runs train at it too (default: {DEFAULTS['base_lr']:g})")
     tta.add_argument("--base-batch", type=integer, help="the global batch --base-lr is tuned for (default: --batch-size)")
-    tta.add_argument("--lr-rule", default=lr_rules.DEFAULT_RULE,
+    tta.add_argument("--lr-rule", default=DEFAULTS["lr_rule"],
                      help=f"{choices(lr_rules.RULES)}: LR at the global batch = base LR x 1, x global/base (linear, Goyal et al.), "
                      "x sqrt(global/base), or linear with LARS's per-layer trust ratio (default: none)")
     tta.add_argument("--warmup-epochs", type=float, help=f"linear warmup from --base-lr to the rule's LR (default: "
                      f"{lr_rules.DEFAULT_WARMUP_EPOCHS:g} for {' and '.join(lr_rules.WARMUP_BY_DEFAULT)}, else 0)")
-    tta.add_argument("--val-fraction", type=float, default=0.1, help="--data-dir: share of images held out for validation, "
-                     "chosen by a hash of each path (default: 0.1)")
+    tta.add_argument("--val-fraction", type=float, default=DEFAULTS["val_fraction"], help="--data-dir: share of images "
+                     f"held out for validation, chosen by a hash of each path (default: {DEFAULTS['val_fraction']:g})")
     tta.add_argument("--val-images", type=integer, metavar="N", help="evaluate on the first N validation images only: "
                      "faster, less precise, the same images for every configuration (default: all)")
-    tta.add_argument("--fashion-mnist-dir", default=FASHION_MNIST_DIR, metavar="DIR",
-                     help=f"Fashion-MNIST's four gzip IDX files (Debian: apt-get install {FASHION_MNIST_PACKAGE}; default: {FASHION_MNIST_DIR})")
+    tta.add_argument("--fashion-mnist-dir", default=DEFAULTS["fashion_mnist_dir"], metavar="DIR",
+                     help=f"Fashion-MNIST's four gzip IDX files (Debian: apt-get install {FASHION_MNIST_PACKAGE}; "
+                     f"default: {DEFAULTS['fashion_mnist_dir']})")
     dist = p.add_argument_group(
         "distributed (one process = one rank; rank and peers come from torchrun, mpirun, srun, horovodrun or benchrun)"
     )

@@ -7,7 +7,7 @@ so bad input costs milliseconds and never leaves half a result behind.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from . import lr_rules
 from .dataset import validate_data_dir
@@ -202,16 +202,17 @@ def build_config(
     return config
 
 
-ACCURACY_DEFAULTS = {"eval_every": None, "max_epochs": 10.0, "time_budget": None, "base_lr": 0.01, "base_batch": None,
-                     "lr_rule": lr_rules.DEFAULT_RULE, "warmup_epochs": None, "val_fraction": 0.1, "val_images": None,
-                     "fashion_mnist_dir": FASHION_MNIST_DIR}
+# Options that mean something only with --target-accuracy (--base-lr is also the LR of throughput runs).
+ACCURACY_ONLY = ("eval_every", "max_epochs", "time_budget", "base_batch", "lr_rule", "warmup_epochs", "val_fraction",
+                 "val_images", "fashion_mnist_dir")
+DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}  # the one home of each default: parser, record, sweeps
 
 
 def validate_accuracy(options: dict) -> None:
     """--target-accuracy and the options that only mean something with it."""
     target = options.get("target_accuracy")
     if target is None:
-        given = [name for name, default in ACCURACY_DEFAULTS.items() if options.get(name, default) != default]
+        given = [name for name in ACCURACY_ONLY if options.get(name, DEFAULTS[name]) != DEFAULTS[name]]
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} applies to time-to-accuracy runs only (add --target-accuracy)")
         return
@@ -227,19 +228,19 @@ def validate_accuracy(options: dict) -> None:
         _positive("--" + name.replace("_", "-"), options.get(name))
     if (options.get("warmup_epochs") or 0) < 0:
         raise UsageError(f"--warmup-epochs must be zero or more, got {options['warmup_epochs']:g}")
-    if not 0 < options.get("val_fraction", 0.1) < 1:
+    if not 0 < options.get("val_fraction", DEFAULTS["val_fraction"]) < 1:
         raise UsageError(f"--val-fraction must be between 0 and 1, got {options['val_fraction']:g}")
     if options.get("data_dir") is None:
         from .labelled import check_fashion_mnist
 
-        options["fashion_mnist_dir"] = str(check_fashion_mnist(options.get("fashion_mnist_dir", FASHION_MNIST_DIR)))
+        options["fashion_mnist_dir"] = str(check_fashion_mnist(options.get("fashion_mnist_dir", DEFAULTS["fashion_mnist_dir"])))
         options["num_classes"] = FASHION_MNIST_CLASSES
     else:
         from .dataset import list_classes
 
         options["num_classes"] = len(list_classes(validate_data_dir(options["data_dir"])))
     if options.get("base_batch") is None:
-        options["base_batch"] = options.get("batch_size", 64)
+        options["base_batch"] = options.get("batch_size", DEFAULTS["batch_size"])
 
 
 def validate_strategy(framework: str, options: dict) -> None:

@@ -18,6 +18,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import convergence, lr_rules
+from .config import DEFAULTS
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
@@ -72,13 +73,13 @@ class RunConfig(_Model):
     rendezvous_timeout: float
     target_accuracy: Optional[float] = Field(default=None, description="--target-accuracy: a time-to-accuracy run (section `accuracy`); null: throughput (1.12)")
     eval_every: Optional[int] = Field(default=None, description="--eval-every samples; null: a quarter of the training set (1.12)")
-    max_epochs: float = Field(default=10.0, description="--max-epochs (1.12)")
+    max_epochs: float = Field(default=DEFAULTS["max_epochs"], description="--max-epochs (1.12)")
     time_budget: Optional[float] = Field(default=None, description="--time-budget seconds (1.12)")
-    base_lr: float = Field(default=0.01, description="--base-lr: SGD's LR at base_batch; the LR of throughput runs (1.12)")
+    base_lr: float = Field(default=DEFAULTS["base_lr"], description="--base-lr: SGD's LR at base_batch; the LR of throughput runs (1.12)")
     base_batch: Optional[int] = Field(default=None, description="--base-batch; time-to-accuracy runs: --batch-size when not given (1.12)")
-    lr_rule: Literal[lr_rules.RULES] = Field(default=lr_rules.DEFAULT_RULE, description="--lr-rule (1.12)")
+    lr_rule: Literal[lr_rules.RULES] = Field(default=DEFAULTS["lr_rule"], description="--lr-rule (1.12)")
     warmup_epochs: Optional[float] = Field(default=None, description="--warmup-epochs as given; null: the rule's default (1.12)")
-    val_fraction: float = Field(default=0.1, description="--val-fraction (1.12)")
+    val_fraction: float = Field(default=DEFAULTS["val_fraction"], description="--val-fraction (1.12)")
     val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: all (1.12)")
     fashion_mnist_dir: Optional[str] = Field(default=None, description="--fashion-mnist-dir (1.12)")
 

@@ -178,6 +178,26 @@ def test_olympic_mean():
         stats.olympic_mean([])
 
 
+def test_sweep_plans_pass_the_accuracy_options():
+    from runners.sweep import PlanError, expand, parse_plan
+
+    plan = parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": 32, "ranks": [1, 2],
+                                  "strategy": "ddp"},
+                       "bench": {"target_accuracy": 0.8, "lr_rule": "linear", "base_lr": 0.02, "eval_every": 3000,
+                                 "warmup_epochs": 0}}, "plan.yaml")
+    points, _ = expand(plan)
+    args = points[1].bench_args()
+    for flag, value in (("--target-accuracy", "0.8"), ("--lr-rule", "linear"), ("--base-lr", "0.02"),
+                        ("--eval-every", "3000"), ("--warmup-epochs", "0.0")):
+        assert args[args.index(flag) + 1] == value, args
+    with pytest.raises(PlanError, match="lr_rule: unknown value 'cubic'"):
+        parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": 32},
+                    "bench": {"lr_rule": "cubic"}}, "plan.yaml")
+    with pytest.raises(PlanError, match="target_accuracy: must be positive"):
+        parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": 32},
+                    "bench": {"target_accuracy": 0}}, "plan.yaml")
+
+
 # -- the same network in both frameworks ----------------------------------------------------------
 
 
@@ -219,10 +239,14 @@ def fashion_mnist():
     return FASHION_MNIST_DIR
 
 
-def accuracy_record(result) -> dict:
+RECORDS: dict[str, dict] = {}  # the real runs' records, for the report test at the end of this module
+
+
+def accuracy_record(result, name: str) -> dict:
     assert result.returncode == 0, result.stderr[-4000:]
     record = validate_record(last_json_line(result.stdout))
     assert record["status"] == "ok" and record["config"]["target_accuracy"] is not None
+    RECORDS[name] = record
     return record
 
 
@@ -241,7 +265,7 @@ def assert_converged_honestly(section: dict, workers: int) -> None:
 @pytest.mark.slow
 def test_torch_single_rank_reaches_target_with_mllog_and_tensorboard(fashion_mnist, tmp_path):
     result = bench("--framework", "torch", *FAST, "--target-accuracy", "0.7", "--mllog", "--tensorboard", str(tmp_path / "tb"))
-    record = accuracy_record(result)
+    record = accuracy_record(result, "torch-1")
     section = record["accuracy"]
     assert_converged_honestly(section, 1)
     assert section["best_accuracy"] >= 0.7  # chance is 0.1
@@ -255,7 +279,7 @@ def test_torch_single_rank_reaches_target_with_mllog_and_tensorboard(fashion_mni
 def test_torch_ddp_two_ranks_reach_target_in_sync(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch", "--strategy", "ddp", *FAST,
                       "--target-accuracy", "0.7", "--lr-rule", "linear", "--warmup-epochs", "0.01", *ports())
-    record = accuracy_record(result)
+    record = accuracy_record(result, "torch-ddp-2")
     assert_converged_honestly(record["accuracy"], 2)
     assert record["replicas"]["in_sync"] and record["world"]["workers"] == 2
     assert record["accuracy"]["lr"]["peak_lr"] == pytest.approx(0.04)  # linear: x 64 / 32
@@ -265,7 +289,7 @@ def test_torch_ddp_two_ranks_reach_target_in_sync(fashion_mnist):
 def test_tf_allreduce_two_ranks_reach_target_with_lars(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "2", "--", "--framework", "tf", "--strategy", "allreduce",
                       *FAST, "--target-accuracy", "0.7", "--lr-rule", "lars", *ports())
-    record = accuracy_record(result)
+    record = accuracy_record(result, "tf-allreduce-2")
     assert_converged_honestly(record["accuracy"], 2)
     assert record["replicas"]["in_sync"] and record["accuracy"]["lr"]["lars_eta"] == lr_rules.LARS_ETA
 
@@ -279,7 +303,7 @@ def test_random_labels_stay_at_chance(tmp_path):
     result = bench("--framework", "torch", "--model", "smallcnn", "--image-size", "32", "--data-dir", str(tmp_path / "random"),
                    "--batch-size", "16", "--target-accuracy", "0.9", "--val-fraction", "0.25", "--eval-every", "192",
                    "--max-epochs", "2", "--num-threads", "1", "--json")
-    section = accuracy_record(result)["accuracy"]
+    section = accuracy_record(result, "random-labels")["accuracy"]
     assert section["outcome"] == "not_converged" and section["samples_to_target"] is None
     assert section["dataset"]["name"] == "imagefolder" and section["dataset"]["classes"] == 4
     val = section["dataset"]["val_images"]
@@ -357,7 +381,7 @@ def test_suspiciously_fast_flag():
 def test_tf_parameter_server_reaches_target_and_records_staleness(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "2", "--num-ps", "1", "--", "--framework", "tf",
                       "--strategy", "ps", *FAST, "--target-accuracy", "0.6", *ports())
-    record = accuracy_record(result)
+    record = accuracy_record(result, "tf-ps-2")
     section = record["accuracy"]
     assert section["outcome"] == "converged" and section["best_accuracy"] >= 0.6  # stale updates: a lower bar
     lr = section["lr"]
@@ -367,3 +391,24 @@ def test_tf_parameter_server_reaches_target_and_records_staleness(fashion_mnist)
     assert staleness["max"] >= 1  # two workers updating at once: some updates read weights another then changed
     assert section["curve"][-1]["samples"] % 32 == 0 and record["replicas"]["in_sync"]  # one copy, on the PS
     assert sorted(r["role"] for r in record["ranks"]) == ["worker", "worker"]
+
+
+@pytest.mark.slow
+def test_report_has_the_time_to_accuracy_section(tmp_path):
+    """benchrun report on this module's records: the section, its table and one verdict per arm; the
+    throughput sections leave accuracy runs out."""
+    assert {"torch-1", "torch-ddp-2"} <= set(RECORDS), "the torch runs above must have run first"
+    store = tmp_path / "tta.jsonl"
+    store.write_text("".join(json.dumps(record) + "\n" for record in RECORDS.values()))
+    result = benchrun("report", str(store), "--out", str(tmp_path / "report"))
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Time to accuracy", 1)[1].split("\n## ", 1)[0]
+    assert "statistical eff." in section and "accuracy-1.png" in section
+    reference, ddp = RECORDS["torch-1"]["accuracy"], RECORDS["torch-ddp-2"]["accuracy"]
+    assert "torch smallcnn none x1 batch 32 none to 0.7: the reference" in section
+    expected_speedup = reference["time_to_target_s"] / ddp["time_to_target_s"]
+    assert f"ddp x2 batch 32 linear to 0.7: {expected_speedup:.2f}x the reference's speed" in section
+    assert (tmp_path / "report" / "accuracy-1.png").stat().st_size > 1000
+    batch_section = text.split("## Throughput and memory vs batch size", 1)[1].split("\n## ", 1)[0]
+    assert "smallcnn" not in batch_section  # accuracy runs are not throughput runs
