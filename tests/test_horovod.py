@@ -169,3 +169,21 @@ def test_horovod_comm_in_its_image(horovod_images):
     assert {row["op"] for row in rec["results"]} == {"allreduce", "gradients"}  # Horovod has no send/recv: no ping-pong
     assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in rec["results"])
     assert "avg allreduce busbw" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_horovod_time_to_accuracy_in_its_image(horovod_images, framework):
+    """bench --target-accuracy under horovodrun in the Open MPI image, on the Fashion-MNIST files the image
+    installs (containers/image/setup-base.sh), with LARS on Horovod's averaged gradients."""
+    p = in_image(horovod_images["openmpi"], "benchrun", "launch", "--launcher", "horovodrun", "-n", "2",
+                 "--bench-command", "bench", "--timeout", "240", "--", "--framework", framework, "--strategy", "horovod",
+                 "--model", "smallcnn", "--batch-size", "32", "--base-lr", "0.02", "--eval-every", "1024",
+                 "--max-epochs", "0.1", "--val-images", "1000", "--num-threads", "1", "--target-accuracy", "0.7",
+                 "--lr-rule", "lars", "--json", *ports(), timeout=RUN_TIMEOUT)
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
+    (rec,) = records(p.stdout)
+    validate_record(rec)
+    section = rec["accuracy"]
+    assert rec["status"] == "ok" and section["outcome"] == "converged" and section["best_accuracy"] >= 0.7
+    assert rec["world"]["launcher"] == "horovodrun" and rec["world"]["workers"] == 2 and rec["replicas"]["in_sync"]
+    assert section["dataset"]["name"] == "fashion-mnist" and section["lr"]["global_batch"] == 64
