@@ -61,11 +61,16 @@ class AccuracyMeasurement(Measurement):
         segments, curve, eval_time_s, outcome = [], [], 0.0, None
         while outcome is None:
             updates = -(-(budget.next_eval(trained) - trained) // per_update)  # to the first boundary at/after it
+            first_epoch = trained / len(data.train)
+            self.mllog.start("block_start", first_epoch_num=first_epoch, epoch_count=updates * per_update / len(data.train))
             loop = backend.labelled_loop(stream, updates, before_update)
+            self.mllog.end("block_stop", first_epoch_num=first_epoch)
             segments.append(loop)
             train_loss = sum(backend.loss_value(loss) for loss in loop.losses) / len(loop.losses)
             evaluated = timing.clock()
+            self.mllog.start("eval_start", epoch_num=trained / len(data.train))
             shard = self._evaluate(data, rank, shards)
+            self.mllog.end("eval_stop", epoch_num=trained / len(data.train))
             eval_time_s += timing.clock() - evaluated
             # One gather per evaluation: everyone's counts, and process 0's clock for everyone.
             gathered = self._gather("eval", {**shard, "elapsed": timing.clock() - started, "train_loss": train_loss})
