@@ -72,15 +72,20 @@ class AccuracyMeasurement(Measurement):
             shard = self._evaluate(data, rank, shards)
             self.mllog.end("eval_stop", epoch_num=trained / len(data.train))
             eval_time_s += timing.clock() - evaluated
-            # One gather per evaluation: everyone's counts, and process 0's clock for everyone.
-            gathered = self._gather("eval", {**shard, "elapsed": timing.clock() - started, "train_loss": train_loss})
+            # One gather per evaluation, its own tag (the rendezvous keeps every tag's values): everyone's
+            # counts, and process 0's clock for everyone.
+            gathered = self._gather(f"eval-{len(curve)}", {**shard, "elapsed": timing.clock() - started,
+                                                           "train_loss": train_loss, "samples": trained})
+            if len({g["samples"] for g in gathered}) > 1:  # would split the stop decision and hang the ranks
+                raise RuntimeError(f"ranks evaluated at different points: {[g['samples'] for g in gathered]} samples")
             accuracy, val_loss = convergence.EvalCounts.total(gathered)
             point = convergence.Point(trained, trained / len(data.train), gathered[0]["elapsed"], accuracy, val_loss,
                                       sum(g["train_loss"] for g in gathered) / len(gathered), lr_now)
             curve.append(point.as_dict())
             self.mllog.event("eval_accuracy", accuracy, epoch_num=point.epoch, samples=trained)
-            progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
-                     f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
+            if self.world.rank == 0:  # one voice per run
+                progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
+                         f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
             outcome = budget.outcome(point)
         self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
         run_time_s = timing.clock() - started
