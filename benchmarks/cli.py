@@ -22,8 +22,11 @@ from .config import (
     PRECISIONS,
     PS_PLACEMENTS,
     STRATEGIES,
+    DEFAULTS,
+    FASHION_MNIST_PACKAGE,
     build_config,
 )
+from . import lr_rules
 from .distributed import strategies
 from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
                      choices, debug_enabled, report_internal_error)
@@ -109,6 +112,33 @@ def bench_parser() -> argparse.ArgumentParser:
     where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
     where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
     where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
+    tta = p.add_argument_group(
+        "time to accuracy (MLPerf's rules: the clock starts at the first dataset read and includes evaluation; "
+        "docs/accuracy.md)")
+    tta.add_argument("--target-accuracy", type=float, metavar="A",
+                     help="train on real labelled data until the validation accuracy (a fraction) reaches A, and record "
+                     "the curve, samples and time to target; data: Fashion-MNIST (--fashion-mnist-dir) or --data-dir with "
+                     "a held-out split; --num-batches, --num-warmup-batches and --repeats do not apply (default: off = throughput)")
+    tta.add_argument("--eval-every", type=integer, metavar="SAMPLES",
+                     help="evaluate after every SAMPLES training images, all workers together (default: a quarter of the training set)")
+    tta.add_argument("--max-epochs", type=float, default=DEFAULTS["max_epochs"],
+                     help=f"epoch budget: not_converged past it (default: {DEFAULTS['max_epochs']:g})")
+    tta.add_argument("--time-budget", type=float, metavar="SECONDS", help="time budget on the run's clock: not_converged past it (default: none)")
+    tta.add_argument("--base-lr", type=float, default=DEFAULTS["base_lr"],
+                     help=f"SGD (momentum 0.9) learning rate at --base-batch; throughput runs train at it too (default: {DEFAULTS['base_lr']:g})")
+    tta.add_argument("--base-batch", type=integer, help="the global batch --base-lr is tuned for (default: --batch-size)")
+    tta.add_argument("--lr-rule", default=DEFAULTS["lr_rule"],
+                     help=f"{choices(lr_rules.RULES)}: LR at the global batch = base LR x 1, x global/base (linear, Goyal et al.), "
+                     "x sqrt(global/base), or linear with LARS's per-layer trust ratio (default: none)")
+    tta.add_argument("--warmup-epochs", type=float, help=f"linear warmup from --base-lr to the rule's LR (default: "
+                     f"{lr_rules.DEFAULT_WARMUP_EPOCHS:g} for {' and '.join(lr_rules.WARMUP_BY_DEFAULT)}, else 0)")
+    tta.add_argument("--val-fraction", type=float, default=DEFAULTS["val_fraction"], help="--data-dir: share of images "
+                     f"held out for validation, chosen by a hash of each path (default: {DEFAULTS['val_fraction']:g})")
+    tta.add_argument("--val-images", type=integer, metavar="N", help="evaluate on the first N validation images only: "
+                     "faster, less precise, the same images for every configuration (default: all)")
+    tta.add_argument("--fashion-mnist-dir", default=DEFAULTS["fashion_mnist_dir"], metavar="DIR",
+                     help=f"Fashion-MNIST's four gzip IDX files (Debian: apt-get install {FASHION_MNIST_PACKAGE}; "
+                     f"default: {DEFAULTS['fashion_mnist_dir']})")
     dist = p.add_argument_group(
         "distributed (one process = one rank; rank and peers come from torchrun, mpirun, srun, horovodrun or benchrun)"
     )
@@ -126,7 +156,8 @@ def bench_parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--output", help="append the record as one JSON line to this file")
     out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
-    out.add_argument("--mllog", action="store_true", help="also print MLPerf-style ':::MLLOG {...}' lines")
+    out.add_argument("--mllog", action="store_true", help="also print MLPerf's ':::MLLOG {...}' lines "
+                     "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)")
     out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
                      "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
     out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
@@ -178,6 +209,17 @@ def config_of(args, installed_here: bool = True):
         ps_port=args.ps_port,
         rendezvous_port=args.rendezvous_port,
         rendezvous_timeout=args.timeout or 300.0,
+        target_accuracy=args.target_accuracy,
+        eval_every=args.eval_every,
+        max_epochs=args.max_epochs,
+        time_budget=args.time_budget,
+        base_lr=args.base_lr,
+        base_batch=args.base_batch,
+        lr_rule=args.lr_rule,
+        warmup_epochs=args.warmup_epochs,
+        val_fraction=args.val_fraction,
+        val_images=args.val_images,
+        fashion_mnist_dir=args.fashion_mnist_dir,
         installed_here=installed_here,
     )
 
@@ -209,6 +251,8 @@ def run_benchmark(argv: list[str]) -> int:
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
     config = config_of(args)
+    if config.accuracy_mode:
+        check_accuracy_world(config)
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images
@@ -282,6 +326,16 @@ def find_max_batch(config, args, run_once) -> int:
     if exit_code not in (EXIT_OK, EXIT_OOM):
         return exit_code
     return EXIT_OK if answer is not None else EXIT_OOM
+
+
+def check_accuracy_world(config) -> None:
+    from .distributed.world import detect
+
+    strategy = strategies.get(config.strategy)
+    if not strategy.syncs_replicas and detect().size > 1:
+        synced = [s.name for s in strategies.STRATEGIES.values() if s.syncs_replicas and s.supports(config.framework)]
+        raise UsageError(f"--target-accuracy with {detect().size} ranks under --strategy {strategy.name} would train "
+                         f"independent replicas; use one of {choices(synced)}")
 
 
 def check_max_batch_args(args) -> None:

@@ -7,8 +7,9 @@ so bad input costs milliseconds and never leaves half a result behind.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
+from . import lr_rules
 from .dataset import validate_data_dir
 from .distributed import strategies
 from .errors import UsageError, choices
@@ -29,6 +30,7 @@ MODELS: dict[str, ModelSpec] = {
     "resnet101": ModelSpec(224, 32),
     "resnet152": ModelSpec(224, 32),
     "inception3": ModelSpec(299, 75),
+    "smallcnn": ModelSpec(28, 4),  # benchmarks/smallcnn.py: Fashion-MNIST's size; two 2x2 poolings
 }
 
 FRAMEWORKS = ("torch", "tensorflow")
@@ -42,6 +44,9 @@ PS_PLACEMENTS = ("round-robin", "greedy")
 DATA_FORMATS = ("channels_first", "channels_last")
 DEVICES = ("auto", "cpu", "gpu")
 NUM_CLASSES = 1000
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # where Debian's package installs its IDX files
+FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+FASHION_MNIST_CLASSES = 10
 SYNTHETIC_BATCHES = 4  # distinct device-resident batches, rotated: one fixed batch flatters caches
 
 
@@ -72,10 +77,26 @@ class BenchConfig:
     ps_port: int = 2230  # TF parameter servers: ps_port + local index; chief: ps_port + 10
     rendezvous_port: int = 2210  # dlbench's own rank rendezvous on process 0
     rendezvous_timeout: float = 300.0
+    # Time to accuracy (--target-accuracy; benchmarks/accuracy.py): off when target_accuracy is None.
+    target_accuracy: float | None = None
+    eval_every: int | None = None  # samples between evaluations; None = a quarter of the training set
+    max_epochs: float = 10.0
+    time_budget: float | None = None  # seconds on the run's clock
+    base_lr: float = 0.01
+    base_batch: int | None = None  # the batch base_lr is tuned for; None = batch_size
+    lr_rule: str = lr_rules.DEFAULT_RULE
+    warmup_epochs: float | None = None  # None = the rule's default (lr_rules.warmup_epochs)
+    val_fraction: float = 0.1  # --data-dir: images held out for validation
+    val_images: int | None = None  # evaluate on the first N validation images only (None: all)
+    fashion_mnist_dir: str = FASHION_MNIST_DIR
+
+    @property
+    def accuracy_mode(self) -> bool:
+        return self.target_accuracy is not None
 
     @property
     def data(self) -> str:
-        return "real" if self.data_dir else "synthetic"
+        return "real" if self.data_dir or self.accuracy_mode else "synthetic"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "data": self.data}
@@ -163,6 +184,7 @@ def build_config(
 
         plan(options.get("precision", "fp32"), "cpu")
     validate_strategy(framework, options)
+    validate_accuracy(options)
     if framework == "tensorflow" and data_format == "channels_first" and options.get("device") == "cpu":
         raise UsageError("--data-format channels_first: TensorFlow's CPU convolutions support only channels_last")
     data_dir = options.get("data_dir")
@@ -178,6 +200,47 @@ def build_config(
     if installed_here:
         require_installed(framework)
     return config
+
+
+# Options that mean something only with --target-accuracy (--base-lr is also the LR of throughput runs).
+ACCURACY_ONLY = ("eval_every", "max_epochs", "time_budget", "base_batch", "lr_rule", "warmup_epochs", "val_fraction",
+                 "val_images", "fashion_mnist_dir")
+DEFAULTS = {f.name: f.default for f in fields(BenchConfig)}  # the one home of each default: parser, record, sweeps
+
+
+def validate_accuracy(options: dict) -> None:
+    """--target-accuracy and the options that only mean something with it."""
+    target = options.get("target_accuracy")
+    if target is None:
+        given = [name for name in ACCURACY_ONLY if options.get(name, DEFAULTS[name]) != DEFAULTS[name]]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} applies to time-to-accuracy runs only (add --target-accuracy)")
+        return
+    if not 0 < target <= 1:
+        raise UsageError(f"--target-accuracy is a fraction in (0, 1], got {target:g}")
+    if options.get("lr_rule", lr_rules.DEFAULT_RULE) not in lr_rules.RULES:
+        raise UsageError(f"--lr-rule {options['lr_rule']!r} is invalid (choices: {choices(lr_rules.RULES)})")
+    for name in ("max_epochs", "base_lr", "time_budget"):
+        value = options.get(name)
+        if value is not None and value <= 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+    for name in ("eval_every", "base_batch", "val_images"):
+        _positive("--" + name.replace("_", "-"), options.get(name))
+    if (options.get("warmup_epochs") or 0) < 0:
+        raise UsageError(f"--warmup-epochs must be zero or more, got {options['warmup_epochs']:g}")
+    if not 0 < options.get("val_fraction", DEFAULTS["val_fraction"]) < 1:
+        raise UsageError(f"--val-fraction must be between 0 and 1, got {options['val_fraction']:g}")
+    if options.get("data_dir") is None:
+        from .labelled import check_fashion_mnist
+
+        options["fashion_mnist_dir"] = str(check_fashion_mnist(options.get("fashion_mnist_dir", DEFAULTS["fashion_mnist_dir"])))
+        options["num_classes"] = FASHION_MNIST_CLASSES
+    else:
+        from .dataset import list_classes
+
+        options["num_classes"] = len(list_classes(validate_data_dir(options["data_dir"])))
+    if options.get("base_batch") is None:
+        options["base_batch"] = options.get("batch_size", DEFAULTS["batch_size"])
 
 
 def validate_strategy(framework: str, options: dict) -> None:

@@ -140,4 +140,19 @@ def render(record: dict, stream: TextIO) -> None:
             console.print(f"data: {data['images']} images, {data['skipped_images']} skipped as undecodable{first}", markup=False)
         if throughput["ci_method"]:
             console.print(f"interval: 95% {throughput['ci_method']}", markup=False)
+        if record.get("accuracy"):
+            console.print(accuracy_line(record["accuracy"]), markup=False)
     console.print(throughput_line(record), markup=False)
+
+
+def accuracy_line(section: dict) -> str:
+    """A time-to-accuracy run's result in one line (accuracy.py)."""
+    lr = section["lr"]
+    rule = f"LR {lr['peak_lr']:g} ({lr['rule']}, base {lr['base_lr']:g} at {lr['base_batch']}, global batch {lr['global_batch']})"
+    if section["outcome"] == "converged":
+        reached = (f"target {section['target']:g} reached at {section['samples_to_target']} samples "
+                   f"(epoch {section['epochs_to_target']:.2f}) in {section['time_to_target_s']:.1f} s")
+    else:
+        reached = f"NOT CONVERGED to {section['target']:g} within the budget"
+    return (f"time to accuracy: {reached}; best {section['best_accuracy']:.4f}; {rule}; "
+            f"init {section['init_time_s']:.1f} s apart, evaluation {section['eval_time_s']:.1f} s on the clock")

@@ -17,10 +17,12 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import convergence, lr_rules
+from .config import DEFAULTS
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.12"
+SCHEMA_VERSION = "1.13"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -44,7 +46,7 @@ class StatsRecord(_Model):
 
 class RunConfig(_Model):
     framework: Literal["torch", "tensorflow"]
-    model: Literal["alexnet", "resnet50", "resnet101", "resnet152", "inception3"]
+    model: Literal["alexnet", "resnet50", "resnet101", "resnet152", "inception3", "smallcnn"]
     batch_size: int = Field(description="images per step per worker")
     image_size: int
     num_warmup_batches: int
@@ -69,6 +71,73 @@ class RunConfig(_Model):
     ps_port: int
     rendezvous_port: int
     rendezvous_timeout: float
+    target_accuracy: Optional[float] = Field(default=None, description="--target-accuracy: a time-to-accuracy run (section `accuracy`); null: throughput (1.13)")
+    eval_every: Optional[int] = Field(default=None, description="--eval-every samples; null: a quarter of the training set (1.13)")
+    max_epochs: float = Field(default=DEFAULTS["max_epochs"], description="--max-epochs (1.13)")
+    time_budget: Optional[float] = Field(default=None, description="--time-budget seconds (1.13)")
+    base_lr: float = Field(default=DEFAULTS["base_lr"], description="--base-lr: SGD's LR at base_batch; the LR of throughput runs (1.13)")
+    base_batch: Optional[int] = Field(default=None, description="--base-batch; time-to-accuracy runs: --batch-size when not given (1.13)")
+    lr_rule: Literal[lr_rules.RULES] = Field(default=DEFAULTS["lr_rule"], description="--lr-rule (1.13)")
+    warmup_epochs: Optional[float] = Field(default=None, description="--warmup-epochs as given; null: the rule's default (1.13)")
+    val_fraction: float = Field(default=DEFAULTS["val_fraction"], description="--val-fraction (1.13)")
+    val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: all (1.13)")
+    fashion_mnist_dir: Optional[str] = Field(default=None, description="--fashion-mnist-dir (1.13)")
+
+
+class CurvePoint(_Model):
+    samples: int = Field(description="training images so far, all workers")
+    epoch: float = Field(description="samples / training images")
+    wall_time_s: float = Field(description="on the run's clock (process 0), from the first dataset read to the end of this evaluation")
+    val_accuracy: float = Field(description="correct / images over the whole validation set (shards summed)")
+    val_loss: float = Field(description="mean cross-entropy over the validation set")
+    train_loss: Optional[float] = Field(description="mean training loss since the previous point, averaged over ranks")
+    lr: float = Field(description="the LR of the last update before this point")
+
+
+class LrInfo(_Model):
+    rule: Literal[lr_rules.RULES]
+    base_lr: float
+    base_batch: int = Field(description="the global batch base_lr is tuned for")
+    global_batch: int = Field(description="images per synchronous update: batch_size x workers")
+    peak_lr: float = Field(description="base_lr scaled by the rule (lr_rules.scale)")
+    warmup_samples: int = Field(description="linear warmup from base_lr to peak_lr over these training images")
+    warmup_epochs: float
+    lars_eta: Optional[float] = Field(description="LARS trust coefficient (LARC clip form); null unless rule is lars")
+    per_update_batch: int = Field(description="images behind one update of the weights")
+    staleness: Optional[StatsRecord] = Field(description="updates applied between a step's read of the weights and its own update (asynchronous strategies); null when synchronous")
+
+
+class DatasetInfo(_Model):
+    name: Literal["fashion-mnist", "imagefolder"]
+    path: str
+    train_images: int
+    val_images: int
+    classes: int
+    preprocessing: str = Field(description="how images reach the model's input: padding or resizing, grey to RGB, normalisation")
+
+
+class BudgetInfo(_Model):
+    max_epochs: float
+    time_s: Optional[float]
+
+
+class AccuracyInfo(_Model):
+    target: float = Field(description="--target-accuracy")
+    outcome: Literal[convergence.OUTCOMES] = Field(description="converged: an evaluation reached the target; not_converged: the budget ended first")
+    samples_to_target: Optional[int] = Field(description="training images at the first evaluation at or above the target")
+    epochs_to_target: Optional[float]
+    time_to_target_s: Optional[float] = Field(description="run clock at the end of that evaluation (MLPerf's time to train)")
+    best_accuracy: Optional[float] = Field(description="best validation accuracy within the budget")
+    best_at_samples: Optional[int]
+    budget: BudgetInfo
+    eval_every_samples: int
+    dataset: DatasetInfo
+    lr: LrInfo
+    init_time_s: float = Field(description="process start to the clock start: meeting the ranks, building the model (not in the times above)")
+    run_time_s: float = Field(description="the whole clock: data read, training, evaluation")
+    eval_time_s: float = Field(description="this process's time in evaluation (on the clock)")
+    train_images_per_sec: float = Field(description="training images / the slowest rank's time in training steps (evaluation excluded)")
+    curve: list[CurvePoint]
 
 
 class Throughput(_Model):
@@ -292,7 +361,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.12"] = SCHEMA_VERSION
+    schema_version: Literal["1.13"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -316,6 +385,7 @@ class ResultRecord(_Model):
     flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
     batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
     trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
+    accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to target (1.13)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

@@ -77,3 +77,17 @@ def throughput_halfwidth_from_steps(
         return None
     mean = float(values.mean())
     return images_per_step * half / (mean * mean)
+
+
+OLYMPIC_MIN = 5  # MLPerf drops the fastest and slowest of at least five runs
+
+
+def olympic_mean(samples: Sequence[float]) -> float:
+    """Mean without the lowest and highest value from OLYMPIC_MIN samples on (MLPerf's scoring of
+    repeated runs); below that the plain mean."""
+    values = sorted(float(v) for v in samples)
+    if not values:
+        raise ValueError("olympic_mean needs at least one sample")
+    if len(values) >= OLYMPIC_MIN:
+        values = values[1:-1]
+    return sum(values) / len(values)

@@ -52,13 +52,14 @@ class Writer:
         else:
             raise RuntimeError("no TensorBoard writer installed (tensorboardX, tensorboard or tensorflow)")
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
+    def scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
+        """`walltime`: when the value was taken (Unix seconds); tf.summary can only stamp the write time."""
         if self.name == "tf.summary":
             with self._writer.as_default():
                 self._tf.summary.write(tag, self._tf.constant(float(value), self._tf.float32), step=step,
                                        metadata=self._metadata)
         else:
-            self._writer.add_scalar(tag, value, step)
+            self._writer.add_scalar(tag, value, step, walltime=walltime)
 
     def close(self) -> None:
         self._writer.flush()
@@ -78,5 +79,22 @@ def write_loops(logdir: str | Path, loops, images_per_step: int, loss_value) -> 
                 if loss is not None:
                     writer.scalar("train/loss", loss_value(loss), step)
                 step += 1
+    finally:
+        writer.close()
+
+
+CURVE_SCALARS = {"val_accuracy": "eval/accuracy", "val_loss": "eval/loss", "train_loss": "train/loss", "lr": "train/lr",
+                 "epoch": "train/epoch"}
+
+
+def write_curve(logdir: str | Path, curve: list[dict], started_unix: float) -> None:
+    """A time-to-accuracy curve (accuracy.py): one event per evaluation, its step the training images
+    seen so far, its wall time when the evaluation ended (the run's clock start + its time)."""
+    writer = Writer(logdir)
+    try:
+        for point in curve:
+            for field, tag in CURVE_SCALARS.items():
+                if point[field] is not None:
+                    writer.scalar(tag, point[field], point["samples"], walltime=started_unix + point["wall_time_s"])
     finally:
         writer.close()

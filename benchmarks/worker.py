@@ -63,7 +63,10 @@ def main(spec_path: str) -> int:
     config = BenchConfig(**spec["config"])
     # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
-    from .measurement import Measurement
+    if config.accuracy_mode:
+        from .accuracy import AccuracyMeasurement as Measurement
+    else:
+        from .measurement import Measurement
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a

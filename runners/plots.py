@@ -319,3 +319,30 @@ def _draw_network(path: Path, series, what: str, link_gbps: float | None) -> Non
     ax.set_ylabel("busbw (GB/s)" if what == "busbw_gbps" else "time per operation (µs)")
     ax.set_title("bus bandwidth vs message size" if what == "busbw_gbps" else "latency vs message size", fontsize=10)
     _finish(fig, [ax], path, legend_below=True)
+
+
+def accuracy_curves(arms, title: str, path: Path) -> Path:
+    """Validation accuracy vs training images and vs time, every run of every arm (runners/accuracy.py)."""
+    from .accuracy import arm_label
+
+    data = [(arm_label(arm), [[(p["samples"], p["wall_time_s"], p["val_accuracy"]) for p in s["curve"]]
+                              for s in arm.sections]) for arm in arms]
+    return _render(_draw_accuracy, path, data, arms[0].target, title)
+
+
+def _draw_accuracy(path: Path, arms, target: float, title: str) -> None:
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.0), sharey=True)
+    for index, (label, runs) in enumerate(arms):
+        colour = f"C{index % 10}"
+        for run_index, curve in enumerate(runs):
+            shown = label if run_index == 0 else None
+            left.plot([c[0] for c in curve], [c[2] for c in curve], marker=".", color=colour, alpha=0.8, label=shown)
+            right.plot([c[1] for c in curve], [c[2] for c in curve], marker=".", color=colour, alpha=0.8, label=shown)
+    for ax, xlabel in ((left, "training images (all workers)"), (right, "seconds on the run's clock")):
+        ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlim(left=0)
+        ax.set_xlabel(xlabel)
+    left.set_ylabel("validation accuracy")
+    fig.suptitle(title, fontsize=10)
+    _finish(fig, [left, right], path, legend_below=True)

@@ -34,7 +34,8 @@ ID_PREFIX = 8  # run_id characters shown in tables
 FIELDS = (
     "run_id", "timestamp_utc", "status", "kind", "error.kind", "error.message",
     *(f"config.{name}" for name in ("framework", "model", "batch_size", "image_size", "precision", "compile", "xla",
-                                    "data", "strategy", "num_ps", "ps_placement", "device")),
+                                    "data", "strategy", "num_ps", "ps_placement", "device", "seed", "target_accuracy",
+                                    "lr_rule", "base_lr")),
     "world.workers", "world.hosts", "world.launcher",
     *(f"provenance.{name}" for name in ("hostname", "cpu_model", "cpu_count", "container_runtime", "requested_runtime",
                                         "image", "dlbench_version", "python")),
@@ -47,6 +48,7 @@ FIELDS = (
     "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule",
     *(f"batch_search.{name}" for name in ("search_id", "probe", "final", "max_batch", "stop_reason")),
     "trace",  # whole (null in most records)
+    "accuracy",  # whole: time-to-accuracy runs only (runners/accuracy.py)
 )
 SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 # Read beside the records as NumPy columns (Records): what every table asks of every record.
@@ -55,7 +57,7 @@ VALUES = ("status", "run_id", "timestamp_utc", "throughput.images_per_sec",
                                           "host_rss_peak_bytes")),
           "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule", "step_time_s.mean", "input_wait_s.mean",
           "batch_search.final")
-PRESENT = ("throughput", "trace")
+PRESENT = ("throughput", "trace", "accuracy")
 
 
 def print_warning(message: str) -> None:
@@ -417,6 +419,13 @@ def having(records: Iterable[dict], section: str) -> list[dict]:
     if isinstance(records, Records):
         return records.take(records.column(f"has {section}"))
     return [r for r in records if r.get(section) is not None]
+
+
+def lacking(records: Iterable[dict], section: str) -> list[dict]:
+    """The records whose `section` is null (the complement of `having`)."""
+    if isinstance(records, Records):
+        return records.take(~records.column(f"has {section}"))
+    return [r for r in records if r.get(section) is None]
 
 
 def throughput(records: Iterable[dict]) -> Summary | None:

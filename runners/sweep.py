@@ -25,6 +25,7 @@ from benchmarks.config import (
     PS_PLACEMENTS,
     STRATEGIES,
 )
+from benchmarks import lr_rules
 from benchmarks.compilation import COMPILE_MODES
 from benchmarks.distributed import strategies
 from benchmarks.errors import choices
@@ -119,6 +120,27 @@ class Matrix(_Model):
     image: Axis(Optional[Name]) = [None]
 
 
+def _number_not_bool(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    return value
+
+
+def _a_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number, got {value!r}")
+    return value
+
+
+def _positive_value(value: Union[int, float]) -> float:
+    if value <= 0:
+        raise ValueError("must be positive")
+    return float(value)
+
+
+PositiveNumber = Annotated[float, BeforeValidator(_a_number), AfterValidator(_positive_value)]
+
+
 class BenchOptions(_Model):
     """bench flags given to every run (the matrix owns the others)."""
 
@@ -139,6 +161,18 @@ class BenchOptions(_Model):
     worker_port: Optional[Port] = None
     ps_port: Optional[Port] = None
     rendezvous_port: Optional[Port] = None
+    # time to accuracy (docs/accuracy.md); bench checks the values and their combinations
+    target_accuracy: Optional[PositiveNumber] = None
+    eval_every: Optional[PositiveInt] = None
+    max_epochs: Optional[PositiveNumber] = None
+    time_budget: Optional[PositiveNumber] = None
+    base_lr: Optional[PositiveNumber] = None
+    base_batch: Optional[PositiveInt] = None
+    lr_rule: Optional[Annotated[Name, AfterValidator(_one_of(lr_rules.RULES))]] = None
+    warmup_epochs: Optional[Annotated[float, BeforeValidator(_a_number)]] = None
+    val_fraction: Optional[PositiveNumber] = None
+    val_images: Optional[PositiveInt] = None
+    fashion_mnist_dir: Optional[Name] = None
 
     def args(self) -> list[str]:
         out = []
@@ -154,10 +188,6 @@ class BenchOptions(_Model):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
-def _number_not_bool(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
-    return value
 
 
 def _positive_number(value: Union[int, float]) -> float:

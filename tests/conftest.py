@@ -34,3 +34,13 @@ def pytest_configure(config):
     # rebuilds them all (Horovod compiled twice) for a test marker
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (tests/test_gpu.py); skipped loudly without one; "
                             "`-m gpu` runs them on a GPU machine (perf/gpu.md)")
+
+
+@pytest.fixture(scope="session")
+def fashion_mnist():
+    """Debian's Fashion-MNIST files (installed here when missing; skipped loudly where apt cannot)."""
+    from benchmarks.config import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
+    from infra.slurm import ensure_packages_or_skip
+
+    ensure_packages_or_skip((FASHION_MNIST_PACKAGE,), "FASHION-MNIST")
+    return FASHION_MNIST_DIR

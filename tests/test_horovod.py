@@ -30,8 +30,9 @@ DURATIONS: dict[str, float] = {}
 pytestmark = pytest.mark.slow
 
 
-def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run(["docker", "run", "--rm", "--network=host", "--ipc=host", "--entrypoint", entrypoint, image, *args],
+def in_image(image: str, entrypoint: str, *args: str, timeout: float = 120, mounts: tuple = ()) -> subprocess.CompletedProcess:
+    volumes = [arg for path in mounts for arg in ("-v", f"{path}:{path}:ro")]
+    return run(["docker", "run", "--rm", "--network=host", "--ipc=host", *volumes, "--entrypoint", entrypoint, image, *args],
                timeout=timeout)
 
 
@@ -169,3 +170,21 @@ def test_horovod_comm_in_its_image(horovod_images):
     assert {row["op"] for row in rec["results"]} == {"allreduce", "gradients"}  # Horovod has no send/recv: no ping-pong
     assert all(row["wrong"] == 0 and row["busbw_gbps"] > 0 for row in rec["results"])
     assert "avg allreduce busbw" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_horovod_time_to_accuracy_in_its_image(horovod_images, fashion_mnist, framework):
+    """bench --target-accuracy under horovodrun in the Open MPI image, on the host's Fashion-MNIST files
+    mounted read-only where Debian puts them, with LARS on Horovod's averaged gradients."""
+    p = in_image(horovod_images["openmpi"], "benchrun", "launch", "--launcher", "horovodrun", "-n", "2",
+                 "--bench-command", "bench", "--timeout", "240", "--", "--framework", framework, "--strategy", "horovod",
+                 "--model", "smallcnn", "--batch-size", "32", "--base-lr", "0.02", "--eval-every", "1024",
+                 "--max-epochs", "0.1", "--val-images", "1000", "--num-threads", "1", "--target-accuracy", "0.7",
+                 "--lr-rule", "lars", "--json", *ports(), timeout=RUN_TIMEOUT, mounts=(fashion_mnist,))
+    assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
+    (rec,) = records(p.stdout)
+    validate_record(rec)
+    section = rec["accuracy"]
+    assert rec["status"] == "ok" and section["outcome"] == "converged" and section["best_accuracy"] >= 0.7
+    assert rec["world"]["launcher"] == "horovodrun" and rec["world"]["workers"] == 2 and rec["replicas"]["in_sync"]
+    assert section["dataset"]["name"] == "fashion-mnist" and section["lr"]["global_batch"] == 64

@@ -84,16 +84,13 @@ _ACCEPTS = {  # prints {model: [accepts min-1, accepts min]} for one framework, 
     "torch": """
 import json, sys, torch, torchvision
 from benchmarks.config import MODELS
-from benchmarks.frameworks.torch_backend import TORCHVISION_MODELS
+from benchmarks.frameworks.torch_backend import build_model
 out = {}
 for name, spec in MODELS.items():
-    kwargs = {"weights": None, "num_classes": 10}
-    if name == "inception3":
-        kwargs.update(aux_logits=False, init_weights=False)
-    net = getattr(torchvision.models, TORCHVISION_MODELS[name])(**kwargs).eval()
     out[name] = []
     for size in (spec.min_image_size - 1, spec.min_image_size):
         try:
+            net = build_model(name, 10, False, size).eval()
             with torch.no_grad():
                 net(torch.zeros(1, 3, size, size))
             out[name].append(True)

@@ -164,6 +164,38 @@ class Framework(ABC):
     @abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool: ...
 
+    # -- time to accuracy (benchmarks/accuracy.py) ------------------------------------------------
+
+    def labelled_batch(self, images, labels):
+        """numpy float32 N x H x W x 3 images and int64 labels -> a device batch for train_step/evaluate,
+        in the run's data format."""
+        raise NotImplementedError(f"{self.name} has no time-to-accuracy input")
+
+    def evaluate(self, batch) -> tuple[int, float]:
+        """(correct predictions, summed cross-entropy) of one batch in inference mode (BatchNorm's
+        running statistics, no dropout), on this process's replica only: no collective."""
+        raise NotImplementedError(f"{self.name} cannot evaluate")
+
+    staleness: list | None = None  # per update, updates applied meanwhile by others (asynchronous strategies)
+
+    def labelled_loop(self, batches: Iterator, num_updates: int, before_update) -> timing.TimedLoop:
+        """`num_updates` training steps on labelled batches, `before_update()` before each (the LR
+        schedule), timed as every loop is; every step's loss kept. Strategies whose steps run
+        elsewhere (TF PS) override it."""
+        def step(batch):
+            before_update()
+            return self.train_step(batch)
+
+        return timing.run_steps(batches, step, self.synchronize, num_updates, self.config.batch_size, keep_losses=True)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The LR of the following updates (lr_rules.Schedule)."""
+        raise NotImplementedError(f"{self.name} cannot change its learning rate")
+
+    @property
+    def uses_lars(self) -> bool:
+        return self.config.lr_rule == "lars"
+
     def reset_peak_memory(self) -> None:
         """Reset the framework allocator's peak counters (GPU only)."""
 

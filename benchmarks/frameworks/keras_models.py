@@ -22,9 +22,11 @@ APPLICATIONS = {
 }
 
 
-def build(model: str, input_shape: tuple, num_classes: int, aux_head: bool) -> keras.Model:
+def build(model: str, input_shape: tuple, num_classes: int, aux_head: bool, seed: int = 0) -> keras.Model:
     if model == "alexnet":
         return alexnet(input_shape, num_classes)
+    if model == "smallcnn":
+        return smallcnn(input_shape, num_classes, seed)
     net = APPLICATIONS[model](
         weights=None, input_shape=input_shape, classes=num_classes, classifier_activation=None
     )
@@ -108,3 +110,32 @@ def inception_aux_head(features, num_classes: int):
     x = _conv_bn(x, 768, 5)
     x = layers.GlobalAveragePooling2D()(x)
     return layers.Dense(num_classes, name="aux_logits")(x)
+
+
+def smallcnn(input_shape: tuple, num_classes: int, seed: int) -> keras.Model:
+    """benchmarks/smallcnn.py's network, with its seeded initial weights (the same numbers as torch's)."""
+    from .. import smallcnn as spec
+
+    first = keras.config.image_data_format() == "channels_first"
+    axis = 1 if first else -1
+    image_size = input_shape[-1] if first else input_shape[0]
+    inputs = keras.Input(input_shape)
+    x = inputs
+    for index, filters in enumerate(spec.CHANNELS, start=1):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"conv{index}")(x)
+        x = layers.BatchNormalization(axis=axis, epsilon=spec.BN_EPSILON, momentum=1 - spec.BN_MOMENTUM, name=f"bn{index}")(x)
+        x = layers.Activation("relu")(x)
+        x = layers.MaxPooling2D(2)(x)
+    x = layers.Flatten()(x)
+    x = layers.Dense(spec.HIDDEN, activation="relu", name="fc1")(x)
+    outputs = layers.Dense(num_classes, name="fc2")(x)
+    net = keras.Model(inputs, outputs, name="smallcnn")
+    weights = spec.initial_weights(seed, image_size, num_classes)
+    fc1 = weights["fc1"] if first else spec.fc1_channels_last(weights["fc1"], image_size)
+    for index in (1, 2):
+        net.get_layer(f"conv{index}").set_weights([weights[f"conv{index}"]])
+        bn = net.get_layer(f"bn{index}")
+        bn.set_weights([weights[f"bn{index}_gamma"], weights[f"bn{index}_beta"], *(w.numpy() for w in bn.weights[2:])])
+    net.get_layer("fc1").set_weights([fc1, weights["fc1_bias"]])
+    net.get_layer("fc2").set_weights([weights["fc2"], weights["fc2_bias"]])
+    return net

@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .. import compilation, precision  # noqa: E402
+from .. import compilation, lr_rules, precision  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
@@ -73,8 +73,8 @@ class TensorFlowFramework(Framework):
         self.strategy = self._make_strategy()
         self.hvd = None
         with self._variable_scope():
-            self.model = keras_models.build(cfg.model, self._image_shape(), cfg.num_classes, self.aux_head)
-            optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+            self.model = keras_models.build(cfg.model, self._image_shape(), cfg.num_classes, self.aux_head, cfg.seed)
+            optimizer = keras.optimizers.SGD(learning_rate=cfg.base_lr, momentum=0.9)
             self.optimizer = keras.optimizers.LossScaleOptimizer(optimizer) if self.fp16 else optimizer
             self.optimizer.build(self.model.trainable_variables)
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(
@@ -82,6 +82,7 @@ class TensorFlowFramework(Framework):
         )
         self._init_distributed()
         self._step = self._make_step()
+        self._eval_step = tf.function(self._eval_counts, reduce_retracing=True)
 
     def _configure(self) -> None:
         """Threads and device: what every process needs, serving ones included."""
@@ -203,8 +204,46 @@ class TensorFlowFramework(Framework):
             gradients = tape.gradient(scaled, [v.value for v in variables])
         else:
             gradients = tape.gradient(scaled, variables)
+        if self.uses_lars:
+            gradients = self._apply_lars(gradients, variables)
         self.optimizer.apply_gradients(zip(gradients, variables))
         return loss
+
+    def _apply_lars(self, gradients, variables) -> list:
+        """lr_rules.lars_factor per layer, from the gradient every replica applies (_lars_reference), unscaled."""
+        reference = self._lars_reference(gradients)
+        if self.fp16:
+            reference = [g / self.optimizer.dynamic_scale for g in reference]
+        lr = tf.cast(self.optimizer.learning_rate, tf.float32)
+        return [g * lr_rules.lars_factor(tf.norm(v), tf.norm(r), lr, tf.minimum, tf.where) if lr_rules.lars_applies(v.shape) else g
+                for g, r, v in zip(gradients, reference, variables)]
+
+    def _lars_reference(self, gradients) -> list:
+        """The gradient the optimizer will apply, up to a common factor: this one, already averaged (Horovod)
+        or the only one (alone)."""
+        return gradients
+
+    # -- time to accuracy ------------------------------------------------------------------------
+
+    def labelled_batch(self, images, labels):
+        if self.config.data_format == "channels_first":
+            images = images.transpose(0, 3, 1, 2)
+        with tf.device(self.device_name):
+            return tf.constant(images), tf.constant(labels)
+
+    def _eval_counts(self, images, labels):
+        outputs = self.model(images, training=False)
+        logits = tf.cast(outputs[0] if self.aux_head else outputs, tf.float32)
+        loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1), labels), tf.int64))
+        return correct, loss
+
+    def evaluate(self, batch) -> tuple[int, float]:
+        correct, loss = self._eval_step(*batch)
+        return int(correct), float(loss)
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.optimizer.learning_rate = lr  # assigns the optimizer's LR variable (the inner one under loss scaling)
 
     # -- input -----------------------------------------------------------------------------------
 
@@ -353,6 +392,12 @@ class TensorFlowAllreduceFramework(TensorFlowFramework):
 
     def _make_step(self):
         return tf.function(self._allreduce_step, jit_compile=False)
+
+    def _lars_reference(self, gradients) -> list:
+        """Each replica holds its own gradient; the optimizer applies their sum: all-reduce it for the norms
+        (LARS under allreduce exchanges the gradients twice)."""
+        context = tf.distribute.get_replica_context()
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
 
     def _allreduce_step(self, images, labels):
         per_replica = self.strategy.run(self._train_step, args=(images, labels))

@@ -92,6 +92,11 @@ class TensorFlowPsFramework(TensorFlowFramework):
             self._start_server()
             return
         super().setup()
+        if self.config.accuracy_mode:
+            with self._variable_scope():  # on a PS: every worker's update counts it
+                self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="dlbench_updates")
+            self._labelled_step = tf.function(self._labelled_worker_step)
+            self.staleness = []
 
     def _start_server(self) -> None:
         self.server = start_server()
@@ -193,6 +198,50 @@ class TensorFlowPsFramework(TensorFlowFramework):
         for steps in stamps.values():
             steps.sort(key=lambda step: step[2])
         return stamps, loss
+
+    def _labelled_worker_step(self, images, labels):
+        """One asynchronous update from a batch the chief sent, on whichever worker is free; its
+        staleness: the updates applied by others between this step's read of the weights (after
+        reading the counter) and its own update (the counter's increment after applying)."""
+
+        def replica_fn(images, labels):
+            read = self.updates.read_value()
+            with tf.control_dependencies([read]):
+                images = tf.identity(images)  # the forward pass reads the weights after the counter
+            loss = self._train_step(images, labels)
+            with tf.control_dependencies([loss, *[v.value for v in self.model.trainable_variables]]):
+                end = tf.timestamp()
+                applied = self.updates.assign_add(1, read_value=True)
+            return end, loss, applied - read - 1
+
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+        start = tf.timestamp()
+        end, loss, stale = self.strategy.run(replica_fn, args=(images, labels))
+        return worker, start, end, loss, stale
+
+    def labelled_loop(self, batches, num_updates: int, before_update) -> timing.TimedLoop:
+        """The chief deals the batches; each update goes to the first free worker. Each worker's loop
+        comes from its own stamps (timing.loop_from_stamps), as in timed_loop."""
+        scheduled = []
+        for _ in range(num_updates):
+            before_update()
+            scheduled.append(self.coordinator.schedule(self._labelled_step, args=next(batches)))
+        self.coordinator.join()
+        stamps: dict[int, list[tuple]] = {}
+        losses = []
+        for remote in scheduled:
+            worker, start, end, loss, stale = (np.asarray(v) for v in remote.fetch())
+            stamps.setdefault(int(worker), []).append((float(start), float(end)))
+            losses.append(loss)
+            self.staleness.append(int(stale))
+        per_worker = {}
+        for worker, steps in sorted(stamps.items()):
+            steps.sort(key=lambda step: step[1])
+            per_worker[worker] = timing.loop_from_stamps(steps[0][0], [(start, end) for start, end in steps],
+                                                         self.config.batch_size, fetch_started=[s for s, _ in steps])
+        merged = timing.merge_loops(per_worker, last_loss=losses[-1])
+        merged.losses = losses
+        return merged
 
     def timed_loop(self, iterator, num_steps: int, **display) -> timing.TimedLoop:
         """A worker's loop starts when its first step starts fetching; a step's input wait is its own

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import itertools
@@ -14,7 +15,7 @@ import torch
 import torchvision
 from PIL import Image
 
-from .. import compilation, precision, timing
+from .. import compilation, lr_rules, precision, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
@@ -78,7 +79,37 @@ def collate_skipping(samples):
     return images, labels, [item for _, _, skipped in samples for item in skipped]
 
 
-def build_model(model: str, num_classes: int, aux_head: bool) -> torch.nn.Module:
+class SmallCNN(torch.nn.Sequential):
+    """benchmarks/smallcnn.py's network, with its seeded initial weights."""
+
+    def __init__(self, image_size: int, num_classes: int, seed: int):
+        from .. import smallcnn as spec
+
+        c1, c2 = spec.CHANNELS
+        nn = torch.nn
+
+        def block(c_in, c_out):
+            return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+                    nn.BatchNorm2d(c_out, eps=spec.BN_EPSILON, momentum=spec.BN_MOMENTUM), nn.ReLU(), nn.MaxPool2d(2)]
+
+        side = spec.feature_size(image_size)
+        super().__init__(*block(3, c1), *block(c1, c2), nn.Flatten(),
+                         nn.Linear(c2 * side * side, spec.HIDDEN), nn.ReLU(), nn.Linear(spec.HIDDEN, num_classes))
+        weights = spec.initial_weights(seed, image_size, num_classes)
+        conv1, bn1, _, _, conv2, bn2, _, _, _, fc1, _, fc2 = self
+        with torch.no_grad():
+            for conv, bn, name in ((conv1, bn1, "1"), (conv2, bn2, "2")):
+                conv.weight.copy_(torch.from_numpy(weights["conv" + name].transpose(3, 2, 0, 1).copy()))
+                bn.weight.copy_(torch.from_numpy(weights[f"bn{name}_gamma"]))
+                bn.bias.copy_(torch.from_numpy(weights[f"bn{name}_beta"]))
+            for fc, name in ((fc1, "fc1"), (fc2, "fc2")):
+                fc.weight.copy_(torch.from_numpy(weights[name].T.copy()))
+                fc.bias.copy_(torch.from_numpy(weights[name + "_bias"]))
+
+
+def build_model(model: str, num_classes: int, aux_head: bool, image_size: int = 224, seed: int = 0) -> torch.nn.Module:
+    if model == "smallcnn":
+        return SmallCNN(image_size, num_classes, seed)
     builder = getattr(torchvision.models, TORCHVISION_MODELS[model])
     kwargs = {"weights": None, "num_classes": num_classes}
     if model == "inception3":
@@ -97,7 +128,7 @@ def count_flops(model: str, image_size: int, num_classes: int, aux_head: bool):
     from ..flops import Counted
 
     with torch.device("meta"):
-        net = build_model(model, num_classes, aux_head).train()
+        net = build_model(model, num_classes, aux_head, image_size).train()
         images = torch.empty(FLOP_COUNT_BATCH, 3, image_size, image_size)
         labels = torch.zeros(FLOP_COUNT_BATCH, dtype=torch.long)
     with FlopCounterMode(display=False) as forward:
@@ -131,7 +162,7 @@ class TorchFramework(Framework):
         self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
         self.model = self._build_model().to(self.device, memory_format=self.memory_format)
         self.model.train()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.base_lr, momentum=0.9)
         self._init_distributed()
         self.eager_model = self.model
         if cfg.compile:
@@ -163,7 +194,7 @@ class TorchFramework(Framework):
         return digest.hexdigest()[:16]
 
     def _build_model(self) -> torch.nn.Module:
-        return build_model(self.config.model, self.config.num_classes, self.aux_head)
+        return build_model(self.config.model, self.config.num_classes, self.aux_head, self.config.image_size, self.config.seed)
 
     def count_flops(self):
         return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
@@ -259,9 +290,49 @@ class TorchFramework(Framework):
             else:
                 loss = self.criterion(output, labels)
         self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
+        if self.uses_lars:
+            with self._gradients_final():
+                self.scaler.unscale_(self.optimizer)
+                self._apply_lars()
+                self.scaler.step(self.optimizer)
+        else:
+            self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss.detach()
+
+    def _gradients_final(self) -> contextlib.AbstractContextManager:
+        """Gradients are averaged over ranks on entry (DDP: during backward); the step inside uses them."""
+        return contextlib.nullcontext()
+
+    def _apply_lars(self) -> None:
+        lr = self.optimizer.param_groups[0]["lr"]
+        with torch.no_grad():
+            for parameter in self.optimizer.param_groups[0]["params"]:
+                if parameter.grad is not None and lr_rules.lars_applies(parameter.shape):
+                    parameter.grad.mul_(lr_rules.lars_factor(
+                        parameter.norm(), parameter.grad.norm(), lr, lambda a, b: torch.clamp(a, max=b), torch.where))
+
+    # -- time to accuracy ------------------------------------------------------------------------
+
+    def labelled_batch(self, images, labels):
+        return self._to_device(torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels))
+
+    def evaluate(self, batch) -> tuple[int, float]:
+        images, labels = batch
+        model = getattr(self, "replica", self.eager_model)  # no DDP wrapper: evaluation is this rank's own
+        model.eval()
+        try:
+            with torch.no_grad(), torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+                logits = model(images).float()
+                loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
+                correct = (logits.argmax(dim=1) == labels).sum()
+        finally:
+            model.train()
+        return int(correct.item()), float(loss.item())
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     @property
     def compiles(self) -> bool:
@@ -388,6 +459,11 @@ class TorchHorovodFramework(TorchFramework):
         self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=self.model.named_parameters())
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    def _gradients_final(self) -> contextlib.AbstractContextManager:
+        """Horovod averages in optimizer.step(); LARS needs the average first."""
+        self.optimizer.synchronize()
+        return self.optimizer.skip_synchronize()
 
     def _close_distributed(self) -> None:
         import horovod.torch as hvd

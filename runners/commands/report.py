@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import math
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.distributed import strategies
 
-from .. import plots, reports
+from .. import accuracy, plots, reports
 
 MiB = 1024 * 1024
 
@@ -350,6 +351,48 @@ def section_runtimes(doc: Document, records: list[dict], out: Path,
         doc.bullets(_missing(unmatched))
 
 
+def section_accuracy(doc: Document, records, out: Path) -> None:
+    """Time to accuracy (bench --target-accuracy; runners/accuracy.py)."""
+    arms = accuracy.arms(records)
+    if not arms:
+        return
+    doc.heading("Time to accuracy")
+    doc.para("Runs trained to a validation-accuracy target under MLPerf's timing rules (the clock starts at the first "
+             "dataset read and includes evaluation). Arms differ in strategy, workers, batch and LR rule; repeats over "
+             f"seeds are scored by the olympic mean (at {accuracy.OLYMPIC_MIN} runs and more the fastest and slowest are "
+             "dropped; a run that did not converge counts as infinitely slow). Speed-up = reference time / time = "
+             "statistical efficiency (reference samples to target / samples to target) x hardware efficiency "
+             "(images/sec / reference images/sec); the reference is the 1-worker arm of the same framework, model, "
+             "batch per worker, data, evaluation points, base LR and target (up to evaluation and start-up, the product equals the speed-up). "
+             f"Flags: {accuracy.FAST_BUT_WRONG} (more images/sec than the reference but a best accuracy lower by more "
+             "than the seed spread, or the target missed in most runs); "
+             f"{accuracy.SUSPICIOUSLY_FAST} (significantly fewer samples to target than the reference, one-sided Welch "
+             f"t-test p < {accuracy.ALPHA}).")
+    families: dict[tuple, list[accuracy.Arm]] = defaultdict(list)
+    for arm in arms:
+        families[(*(arm.key[f] for f in accuracy.REFERENCE_FIELDS), arm.alike)].append(arm)
+    for index, members in enumerate(families.values()):
+        first = members[0]
+        title = f"{_short(first.key, accuracy.REFERENCE_FIELDS)}, target {first.target:g}"
+        doc.heading(title, 3)
+        path = plots.accuracy_curves(members, title, out / f"accuracy-{index + 1}.png")
+        doc.image(path, f"{title}: validation accuracy vs training images and vs time on the run's clock, one line "
+                        "per run (colour: arm); dashed: the target")
+        rows = []
+        for arm in members:
+            def cell(value, digits=2):
+                return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+            rows.append([accuracy.arm_label(arm), arm.n, f"{arm.converged}/{arm.n}", cell(arm.time_to_target, 1),
+                         cell(arm.samples_to_target, 0), f"{arm.best_accuracy:.4f}" + (
+                             f" ± {arm.spread:.4f}" if arm.spread is not None else ""),
+                         cell(arm.images_per_sec, 1), cell(arm.speedup), cell(arm.statistical_efficiency),
+                         cell(arm.hardware_efficiency), ", ".join(arm.flags) or "-", reports.ids(arm.records)])
+        doc.table(["arm", "n", "converged", "time to target s", "samples to target", "best accuracy (± sd)",
+                   "images/sec", "speed-up", "statistical eff.", "hardware eff.", "flags", "runs"], rows)
+        doc.bullets([accuracy.verdict(arm) for arm in members])
+
+
 def section_quality(doc: Document, records: list[dict]) -> None:
     doc.heading("Single-record configurations")
     singles = reports.single_record_groups(records)
@@ -377,6 +420,8 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
     doc.para(f"{len(records)} records from {', '.join(stores)}. Throughput is total images/sec "
              "(all workers); ± is a 95% interval; runs are run_id prefixes.")
     section_environment(doc, records)
+    section_accuracy(doc, records, out)
+    records = reports.lacking(records, "accuracy")  # the sections below are about throughput runs
     section_batch(doc, records, out)
     section_scaling(doc, records, out)
     section_why(doc, records, list(comm_records), out)

@@ -1,0 +1,169 @@
+"""A time-to-accuracy run (bench --target-accuracy): train on labelled data until the validation
+accuracy reaches the target, under MLPerf Training's timing rules (benchmarks/convergence.py).
+
+The measurement is Measurement's (meeting the ranks, failures, the record); only the
+part between setup and the record differs. Every rank trains its own slice of each
+global batch, evaluates its own disjoint shard of the validation set, and sends its
+counts through dlbench's rendezvous; every rank gets all counts back and takes the same
+stop decision from the same numbers, so none waits in a collective for a rank that
+already stopped. Training steps are timed by timing.run_steps (device-synchronised), so
+the record's throughput is the training rate alone and the curve's wall time is the
+whole clock, evaluation included.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import convergence, labelled, lr_rules, memory, stats, timing
+from .measurement import Measurement, aggregate, loop_payload, max_memory, progress, rank_rows
+
+EVAL_BATCH = 500  # validation images per forward pass; the last batch of a shard may be smaller
+
+
+class AccuracyMeasurement(Measurement):
+    def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
+        cfg, backend = self.config, self.backend
+        workers = max(1, self._num_workers())
+        global_batch = cfg.batch_size * workers
+        per_update = global_batch if self.strategy.synchronous else cfg.batch_size
+        # Under a strategy whose chief drives the workers, the chief deals every batch and evaluates alone.
+        rank, shards = (0, 1) if self.strategy.gathers_at_chief else (self.world.rank, workers)
+        self.mllog.end("init_stop")
+        self.mllog.event("global_batch_size", global_batch)
+        self.mllog.start("run_start")
+        started, started_unix = timing.clock(), time.time()  # MLPerf: the clock starts at the first dataset read
+        init_time_s = time.monotonic() - self.started
+        data = labelled.load(cfg, frozenset(backend.skip_images))
+        budget = convergence.Budget(cfg.target_accuracy, cfg.eval_every or max(1, len(data.train) // 4),
+                                    cfg.max_epochs, cfg.time_budget, len(data.train))
+        schedule = lr_rules.schedule(cfg.lr_rule, cfg.base_lr, cfg.base_batch, global_batch, cfg.warmup_epochs,
+                                     len(data.train))
+        self.mllog.event("opt_base_learning_rate", schedule.peak_lr)
+        indices = labelled.train_batches(len(data.train), cfg.batch_size, rank, shards, cfg.seed)
+
+        def batches():
+            for chosen in indices:
+                images, labels = data.train.get(chosen)
+                yield backend.labelled_batch(data.prepare(images, cfg.image_size), labels)
+
+        stream = batches()
+        trained, lr_now = 0, None  # images trained so far (all workers), the LR last set
+
+        def before_update():
+            nonlocal trained, lr_now
+            lr = schedule.lr(trained)
+            if lr != lr_now:  # only when it changes: the first step and warmup
+                backend.set_learning_rate(lr)
+                lr_now = lr
+            trained += per_update
+
+        segments, curve, eval_time_s, outcome = [], [], 0.0, None
+        while outcome is None:
+            updates = -(-(budget.next_eval(trained) - trained) // per_update)  # to the first boundary at/after it
+            first_epoch = trained / len(data.train)
+            self.mllog.start("block_start", first_epoch_num=first_epoch, epoch_count=updates * per_update / len(data.train))
+            loop = backend.labelled_loop(stream, updates, before_update)
+            self.mllog.end("block_stop", first_epoch_num=first_epoch)
+            segments.append(loop)
+            train_loss = sum(backend.loss_value(loss) for loss in loop.losses) / len(loop.losses)
+            evaluated = timing.clock()
+            self.mllog.start("eval_start", epoch_num=trained / len(data.train))
+            shard = self._evaluate(data, rank, shards)
+            self.mllog.end("eval_stop", epoch_num=trained / len(data.train))
+            eval_time_s += timing.clock() - evaluated
+            # One gather per evaluation, its own tag (the rendezvous keeps every tag's values): everyone's
+            # counts, and process 0's clock for everyone.
+            gathered = self._gather(f"eval-{len(curve)}", {**shard, "elapsed": timing.clock() - started,
+                                                           "train_loss": train_loss, "samples": trained})
+            if len({g["samples"] for g in gathered}) > 1:  # would split the stop decision and hang the ranks
+                raise RuntimeError(f"ranks evaluated at different points: {[g['samples'] for g in gathered]} samples")
+            accuracy, val_loss = convergence.EvalCounts.total(gathered)
+            point = convergence.Point(trained, trained / len(data.train), gathered[0]["elapsed"], accuracy, val_loss,
+                                      sum(g["train_loss"] for g in gathered) / len(gathered), lr_now)
+            curve.append(point.as_dict())
+            self.mllog.event("eval_accuracy", accuracy, epoch_num=point.epoch, samples=trained)
+            if self.world.rank == 0:  # one voice per run
+                progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
+                         f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
+            outcome = budget.outcome(point)
+        self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
+        run_time_s = timing.clock() - started
+        peaks = backend.peak_memory()
+        mine = {"checksum": backend.parameter_checksum(),
+                "memory": {"allocator_peak_bytes": peaks.allocated, "reserved_peak_bytes": peaks.reserved,
+                           "device_peak_bytes": monitor.peak_bytes(), "device_total_bytes": monitor.total_bytes(),
+                           "host_rss_peak_bytes": memory.host_rss_peak_bytes(), "host_rss_peak_since": "process_start"}}
+        if self.strategy.gathers_at_chief:  # the chief timed every worker: one loop each, one copy of the weights
+            workers_seen = sorted(segments[0].per_worker)
+            per_rank = [[{**loop_payload(all_segments(s.per_worker[w] for s in segments if w in s.per_worker)),
+                          "energy": None, "device_state": None}] for w in workers_seen]
+            everyone, ranks = [mine], [1 + w for w in workers_seen]
+        else:
+            everyone = self._gather("result", {**mine, "loop": loop_payload(all_segments(segments))})
+            if self.world.rank != 0:
+                return None
+            per_rank = [[{**peer["loop"], "energy": None, "device_state": None}] for peer in everyone]
+            ranks = list(range(len(everyone)))
+        totals = aggregate(per_rank, cfg.batch_size)
+        checksums = [peer["checksum"] for peer in everyone]
+        section = {
+            "target": cfg.target_accuracy,
+            **convergence.summary(curve, cfg.target_accuracy),
+            "budget": {"max_epochs": cfg.max_epochs, "time_s": cfg.time_budget},
+            "eval_every_samples": budget.eval_every,
+            "dataset": data.as_dict(cfg.image_size),
+            "lr": {**schedule.as_dict(), "warmup_epochs": lr_rules.warmup_epochs(cfg.lr_rule, cfg.warmup_epochs),
+                   "per_update_batch": per_update,
+                   "staleness": stats.Stats.of(backend.staleness).as_dict() if backend.staleness else None},
+            "init_time_s": init_time_s,
+            "run_time_s": run_time_s,
+            "eval_time_s": eval_time_s,
+            "train_images_per_sec": totals["throughput"]["images_per_sec"],
+            "curve": curve,
+        }
+        if self.tensorboard is not None:
+            self._write_curve(curve, started_unix)
+        result = {
+            **totals,
+            "memory": max_memory([peer["memory"] for peer in everyone]),
+            "final_loss": curve[-1]["train_loss"],
+            "ranks": rank_rows(per_rank, ranks, self.peers),
+            "replicas": {"checksums": checksums, "in_sync": len(set(checksums)) == 1,
+                         "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
+            "placement": backend.placement(),
+            "accuracy": section,
+        }
+        return self.finish("ok", None, **result)
+
+    def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
+        """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total)."""
+        mine = labelled.shard(len(data.val), rank, workers)
+        correct, loss_sum = 0, 0.0
+        for start in range(0, len(mine), EVAL_BATCH):
+            images, labels = data.val.get(mine[start:start + EVAL_BATCH])
+            right, loss = self.backend.evaluate(self.backend.labelled_batch(data.prepare(images, self.config.image_size), labels))
+            correct, loss_sum = correct + right, loss_sum + loss
+        return {"correct": correct, "loss_sum": loss_sum, "images": int(len(mine))}
+
+    def _gather(self, tag: str, value) -> list:
+        """Every training rank's value (the chief's alone where it drives the workers)."""
+        if self.rendezvous is None or self.strategy.gathers_at_chief:
+            return [value]
+        return self.rendezvous.allgather(tag, value)
+
+    def _write_curve(self, curve: list[dict], started_unix: float) -> None:
+        from . import tensorboard
+
+        try:
+            tensorboard.write_curve(self.tensorboard, curve, started_unix)
+        except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
+            progress(f"warning: --tensorboard {self.tensorboard}: {type(error).__name__}: {error}")
+
+
+def all_segments(segments) -> timing.TimedLoop:
+    """One rank's training segments (between evaluations) as one loop: all its images and steps."""
+    segments = list(segments)
+    return timing.TimedLoop(images=sum(s.images for s in segments), wall_time_s=sum(s.wall_time_s for s in segments),
+                            step_times_s=[t for s in segments for t in s.step_times_s],
+                            input_wait_s=[t for s in segments for t in s.input_wait_s], last_loss=segments[-1].last_loss)

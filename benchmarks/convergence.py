@@ -1,0 +1,89 @@
+"""Time-to-accuracy bookkeeping, framework-free: when to evaluate, when to stop, what the curve says.
+
+MLPerf Training's rules: the clock starts at the first read of the dataset and
+includes evaluation; evaluation happens at fixed *sample* counts (the first step
+boundary at or after each multiple of --eval-every, so every configuration is
+measured at the same points, within one global batch); the run stops at the
+first evaluation at or above the target, or, past the epoch or time budget,
+ends `not_converged`. Distributed evaluation sums correct counts and losses
+over disjoint shards of the validation set, so no image counts twice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+CONVERGED, NOT_CONVERGED = "converged", "not_converged"
+OUTCOMES = (CONVERGED, NOT_CONVERGED)
+
+
+@dataclass(frozen=True)
+class Point:
+    samples: int  # training images seen so far, all workers
+    epoch: float  # samples / training-set size
+    wall_time_s: float  # since the clock started (first dataset read), evaluation included
+    val_accuracy: float
+    val_loss: float
+    train_loss: float | None  # mean training loss since the previous point (this process's batches)
+    lr: float  # the LR of the last update before this point
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EvalCounts:
+    """One shard's evaluation: summed over ranks by `total`."""
+
+    correct: int
+    loss_sum: float
+    images: int
+
+    @staticmethod
+    def total(shards: list[dict]) -> tuple[float, float]:
+        """(accuracy, mean loss) over disjoint shards: sums of counts, never a mean of means."""
+        images = sum(s["images"] for s in shards)
+        return sum(s["correct"] for s in shards) / images, sum(s["loss_sum"] for s in shards) / images
+
+
+@dataclass(frozen=True)
+class Budget:
+    target: float
+    eval_every: int  # samples
+    max_epochs: float
+    time_s: float | None
+    train_images: int  # one epoch
+
+    def next_eval(self, samples: int) -> int:
+        """The first evaluation point after `samples`: the next multiple of eval_every, or the end of the
+        epoch budget when that comes first (the last evaluation is at the budget, not past it)."""
+        end = math.ceil(self.max_epochs * self.train_images)
+        return min((samples // self.eval_every + 1) * self.eval_every, max(end, samples + 1))
+
+    def outcome(self, point: Point) -> str | None:
+        """converged, not_converged (a budget is spent), or None: train on."""
+        if point.val_accuracy >= self.target:
+            return CONVERGED
+        if point.epoch >= self.max_epochs or (self.time_s is not None and point.wall_time_s >= self.time_s):
+            return NOT_CONVERGED
+        return None
+
+
+def first_at_target(curve: list[dict], target: float) -> dict | None:
+    """The first point of a curve at or above the target: the run's time and samples to target."""
+    return next((point for point in curve if point["val_accuracy"] >= target), None)
+
+
+def summary(curve: list[dict], target: float) -> dict:
+    """The record's result fields from the curve alone (so reports can recompute them for another target)."""
+    hit = first_at_target(curve, target)
+    best = max(curve, key=lambda point: point["val_accuracy"]) if curve else None
+    return {
+        "outcome": CONVERGED if hit else NOT_CONVERGED,
+        "samples_to_target": hit["samples"] if hit else None,
+        "epochs_to_target": hit["epoch"] if hit else None,
+        "time_to_target_s": hit["wall_time_s"] if hit else None,
+        "best_accuracy": best["val_accuracy"] if best else None,
+        "best_at_samples": best["samples"] if best else None,
+    }
