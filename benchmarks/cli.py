@@ -331,10 +331,10 @@ def find_max_batch(config, args, run_once) -> int:
 def check_accuracy_world(config) -> None:
     from .distributed.world import detect
 
-    strategy = strategies.get(config.strategy)
-    if not strategy.syncs_replicas and detect().size > 1:
+    strategy, ranks = strategies.get(config.strategy), detect().size
+    if not strategy.syncs_replicas and ranks > 1:
         synced = [s.name for s in strategies.STRATEGIES.values() if s.syncs_replicas and s.supports(config.framework)]
-        raise UsageError(f"--target-accuracy with {detect().size} ranks under --strategy {strategy.name} would train "
+        raise UsageError(f"--target-accuracy with {ranks} ranks under --strategy {strategy.name} would train "
                          f"independent replicas; use one of {choices(synced)}")
 
 

@@ -441,22 +441,14 @@ class Measurement:
     def failure(self, status: str, kind: str, message: str) -> dict:
         """This rank's failure as the record; on process 0 a failed peer's report wins (it says which
         rank failed first: this error is often only the collective noticing it), waited for at most
-        PEER_REPORT_GRACE_S; without one, ranks whose connection closed first are named."""
+        PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that)."""
         self.mllog.end("run_stop", status="aborted")
         if self.world.rank == 0 and self.world.size > 1:
             with self._outcome:
                 self._failing = True
             if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
                 return self.peer_record
-            message = self._lost_first(message)
         return self.finish(status, {"kind": kind, "message": message}, memory=memory.host_only())
-
-    def _lost_first(self, message: str) -> str:
-        lost = self.rendezvous.lost_ranks() if self.rendezvous is not None else []
-        if not lost:
-            return message
-        ranks = ", ".join(f"rank {rank} on {self._host_of(rank)}" for rank in lost)
-        return f"{ranks} went away first (its connection to process 0 closed, no report): {message}"
 
     def world_section(self) -> dict:
         hosts = sorted({peer["host"] for peer in self.peers}) or [socket.gethostname()]

@@ -44,7 +44,6 @@ class _Board:
     def __init__(self, size: int, on_failure: Callable[[dict], None] | None, run_token: str | None = None):
         self.size, self.run_token = size, run_token
         self.values: dict[str, dict[int, object]] = {}
-        self.lost: dict[int, float] = {}  # rank -> when its connection closed before the end of the run
         self.closing = False
         self.cond = threading.Condition()
         self.on_failure = on_failure
@@ -91,13 +90,11 @@ class _Handler(socketserver.StreamRequestHandler):
                     _send(self.request, {"tag": message["tag"], "error": str(error)})
         except OSError:
             pass  # reset by a dying peer: noted below like a close
-        if rank is not None and tag != DONE and not board.closing:  # after "done" a rank leaves as it should
-            with board.cond:
-                board.lost.setdefault(rank, time.monotonic())
-            if board.on_failure:  # its supervisor reports why within moments; killed with it, nobody does
-                timer = threading.Timer(LOST_REPORT_WAIT_S, board.on_failure, args=(_went_away(rank),))
-                timer.daemon = True
-                timer.start()
+        if rank is not None and tag != DONE and not board.closing and board.on_failure:  # after "done" it may leave
+            # its supervisor reports why within moments; killed with it, nobody does
+            timer = threading.Timer(LOST_REPORT_WAIT_S, board.on_failure, args=(_went_away(rank),))
+            timer.daemon = True
+            timer.start()
 
 
 def _went_away(rank: int) -> dict:
@@ -173,14 +170,6 @@ class Rendezvous:
         if "error" in reply:
             raise RendezvousError(f"{self.where}: {reply['error']}")
         return reply["values"]
-
-    def lost_ranks(self) -> list[int]:
-        """Ranks whose connection to process 0 closed before the end of the run (they died or were
-        killed), in the order they went; empty on other ranks."""
-        if self._board is None:
-            return []
-        with self._board.cond:
-            return sorted(self._board.lost, key=self._board.lost.get)
 
     def close(self) -> None:
         if self._board is not None:
