@@ -54,14 +54,19 @@ def write_bad_files(directory: Path, rng) -> dict[str, bytes]:
 SCANNED_BAD = {"truncated.jpg", "garbage.jpg", "empty.jpg"}
 
 
+def good_tree(root: Path, rng, classes: int = 2, per_class: int = 3) -> Path:
+    """root/class_C/good_I.jpg, all decodable."""
+    for c in range(classes):
+        (root / f"class_{c}").mkdir(parents=True)
+        for i in range(per_class):
+            (root / f"class_{c}" / f"good_{i}.jpg").write_bytes(_jpeg(rng))
+    return root
+
+
 @pytest.fixture
 def corrupt_dir(tmp_path) -> Path:
     rng = np.random.default_rng(0)
-    root = tmp_path / "data"
-    for c in range(2):
-        (root / f"class_{c}").mkdir(parents=True)
-        for i in range(3):
-            (root / f"class_{c}" / f"good_{i}.jpg").write_bytes(_jpeg(rng))
+    root = good_tree(tmp_path / "data", rng)
     write_bad_files(root / "class_1", rng)
     return root
 
@@ -153,13 +158,9 @@ def test_a_png_claiming_a_huge_size_is_skipped_by_the_scan(tmp_path):
 def test_directory_links_back_up_do_not_make_the_listing_endless(tmp_path):
     """`cls0/up -> ..` and `cls1/up -> ..`: torchvision's own listing followed them for ever; bench lists
     DIR/<class>/<image> only, in both frameworks, as the scan does."""
-    rng = np.random.default_rng(4)
-    root = tmp_path / "data"
+    root = good_tree(tmp_path / "data", np.random.default_rng(4))
     for c in range(2):
-        (root / f"cls{c}").mkdir(parents=True)
-        for i in range(3):
-            (root / f"cls{c}" / f"img{i}.jpg").write_bytes(_jpeg(rng))
-        (root / f"cls{c}" / "up").symlink_to("..")
+        (root / f"class_{c}" / "up").symlink_to("..")
     result = bench("--framework", "torch", *RUN, "--data-dir", str(root), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     record = validate_record(last_json_line(result.stdout))
