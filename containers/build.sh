@@ -75,10 +75,14 @@ if [[ "$fw" == horovod-* ]]; then
     framework_image=${FRAMEWORK_IMAGE:-dlbench-torch-framework:$version}
     if [ -z "${FRAMEWORK_IMAGE:-}" ]; then
         torch_base=$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.base.name"}}' "$torch_image")
+        earlier=$(docker image inspect -f '{{.Id}}' "$framework_image" 2>/dev/null || true)
         # shellcheck disable=SC2086
         $build -q -f Dockerfile.torch --target framework --build-arg "BASE_IMAGE=$torch_base" \
             "${secret[@]}" -t "$framework_image" . >"$log.framework" 2>&1 \
             || { tail -n 15 "$log.framework" >&2; die "building $framework_image (torch dependency stage) failed"; }
+        # It carries the base's labels only, so the prune below misses it: its earlier id (~6 GB), once untagged.
+        [ -n "$earlier" ] && [ "$(docker image inspect -f '{{len .RepoTags}}' "$earlier" 2>/dev/null)" = 0 ] \
+            && { docker rmi "$earlier" >/dev/null 2>&1 || true; }
     fi
     compgen -G 'wheelhouse/horovod-*.tar.gz' >/dev/null || [ "$wheels" -eq 0 ] \
         || die "wheelhouse/ has wheels but no Horovod sdist; run make wheelhouse"

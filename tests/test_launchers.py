@@ -92,3 +92,32 @@ def test_srun_names_the_node_that_failed_not_the_survivor():
                       "srun: error: Node failure on node2", "srun: error: node1: task 0: Terminated"])
     assert srun.fault() == "Slurm node node2 failed during the run (srun: Node failure on node2)"
     assert launchers.get("local").fault() is None
+
+
+def ranks(*programs):
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", program], start_new_session=True) for program in programs]
+
+
+SLEEP, KILL_SELF = "import time; time.sleep(60)", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def test_a_rank_dying_while_process_0_waits_is_named_after_process_0_is_stopped(monkeypatch):
+    """At start-up only the launcher sees a rank die (it never met process 0): it stops process 0 after
+    3 x STOP_GRACE_S (shortened here) and says which rank died of what."""
+    from runners.launchers import base
+
+    monkeypatch.setattr(base, "STOP_GRACE_S", 0.3)
+    procs = ranks(SLEEP, KILL_SELF)
+    code, why = base.wait_ranks(procs, timeout_s=30)
+    assert code == 128 + 15 and why == "rank 1 was killed by SIGKILL and process 0, still waiting for it, was stopped 0.9 s later"
+    assert all(p.poll() is not None for p in procs)
+
+
+def test_process_0_killed_is_said_and_a_clean_end_says_nothing():
+    from runners.launchers import base
+
+    assert base.wait_ranks(ranks(KILL_SELF, SLEEP), timeout_s=30) == (137, "process 0 was killed by SIGKILL before it wrote a record")
+    assert base.wait_ranks(ranks("pass", "pass"), timeout_s=30) == (0, None)
+    assert base.wait_ranks(ranks("raise SystemExit(1)", "pass"), timeout_s=30) == (1, None)  # its record says why

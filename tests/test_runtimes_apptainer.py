@@ -52,6 +52,7 @@ def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
 
     def build() -> str:
         DEF_SIFS.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)  # built from an earlier image or recipe: its room is needed (~3x the image)
         argv = ["apptainer", "build", "--force", "--disable-cache", "--mksquashfs-args", singularity.MKSQUASHFS_ARGS,
                 "--build-arg", f"FRAMEWORK={framework}", "--build-arg", f"DLBENCH_TAG={tag}", f"{target}.partial",
                 str(ROOT / "Singularity.def")]
@@ -160,6 +161,20 @@ def test_docker_image_becomes_a_sif_once(apptainer_bin, dlbench_images, monkeypa
         subprocess.run(["docker", "rmi", other_tag], capture_output=True)  # the tag only: the image stays
     assert labels(sif, apptainer_bin, monkeypatch)["org.label-schema.usage.singularity.deffile.bootstrap"] == "docker-daemon"
 
+
+
+def test_sifs_of_rebuilt_images_are_removed(tmp_path, dlbench_images):
+    """A rebuilt image's old SIF (gigabytes) is never used again: it goes, with the names pointing at it;
+    the SIF of an image still tagged stays (files stand in for SIFs: only names and ids matter here)."""
+    image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", BASE_IMAGE], capture_output=True,
+                              text=True, check=True).stdout.strip().removeprefix("sha256:")
+    current, gone, unnamed = f"{image_id[:16]}.sif", "0123456789abcdef.sif", f"{image_id[16:32]}.sif"
+    for name in (current, gone, unnamed):
+        (tmp_path / name).write_bytes(b"sif")
+    (tmp_path / "dlbench-base-bookworm.image").write_text(current + "\n")
+    (tmp_path / "dlbench-torch-old.image").write_text(gone + "\n")
+    singularity.remove_stale(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current, "dlbench-base-bookworm.image"])
 
 @pytest.mark.parametrize("framework", ["tensorflow", "torch"])
 def test_singularity_def_builds_and_runs_bench(apptainer_bin, def_sifs, framework, monkeypatch):
@@ -273,6 +288,7 @@ def test_horovod_mpich_image_under_the_hosts_hydra(apptainer_bin, horovod_images
     image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
                               text=True).stdout.strip().removeprefix("sha256:")
     if not (SIF_DIR / f"{image_id[:16]}.sif").is_file():
+        singularity.remove_stale(SIF_DIR)  # what the runtime frees before a build, so that the check counts it
         try:  # its SIF takes ~3x the 8.4 GB image while it is built: a full disk here would fail every later test
             singularity.check_room(image, SIF_DIR)
         except UsageError as error:

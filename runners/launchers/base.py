@@ -117,8 +117,21 @@ class Launcher(ABC):
         return None
 
 
+def how_it_ended(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"
+
+
 def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
-    """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code.
+    """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code."""
+    return wait_ranks(procs, timeout_s)[0]
+
+
+def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None) -> tuple[int, str | None]:
+    """`wait_group`, and what a record cannot say because process 0 never wrote it: that process 0 was
+    killed, or that a rank died and process 0, waiting for it where nobody can tell (meeting at start-up),
+    had to be stopped. procs[i] is rank i.
 
     A rank other than 0 that fails makes process 0 record the failure and exit
     (bench's rendezvous); if process 0 does not within 3 x STOP_GRACE_S, it is stopped too.
@@ -126,21 +139,24 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
     import time
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    failed_at = None
+    failed_at, failed, stopped = None, None, False
     try:
         while procs[0].poll() is None:
             if deadline is not None and time.monotonic() > deadline:
                 print(f"benchrun: timeout after {timeout_s:g} s: stopping all ranks", file=sys.stderr)
                 break
-            if failed_at is None and any(p.poll() not in (None, 0) for p in procs[1:]):
-                failed_at = time.monotonic()
+            if failed_at is None:
+                failed = next((rank for rank, p in enumerate(procs[1:], 1) if p.poll() not in (None, 0)), None)
+                failed_at = None if failed is None else time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > 3 * STOP_GRACE_S:
                 print("benchrun: a rank failed and process 0 did not finish: stopping all ranks", file=sys.stderr)
+                stopped = True
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
         print("benchrun: interrupted: stopping all ranks", file=sys.stderr)
     finally:
+        killed = procs[0].poll() is not None and procs[0].returncode < 0  # before anything of ours reached it
         if procs[0].poll() is None:
             procs[0].send_signal(signal.SIGTERM)  # lets bench write an 'interrupted'/'timeout' record
             try:
@@ -149,4 +165,10 @@ def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
                 pass
         for proc in procs:
             stop_process_group(proc)
-    return exit_code(procs[0].returncode)
+    why = None
+    if stopped:
+        why = (f"rank {failed} {how_it_ended(procs[failed].returncode)} and process 0, still waiting for it, "
+               f"was stopped {3 * STOP_GRACE_S:g} s later")
+    elif killed:
+        why = f"process 0 {how_it_ended(procs[0].returncode)} before it wrote a record"
+    return exit_code(procs[0].returncode), why

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
-from .base import LaunchSpec, Launcher, wait_group
+from .base import LaunchSpec, Launcher, wait_ranks
 
 
 class LocalLauncher(Launcher):
     name = "local"
+    _fault: str | None = None  # how the last run's ranks ended, where process 0's record cannot say
 
     def rank_env(self, spec: LaunchSpec, rank: int) -> dict[str, str]:
         return {
@@ -35,4 +37,9 @@ class LocalLauncher(Launcher):
             )
             for rank in range(spec.processes)
         ]
-        return wait_group(procs, timeout_s)
+        code, why = wait_ranks(procs, timeout_s)
+        self._fault = None if why is None else f"{why} (on {socket.gethostname()})"
+        return code
+
+    def fault(self) -> str | None:
+        return self._fault

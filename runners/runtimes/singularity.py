@@ -120,8 +120,15 @@ def check_room(image: str, store: Path) -> None:
                          f"or set APPTAINER_TMPDIR / {SIF_DIR_ENV} to a larger disk")
 
 
-def remove_unnamed(store: Path) -> None:
-    """Remove the SIFs no image name points at any more (earlier builds of rebuilt images)."""
+def remove_stale(store: Path) -> None:
+    """Remove the SIFs that no name points at or whose Docker image is no longer tagged (earlier builds of
+    rebuilt images: never used again, gigabytes each), and the names pointing at removed ones."""
+    listed = run_quiet(["docker", "image", "ls", "--filter", "dangling=false", "--no-trunc", "--format", "{{.ID}}"])
+    tagged = ({f"{line.removeprefix('sha256:')[:16]}.sif" for line in listed.stdout.split()}
+              if listed.returncode == 0 else None)  # None: the daemon cannot say; keep what names point at
+    for pointer in store.glob("*.image"):
+        if tagged is not None and pointer.read_text().strip() not in tagged:
+            pointer.unlink(missing_ok=True)
     wanted = {path.read_text().strip() for path in store.glob("*.image")}
     for old in store.glob("*.sif"):
         if old.name not in wanted:
@@ -159,10 +166,10 @@ class SingularityRuntime(Runtime):
             fcntl.flock(lock, fcntl.LOCK_EX)  # another rank or run converting an image: wait, then reuse
             if not target.is_file():
                 pointer.unlink(missing_ok=True)  # the name's earlier SIF goes first: a build needs ~3x the image on disk
-                remove_unnamed(store)
+                remove_stale(store)
                 self._build(image, target)
             pointer.write_text(target.name + "\n")
-            remove_unnamed(store)
+            remove_stale(store)
         return str(target)
 
     def _build(self, image: str, target: Path) -> None:
