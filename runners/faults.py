@@ -41,6 +41,8 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
     args = list(request.bench_args)
     if bench_option(args, "--framework") is None:
         args += ["--framework", os.environ.get("BENCH_FRAMEWORK") or "torch"]
+    if request.num_ps and bench_option(args, "--num-ps") is None:
+        args += ["--num-ps", str(request.num_ps)]  # benchrun's option, given to bench by the launch
     if request.data_dir and bench_option(args, "--data-dir") is None:
         args += ["--data-dir", request.data_dir]  # the host's path, not the container's
     try:

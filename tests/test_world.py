@@ -238,3 +238,29 @@ def test_strategy_objects_count_processes_and_invert():
     assert [s.name for s in strategies.STRATEGIES.values() if s.supports("torch")] == ["none", "ddp", "horovod"]
     assert not strategies.get("none").syncs_replicas and strategies.get("ddp").syncs_replicas
     assert [ps.serves_only(ps.role(r, 4, 1)) for r in range(4)] == [False, True, True, True]
+
+
+def test_a_rank_that_dies_waiting_for_done_is_reported(unused_port, monkeypatch):
+    """A parameter server or PS worker waits in "done" all run long: dying there is dying before the
+    end (seen: a killed PS worker went unnoticed and the chief trained on with one worker fewer)."""
+    import socket
+    import time
+
+    from benchmarks.distributed import rendezvous
+
+    monkeypatch.setattr(rendezvous, "LOST_REPORT_WAIT_S", 0.2)
+    reports = []
+    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 5, on_failure=reports.append, run_token="t")
+    server = Rendezvous(1, 2, "127.0.0.1", unused_port, 5, run_token="t")
+    waiting = threading.Thread(target=lambda: pytest.raises(RendezvousError, server.allgather, "done", None,
+                                                             wait_forever=True))
+    waiting.start()
+    time.sleep(0.5)
+    server._sock.shutdown(socket.SHUT_RDWR)  # what its death does to the connection
+    waiting.join(5)
+    deadline = time.monotonic() + 5
+    while not reports and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [(r["rank"], r["record"]["status"]) for r in reports] == [(1, "failed")]
+    rank0.close()
+    server.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import json
+import select
 import socket
 import socketserver
 import threading
@@ -27,6 +28,7 @@ from typing import Callable
 
 RETRY_S = 0.2
 LOST_REPORT_WAIT_S = 5.0  # a vanished rank's own report (its supervisor's) wins if it comes within this
+GONE_CHECK_S = 1.0  # how often a rank waiting in a gather is checked for a closed connection
 DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
 
 
@@ -53,7 +55,8 @@ class _Board:
             self.values.setdefault(tag, {})[rank] = value
             self.cond.notify_all()
 
-    def wait_all(self, tag: str, timeout_s: float) -> list:
+    def wait_all(self, tag: str, timeout_s: float, gone: Callable[[], bool] = lambda: False) -> list | None:
+        """Every rank's value, or None as soon as `gone()` (the waiting rank's connection closed)."""
         deadline = time.monotonic() + timeout_s
         with self.cond:
             while len(self.values.get(tag, {})) < self.size:
@@ -62,14 +65,21 @@ class _Board:
                     have = sorted(self.values.get(tag, {}))
                     missing = [r for r in range(self.size) if r not in have]
                     raise RendezvousError(f"timed out after {timeout_s:g} s waiting for ranks {missing} at '{tag}'")
-                self.cond.wait(left)
+                if gone():
+                    return None
+                self.cond.wait(min(left, GONE_CHECK_S))
             return [self.values[tag][r] for r in range(self.size)]
+
+    def report_if_open(self, rank: int) -> None:
+        """A vanished rank's failure, unless the run has ended meanwhile (its record is written)."""
+        if not self.closing and self.on_failure:
+            self.on_failure(_went_away(rank))
 
 
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         board: _Board = self.server.board  # type: ignore[attr-defined]
-        rank, tag = None, None  # whose connection this is, once it has spoken, and what it said last
+        rank, finished = None, False  # whose connection this is, once it has spoken; whether it saw "done"
         try:
             for line in self.rfile:
                 message = json.loads(line)
@@ -81,20 +91,34 @@ class _Handler(socketserver.StreamRequestHandler):
                     if board.on_failure:
                         board.on_failure(message)  # must not raise: the run's outcome rides on it
                     continue
-                rank, tag = message["rank"], message["tag"]
+                rank, tag, finished = message["rank"], message["tag"], False
                 board.put(tag, rank, message["value"])
                 try:
-                    values = board.wait_all(message["tag"], message["timeout_s"])
-                    _send(self.request, {"tag": message["tag"], "values": values})
+                    reply = {"tag": tag, "values": board.wait_all(tag, message["timeout_s"],
+                                                                  gone=lambda: _closed(self.request))}
                 except RendezvousError as error:
-                    _send(self.request, {"tag": message["tag"], "error": str(error)})
+                    reply = {"tag": tag, "error": str(error)}
+                if reply.get("values", ()) is None:
+                    break  # it died waiting (a parameter server or PS worker waits for "done" all run long)
+                _send(self.request, reply)
+                finished = tag == DONE  # answered at "done", it may leave
         except OSError:
             pass  # reset by a dying peer: noted below like a close
-        if rank is not None and tag != DONE and not board.closing and board.on_failure:  # after "done" it may leave
+        if rank is not None and not finished and not board.closing and board.on_failure:
             # its supervisor reports why within moments; killed with it, nobody does
-            timer = threading.Timer(LOST_REPORT_WAIT_S, board.on_failure, args=(_went_away(rank),))
+            timer = threading.Timer(LOST_REPORT_WAIT_S, board.report_if_open, args=(rank,))
             timer.daemon = True
             timer.start()
+
+
+def _closed(sock: socket.socket) -> bool:
+    """The peer closed (or reset) its end: readable with nothing to read. A waiting rank sends nothing."""
+    try:
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _went_away(rank: int) -> dict:
