@@ -7,8 +7,10 @@ killer, an abort in native code or a timeout still ends as a written record
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -18,6 +20,8 @@ from .config import BenchConfig
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, debug_enabled
 from .mllog import MLLogger
 from .processes import die_with_parent
+
+STACKS_SIGNAL = signal.SIGUSR1  # every thread's Python stack to stderr (relayed by bench), the run goes on
 
 
 def first_line(error: BaseException) -> str:
@@ -57,6 +61,7 @@ def write_result(path: str, record: dict | None) -> None:
 
 
 def main(spec_path: str) -> int:
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)  # `kill -USR1 WORKER` shows where a hung run waits
     spec = json.loads(Path(spec_path).read_text())
     if not die_with_parent(spec["parent_pid"]):  # the supervisor is already gone
         os._exit(1)

@@ -97,6 +97,26 @@ def test_sigterm_records_interrupted_and_leaves_no_orphans(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigusr1_shows_the_workers_stacks_and_the_run_goes_on(tmp_path):
+    """How a hung run is diagnosed (perf/ps_soak.py does it to every rank): the worker's Python stacks,
+    every thread, on bench's stderr; the run is not disturbed."""
+    output = tmp_path / "runs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "alexnet", "--image-size", "64",
+         "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "6", "--display-every", "1",
+         "--output", str(output)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, lines = time.monotonic() + 120, []
+    while not any("(repeat 1)" in line for line in lines) and time.monotonic() < deadline:
+        lines.append(proc.stderr.readline())
+    for pid in _worker_pids(psutil.Process(proc.pid)):
+        os.kill(pid, signal.SIGUSR1)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Current thread 0x" in err and 'File "' in err and "timing.py" in err, err[-3000:]
+    assert validate_record(json.loads(output.read_text()))["status"] == "ok"
+
+
+@pytest.mark.slow
 def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path):
     """kill -9 of the worker, the kernel's OOM-kill count unmoved: `failed` (a sweep retries it), not
     `oom` (a sweep takes that as the answer). Before, every SIGKILL was recorded as out of memory."""
