@@ -18,6 +18,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from benchmarks.distributed import strategies
 from benchmarks.errors import choices
+from benchmarks import options
 from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
 from . import launchers, runtimes
@@ -123,14 +124,7 @@ MATRIX_OPTIONS = ("framework", "model", "batch_size", "strategy", "num_ps", "dat
 
 class _BenchOptions(_Model):
     def args(self) -> list[str]:
-        out = []
-        for key, value in self.given().items():
-            flag = OPTIONS[key].flag
-            if isinstance(value, bool):
-                out += [flag] if value else []
-            else:
-                out += [flag, str(value)]
-        return out
+        return options.argv(self.given())
 
     def given(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -272,12 +266,10 @@ class Point:
         return " ".join(parts)
 
     def bench_args(self) -> list[str]:
-        v = self.values
-        args = ["--framework", v["framework"], "--model", v["model"], "--batch-size", str(v["batch_size"]),
-                "--strategy", v["strategy"]]
-        if v["data"] != "synthetic":
-            args += ["--data-dir", v["data"]]
-        return args + BenchOptions(**self.bench).args()
+        v = self.values  # num_ps goes to the launcher (runners.launchers.launch_spec), which passes it on
+        own = {"framework": v["framework"], "model": v["model"], "batch_size": v["batch_size"], "strategy": v["strategy"],
+               "data_dir": None if v["data"] == "synthetic" else v["data"]}
+        return options.argv(own) + BenchOptions(**self.bench).args()
 
 
 def config_hash(identity: dict) -> str:
