@@ -7,29 +7,17 @@ and `bench --version` never load a framework (or numpy, pydantic, rich).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-from . import __version__
-from .config import (
-    DATA_FORMATS,
-    DEVICES,
-    FRAMEWORK_ALIASES,
-    FRAMEWORKS,
-    MODELS,
-    PRECISIONS,
-    PS_PLACEMENTS,
-    STRATEGIES,
-    DEFAULTS,
-    FASHION_MNIST_PACKAGE,
-    build_config,
-)
-from . import lr_rules
+from . import __version__, options
+from .comm import cli as comm_cli
+from .config import build_config
 from .distributed import strategies
-from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
-                     choices, debug_enabled, report_internal_error)
+from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_USAGE, UsageError, check_working_directory, choices,
+                     debug_enabled, report_internal_error)
+from .options import integer
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -53,121 +41,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-
-
-def bench_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="bench",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--version", action="version", version=f"bench (dlbench) {__version__}")
-    what = p.add_argument_group("what to train")
-    what.add_argument(
-        "--framework",
-        default=os.environ.get("BENCH_FRAMEWORK"),
-        help=f"{choices(FRAMEWORKS)} (alias: {choices(FRAMEWORK_ALIASES)}); default: $BENCH_FRAMEWORK, set in each image",
-    )
-    what.add_argument("--model", default="resnet50", help=f"{choices(MODELS)} (default: resnet50)")
-    what.add_argument("--batch-size", type=integer, default=64, help="images per step per worker (default: 64)")
-    what.add_argument("--image-size", type=integer, help="input height = width in px (default: 224; 299 for inception3)")
-    what.add_argument("--precision", default="fp32", help=f"{choices(PRECISIONS)}: fp32 = TF32 off; tf32 = TF32 tensor cores for float32 matmul/conv (GPU); "
-                      "amp-fp16 = float16 autocast + loss scaling (GPU); amp-bf16 = bfloat16 autocast; "
-                      "amp = amp-fp16 on GPU, amp-bf16 on CPU. On a CPU only fp32, amp-bf16 and amp (default: fp32)")
-    what.add_argument("--data-format", help=f"{choices(DATA_FORMATS)} (default: the framework's native layout)")
-    what.add_argument("--xla", action="store_true", help="compile the TensorFlow train step with XLA (tensorflow only)")
-    what.add_argument("--compile", nargs="?", const="default", metavar="MODE",
-                      help="torch.compile the model (torch only; inductor): default, reduce-overhead or max-autotune "
-                      "(--compile alone = default). The first, compiling step is timed on its own before warmup "
-                      "(record: compile.compile_time_s); if compilation fails the run trains eager and says so")
-    how = p.add_argument_group("how long")
-    how.add_argument("--num-warmup-batches", type=integer, default=10, help="untimed steps first (default: 10)")
-    how.add_argument("--num-batches", type=integer, default=100, help="timed steps per repeat (default: 100)")
-    how.add_argument("--repeats", type=integer, default=1, help="timed loops, each reported; ± is a 95%% t-interval over them (default: 1)")
-    how.add_argument("--display-every", type=integer, default=10, metavar="N",
-                     help="every N steps print step, images/sec over those N steps and loss to stderr; a progress bar "
-                     "with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: 10)")
-    how.add_argument("--find-max-batch", action="store_true",
-                     help="find the largest batch that fits: probe --batch-size, double it until a probe runs out of "
-                     "memory, then bisect. Every probe is a normal run with its own record (OOMs included, status oom) "
-                     "carrying a batch_search section; the last one holds the answer (batch_search.max_batch). "
-                     "Exit 0 with an answer, 3 when not even batch 1 fits. One process only")
-    how.add_argument("--max-batch-budget", type=float, default=1800.0, metavar="SECONDS",
-                     help="--find-max-batch: stop probing after this many seconds, with the best answer so far; "
-                     "a probe still running then is stopped and recorded as timeout (default: 1800)")
-    how.add_argument("--max-batch-limit", type=integer, default=65536, metavar="N",
-                     help="--find-max-batch: do not double beyond N (default: 65536)")
-    how.add_argument("--timeout", type=float, help="seconds before the run is stopped and recorded as 'timeout'; also bounds waiting for other ranks (default: none; ranks wait 300 s)")
-    where = p.add_argument_group("where and on what data")
-    where.add_argument("--device", default="auto", help=f"{choices(DEVICES)} (default: auto = GPU when one is visible)")
-    where.add_argument("--num-threads", type=integer, help="intra-op CPU threads (default: the framework's)")
-    where.add_argument("--data-dir", help="ImageFolder tree of JPEGs (DIR/<class>/<image>.jpg); default: synthetic data on the device")
-    where.add_argument("--strict-data", action="store_true", help="stop (one line, exit 2) at the first undecodable "
-                       "image in --data-dir instead of skipping it (default: skip and count in the record)")
-    where.add_argument("--num-data-workers", type=integer, default=2, help="input-pipeline workers for --data-dir (default: 2)")
-    where.add_argument("--synthetic-batches", type=integer, default=4, help="distinct synthetic batches rotated on the device (default: 4)")
-    where.add_argument("--seed", type=integer, default=0, help="seed for weights, data and shuffling (default: 0)")
-    tta = p.add_argument_group(
-        "time to accuracy (MLPerf's rules: the clock starts at the first dataset read and includes evaluation; "
-        "docs/accuracy.md)")
-    tta.add_argument("--target-accuracy", type=float, metavar="A",
-                     help="train on real labelled data until the validation accuracy (a fraction) reaches A, and record "
-                     "the curve, samples and time to target; data: Fashion-MNIST (--fashion-mnist-dir) or --data-dir with "
-                     "a held-out split; --num-batches, --num-warmup-batches and --repeats do not apply (default: off = throughput)")
-    tta.add_argument("--eval-every", type=integer, metavar="SAMPLES",
-                     help="evaluate after every SAMPLES training images, all workers together (default: a quarter of the training set)")
-    tta.add_argument("--max-epochs", type=float, default=DEFAULTS["max_epochs"],
-                     help=f"epoch budget: not_converged past it (default: {DEFAULTS['max_epochs']:g})")
-    tta.add_argument("--time-budget", type=float, metavar="SECONDS", help="time budget on the run's clock: not_converged past it (default: none)")
-    tta.add_argument("--base-lr", type=float, default=DEFAULTS["base_lr"],
-                     help=f"SGD (momentum 0.9) learning rate at --base-batch; throughput runs train at it too (default: {DEFAULTS['base_lr']:g})")
-    tta.add_argument("--base-batch", type=integer, help="the global batch --base-lr is tuned for (default: --batch-size)")
-    tta.add_argument("--lr-rule", default=DEFAULTS["lr_rule"],
-                     help=f"{choices(lr_rules.RULES)}: LR at the global batch = base LR x 1, x global/base (linear, Goyal et al.), "
-                     "x sqrt(global/base), or linear with LARS's per-layer trust ratio (default: none)")
-    tta.add_argument("--warmup-epochs", type=float, help=f"linear warmup from --base-lr to the rule's LR (default: "
-                     f"{lr_rules.DEFAULT_WARMUP_EPOCHS:g} for {' and '.join(lr_rules.WARMUP_BY_DEFAULT)}, else 0)")
-    tta.add_argument("--val-fraction", type=float, default=DEFAULTS["val_fraction"], help="--data-dir: share of images "
-                     f"held out for validation, chosen by a hash of each path (default: {DEFAULTS['val_fraction']:g})")
-    tta.add_argument("--val-images", type=integer, metavar="N", help="evaluate on the first N validation images only: "
-                     "faster, less precise, the same images for every configuration (default: all)")
-    tta.add_argument("--fashion-mnist-dir", default=DEFAULTS["fashion_mnist_dir"], metavar="DIR",
-                     help=f"Fashion-MNIST's four gzip IDX files (Debian: apt-get install {FASHION_MNIST_PACKAGE}; "
-                     f"default: {DEFAULTS['fashion_mnist_dir']})")
-    dist = p.add_argument_group(
-        "distributed (one process = one rank; rank and peers come from torchrun, mpirun, srun, horovodrun or benchrun)"
-    )
-    dist.add_argument(
-        "--strategy",
-        default=strategies.DEFAULT,
-        help=f"{choices(STRATEGIES)}: ddp = PyTorch DDP (gloo on CPU, NCCL on GPU); horovod = Horovod ring all-reduce; "
-        "allreduce = TF MultiWorkerMirroredStrategy; ps = TF ParameterServerStrategy (default: none)",
-    )
-    dist.add_argument("--num-ps", type=integer, default=0, help="parameter-server processes for --strategy ps")
-    dist.add_argument("--ps-placement", default="round-robin", help=f"{choices(PS_PLACEMENTS)}: how variables are spread over PS; greedy balances bytes (default: round-robin)")
-    dist.add_argument("--worker-port", type=integer, default=2220, help="TF worker ports start here, one per local worker (default: 2220)")
-    dist.add_argument("--ps-port", type=integer, default=2230, help="TF PS ports start here; the chief uses ps-port + 10 (default: 2230)")
-    dist.add_argument("--rendezvous-port", type=integer, default=2210, help="port of dlbench's rank rendezvous on process 0 (default: 2210)")
-    out = p.add_argument_group("output")
-    out.add_argument("--output", help="append the record as one JSON line to this file")
-    out.add_argument("--json", action="store_true", help="print the record as JSON on stdout (the table goes to stderr)")
-    out.add_argument("--mllog", action="store_true", help="also print MLPerf's ':::MLLOG {...}' lines "
-                     "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)")
-    out.add_argument("--tensorboard", metavar="DIR", help="write per-step images/sec and loss as TensorBoard scalars "
-                     "(needs tensorboardX, tensorboard or tensorflow; loss is read back after each timed loop)")
-    out.add_argument("--trace", metavar="DIR", help="after the timed loops (never inside them), profile --trace-steps more "
-                     "steps with the framework's profiler on every rank and write, under DIR/<run id>/, each rank's trace "
-                     "(rank-R.pt.trace.json; TensorFlow: rank-R.xplane.pb) and a summary (rank-R.summary.json: compute, communication, exposed "
-                     "communication, overlap, input, idle per step), referenced by the record's `trace`; under --strategy ps every worker "
-                     "and PS process profiles itself while the chief runs K+1 steps per worker (steps marked by their stamps)")
-    out.add_argument("--trace-steps", type=integer, default=3, metavar="K", help="steps profiled by --trace (default: 3)")
-    out.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
+def bench_parser(environ=os.environ, add_help: bool = True) -> argparse.ArgumentParser:
+    """bench's parser, training options and the `comm` subcommand, from options.OPTIONS;
+    `environ`: where defaults such as $BENCH_FRAMEWORK come from."""
+    p = _Parser(prog="bench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+                add_help=add_help)
+    if add_help:
+        p.add_argument("--version", action="version", version=f"bench (dlbench) {__version__}")
+    groups = {key: p.add_argument_group(title) for key, title in options.GROUPS.items()}
+    for option in options.of(options.RUN):
+        option.add_to(groups[option.group], environ)
+    comm_cli.add_parser(p.add_subparsers(dest="command", title="commands"), environ)
     return p
+
+
+def bench_arguments(argv: list[str]) -> argparse.Namespace:
+    """bench's arguments as bench will read them, read by the host that starts bench (benchrun):
+    help and version are left to bench, and $BENCH_FRAMEWORK is the image's, not this machine's."""
+    try:
+        return bench_parser(environ={}, add_help=False).parse_args(
+            [arg for arg in argv if arg not in ("-h", "--help", "--version")])
+    except UsageError as error:
+        raise UsageError(f"bench's arguments: {error}") from None
 
 
 def dataset_parser() -> argparse.ArgumentParser:
@@ -184,54 +79,17 @@ def dataset_parser() -> argparse.ArgumentParser:
 def config_of(args, installed_here: bool = True):
     """The run's config from parsed bench arguments (UsageError when invalid). `installed_here=False`:
     the framework runs elsewhere (a container), as for a record the host writes for a run it lost."""
-    return build_config(
-        framework=args.framework,
-        model=args.model,
-        image_size=args.image_size,
-        data_format=args.data_format,
-        batch_size=args.batch_size,
-        num_warmup_batches=args.num_warmup_batches,
-        num_batches=args.num_batches,
-        repeats=args.repeats,
-        precision=args.precision,
-        device=args.device,
-        num_threads=args.num_threads,
-        num_data_workers=args.num_data_workers,
-        data_dir=args.data_dir,
-        seed=args.seed,
-        xla=args.xla,
-        compile=args.compile,
-        synthetic_batches=args.synthetic_batches,
-        strategy=args.strategy,
-        num_ps=args.num_ps,
-        ps_placement=args.ps_placement,
-        worker_port=args.worker_port,
-        ps_port=args.ps_port,
-        rendezvous_port=args.rendezvous_port,
-        rendezvous_timeout=args.timeout or 300.0,
-        target_accuracy=args.target_accuracy,
-        eval_every=args.eval_every,
-        max_epochs=args.max_epochs,
-        time_budget=args.time_budget,
-        base_lr=args.base_lr,
-        base_batch=args.base_batch,
-        lr_rule=args.lr_rule,
-        warmup_epochs=args.warmup_epochs,
-        val_fraction=args.val_fraction,
-        val_images=args.val_images,
-        fashion_mnist_dir=args.fashion_mnist_dir,
-        installed_here=installed_here,
-    )
+    values = {o.dest: getattr(args, o.dest) for o in options.CONFIG_OPTIONS}
+    return build_config(**values, rendezvous_timeout=args.timeout or options.RENDEZVOUS_TIMEOUT_S,
+                        installed_here=installed_here)
 
 
 def run_benchmark(argv: list[str]) -> int:
+    """bench's command line: a training run (or a batch search), or `bench comm`."""
     args = bench_parser().parse_args(argv)
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
-    if args.seed < 0:
-        raise UsageError("--seed must be zero or more")
-    if args.display_every < 0:
-        raise UsageError(f"--display-every must be zero or more, got {args.display_every}")
+    if args.command == "comm":
+        return comm_cli.main(args, argv)
+    options.check_values(vars(args))
     if args.find_max_batch:
         check_max_batch_args(args)
     if args.debug:
@@ -240,8 +98,6 @@ def run_benchmark(argv: list[str]) -> int:
 
     if args.output is not None:
         check_file(args.output, "--output")
-    if args.trace_steps < 1:
-        raise UsageError(f"--trace-steps must be at least 1, got {args.trace_steps}")
     if args.trace is not None:
         check_dir(args.trace, "--trace")
     if args.tensorboard is not None:
@@ -264,6 +120,7 @@ def run_benchmark(argv: list[str]) -> int:
             print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
                   f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
+    from .delivery import deliver
     from .supervisor import supervise
 
     report = sys.stderr if args.json else sys.stdout
@@ -341,62 +198,11 @@ def check_accuracy_world(config) -> None:
 def check_max_batch_args(args) -> None:
     from .distributed.world import detect
 
-    if args.max_batch_budget <= 0:
-        raise UsageError(f"--max-batch-budget must be positive, got {args.max_batch_budget:g}")
     if args.max_batch_limit < args.batch_size:
         raise UsageError(f"--max-batch-limit {args.max_batch_limit} is below the first probe, --batch-size {args.batch_size}")
     if detect().size > 1:
         raise UsageError("--find-max-batch searches in one process; run it without a launcher, then use the "
                          "batch size it finds for the multi-rank run")
-
-
-def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int | None:
-    """Process 0's record: appended to --output (or the fallback file), rendered, printed as JSON
-    with --json or when it could not be written. EXIT_OUTPUT when it could not; None otherwise.
-    A stdout whose reader has gone (`bench --json | head -c1`) loses nothing: the record is in
-    --output or, without one, in the fallback file the one line names."""
-    from .durable import OutputError, append_or_fallback, fallback
-
-    fallback_name = f"dlbench-record-{result['run_id']}.jsonl"
-    lost = None
-    if output_path:
-        try:
-            append_or_fallback(output_path, result, fallback_name)
-        except OutputError as error:
-            lost = error
-    shown = _to_stdout(render)
-    if shown and (as_json or lost is not None):
-        shown = _to_stdout(lambda: sys.stdout.write(json.dumps(result) + "\n"))
-    if lost is not None:
-        saved = f"saved to {lost.fallback}" if lost.fallback else "the temp dir is not writable either"
-        printed = " and printed on stdout as JSON" if shown else " (stdout is closed: not printed)"
-        print(f"bench: error: --output: {lost}: the record is {saved}{printed}", file=sys.stderr, flush=True)
-        return EXIT_OUTPUT
-    if not shown and as_json:
-        if output_path:
-            print(f"bench: warning: stdout was closed by its reader; the record is in {output_path}",
-                  file=sys.stderr, flush=True)
-            return None
-        saved = fallback(result, fallback_name)
-        where = f"saved to {saved}" if saved else "the temp dir is not writable either: it is lost"
-        print(f"bench: error: stdout was closed by its reader before the JSON record was printed; the record is {where}",
-              file=sys.stderr, flush=True)
-        return EXIT_OUTPUT
-    return None
-
-
-def _to_stdout(write) -> bool:
-    """Run `write` (to stdout); False when stdout's reader has gone, stdout then pointed at /dev/null
-    so that Python's exit flush does not fail again."""
-    try:
-        write()
-        sys.stdout.flush()
-        return True
-    except (BrokenPipeError, ConnectionResetError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return False
 
 
 def make_dataset(argv: list[str]) -> int:
@@ -411,25 +217,12 @@ def make_dataset(argv: list[str]) -> int:
     return 0
 
 
-FLAG_OPTIONS = ("--json", "--xla", "--mllog", "--find-max-batch", "--help", "-h")  # options that take no value
-
-
-def is_comm(argv: list[str]) -> bool:
-    """`comm` as a word of its own, not the value of an option: `bench --framework torch comm`."""
-    return any(arg == "comm" and (i == 0 or not argv[i - 1].startswith("-") or "=" in argv[i - 1]
-                                  or argv[i - 1] in FLAG_OPTIONS) for i, arg in enumerate(argv))
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         check_working_directory()
         if argv[:1] == ["make-dataset"]:
             return make_dataset(argv[1:])
-        if is_comm(argv):
-            from .comm.cli import main as comm_main
-
-            return comm_main(argv)
         return run_benchmark(argv)
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import convergence, lr_rules
-from .config import DEFAULTS
+from .options import DEFAULTS, choices_of
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
@@ -45,28 +45,28 @@ class StatsRecord(_Model):
 
 
 class RunConfig(_Model):
-    framework: Literal["torch", "tensorflow"]
-    model: Literal["alexnet", "resnet50", "resnet101", "resnet152", "inception3", "smallcnn"]
+    framework: Literal[choices_of("framework")]
+    model: Literal[choices_of("model")]
     batch_size: int = Field(description="images per step per worker")
     image_size: int
     num_warmup_batches: int
     num_batches: int
     repeats: int
-    precision: Literal["fp32", "tf32", "amp-fp16", "amp-bf16", "amp"] = Field(description="as asked; `amp` is an alias resolved per device (precision.effective)")
-    data_format: Literal["channels_first", "channels_last"]
-    device: Literal["auto", "cpu", "gpu"]
+    precision: Literal[choices_of("precision")] = Field(description="as asked; `amp` is an alias resolved per device (precision.effective)")
+    data_format: Literal[choices_of("data_format")]
+    device: Literal[choices_of("device")]
     num_threads: Optional[int]
     num_data_workers: int
     data_dir: Optional[str]
     data: Literal["synthetic", "real"]
     seed: int
     xla: bool
-    compile: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = Field(default=None, description="torch.compile mode; null = eager (1.5)")
+    compile: Optional[Literal[choices_of("compile")]] = Field(default=None, description="torch.compile mode; null = eager (1.5)")
     synthetic_batches: int
     num_classes: int
-    strategy: Literal[strategies.NAMES]
+    strategy: Literal[choices_of("strategy")]
     num_ps: int
-    ps_placement: Literal["round-robin", "greedy"]
+    ps_placement: Literal[choices_of("ps_placement")]
     worker_port: int
     ps_port: int
     rendezvous_port: int
@@ -77,7 +77,7 @@ class RunConfig(_Model):
     time_budget: Optional[float] = Field(default=None, description="--time-budget seconds (1.13)")
     base_lr: float = Field(default=DEFAULTS["base_lr"], description="--base-lr: SGD's LR at base_batch; the LR of throughput runs (1.13)")
     base_batch: Optional[int] = Field(default=None, description="--base-batch; time-to-accuracy runs: --batch-size when not given (1.13)")
-    lr_rule: Literal[lr_rules.RULES] = Field(default=DEFAULTS["lr_rule"], description="--lr-rule (1.13)")
+    lr_rule: Literal[choices_of("lr_rule")] = Field(default=DEFAULTS["lr_rule"], description="--lr-rule (1.13)")
     warmup_epochs: Optional[float] = Field(default=None, description="--warmup-epochs as given; null: the rule's default (1.13)")
     val_fraction: float = Field(default=DEFAULTS["val_fraction"], description="--val-fraction (1.13)")
     val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: all (1.13)")
@@ -251,7 +251,7 @@ class PrecisionInfo(_Model):
 
 
 class CompileInfo(_Model):
-    mode: Literal["default", "reduce-overhead", "max-autotune", "xla", "graph"] = Field(description="torch.compile mode, or TensorFlow's xla / graph (tf.function)")
+    mode: Literal[(*choices_of("compile"), "xla", "graph")] = Field(description="torch.compile mode, or TensorFlow's xla / graph (tf.function)")
     backend: Literal["inductor", "xla", "tf.function"]
     compile_time_s: float = Field(description="the first step, synchronised and timed on its own before warmup: tracing + compilation + one step")
     fell_back_to_eager: bool = Field(description="compilation failed and the run trained eager (torch)")

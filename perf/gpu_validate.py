@@ -733,7 +733,7 @@ def dry_run(timm: str | None) -> int:
     parsers and validation (no framework imported); the other commands listed."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.cli import bench_parser, config_of, dataset_parser
-    from benchmarks.comm.cli import comm_parser, options_from
+    from benchmarks.comm.cli import options_from
     from benchmarks.errors import UsageError
 
     failures, count = 0, 0
@@ -754,7 +754,7 @@ def dry_run(timm: str | None) -> int:
                                 args.data_dir = None
                             config_of(args, installed_here=False)
                         elif step.kind == "comm":
-                            options_from(comm_parser().parse_args(step.argv))
+                            options_from(bench_parser().parse_args(step.argv))
                         elif step.kind == "dataset":
                             dataset_parser().parse_args(step.argv[1:])
                         checked = step.kind in ("bench", "comm", "dataset")

@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_ENVIRONMENT, UsageError
 from benchmarks.processes import host_deadline
@@ -77,7 +78,7 @@ class Outcome:
 def default_image(request: RunRequest) -> str:
     if request.image:
         return request.image
-    framework = launchers.bench_option(request.bench_args, "--framework") or os.environ.get("BENCH_FRAMEWORK") or "torch"
+    framework = bench_arguments(request.bench_args).framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
     if framework not in IMAGES:
         raise UsageError(f"no default image for --framework {framework!r}: give --image")
     return IMAGES[framework]
@@ -208,7 +209,7 @@ FRAMEWORK_LABEL = "io.dlbench.framework"  # the frameworks an image holds, comma
 
 def check_image_framework(request: RunRequest, runtime: runtimes.Runtime, image: str) -> None:
     """Refuse a --framework the prepared image does not hold (a SIF of the other framework's image)."""
-    wanted = launchers.bench_option(request.bench_args, "--framework")
+    wanted = bench_arguments(request.bench_args).framework
     held = runtime.image_labels(image).get(FRAMEWORK_LABEL)
     if not wanted or not held:
         return

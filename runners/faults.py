@@ -15,8 +15,6 @@ import socket
 
 from benchmarks.errors import UsageError
 
-from .launchers.base import bench_option
-
 
 def error_info(reason: str, exit_code: int) -> dict:
     return {"kind": "environment", "message": reason, "exit_code": exit_code, "signal": None}
@@ -34,20 +32,19 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
     """The record of a run (a dispatch.RunRequest) that wrote none, made from its arguments on the host
     (None when they do not parse here)."""
     from benchmarks import record as records
-    from benchmarks.cli import bench_parser, config_of
+    from benchmarks.cli import bench_arguments, config_of
     from benchmarks.distributed import strategies
     from benchmarks.provenance import host_provenance
 
-    args = list(request.bench_args)
-    if bench_option(args, "--framework") is None:
-        args += ["--framework", os.environ.get("BENCH_FRAMEWORK") or "torch"]
-    if request.num_ps and bench_option(args, "--num-ps") is None:
-        args += ["--num-ps", str(request.num_ps)]  # benchrun's option, given to bench by the launch
-    if request.data_dir and bench_option(args, "--data-dir") is None:
-        args += ["--data-dir", request.data_dir]  # the host's path, not the container's
     try:
-        config = config_of(bench_parser().parse_args(args), installed_here=False)
-    except (UsageError, SystemExit):
+        args = bench_arguments(request.bench_args)
+        if args.command is not None:  # `bench comm`: its record is not a training record
+            return None
+        args.framework = args.framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
+        args.data_dir = args.data_dir or request.data_dir  # the host's path, not the container's
+        args.num_ps = args.num_ps or request.num_ps  # benchrun's option, given to bench by the launch
+        config = config_of(args, installed_here=False)
+    except UsageError:
         return None
     strategy = strategies.get(config.strategy)
     processes = strategy.processes(request.num_workers, request.num_ps)

@@ -13,22 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationError,
+                      create_model)
 
-from benchmarks.config import (
-    DATA_FORMATS,
-    DEVICES,
-    FRAMEWORK_ALIASES,
-    FRAMEWORKS,
-    MODELS,
-    PRECISIONS,
-    PS_PLACEMENTS,
-    STRATEGIES,
-)
-from benchmarks import lr_rules
-from benchmarks.compilation import COMPILE_MODES
 from benchmarks.distributed import strategies
 from benchmarks.errors import choices
+from benchmarks import options
+from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
 from . import launchers, runtimes
 
@@ -45,22 +36,13 @@ class PlanError(Exception):
 
 # --- value checks: each raises ValueError with the message shown after "WHERE: " ---------------
 
-def _positive(value: int) -> int:
-    if value <= 0:
-        raise ValueError("must be a positive integer")
-    return value
+def _obeys(check: Check):
+    def test(value):
+        if not check.test(value):
+            raise ValueError(check.says)
+        return value
 
-
-def _non_negative(value: int) -> int:
-    if value < 0:
-        raise ValueError("must be zero or more")
-    return value
-
-
-def _port(value: int) -> int:
-    if not 1 <= value <= 65535 - 64:
-        raise ValueError("must be a port between 1 and 65471")
-    return value
+    return test
 
 
 def _one_of(valid, aliases: dict | None = None):
@@ -71,6 +53,12 @@ def _one_of(valid, aliases: dict | None = None):
         return value
 
     return check
+
+
+def _a_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number, got {value!r}")
+    return value
 
 
 def _nonempty_str(value: str) -> str:
@@ -94,9 +82,6 @@ def _listify(value):  # `model: resnet50` is the one-value list [resnet50]
     return value if isinstance(value, list) else [value]
 
 
-PositiveInt = Annotated[StrictInt, AfterValidator(_positive)]
-NonNegativeInt = Annotated[StrictInt, AfterValidator(_non_negative)]
-Port = Annotated[StrictInt, AfterValidator(_port)]
 Name = Annotated[str, Field(strict=True), AfterValidator(_nonempty_str)]
 
 
@@ -108,13 +93,21 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _value_type(option: Option):
+    """A plan's value of a bench option: its type, strictly, then the option's own choices and rule."""
+    base = {bool: StrictBool, int: StrictInt, float: Annotated[float, BeforeValidator(_a_number)]}.get(option.type, Name)
+    rules = [AfterValidator(_one_of(option.choices, option.aliases))] if option.choices else []
+    rules += [AfterValidator(_obeys(option.check))] if option.check else []
+    return Annotated[(base, *rules)] if rules else base
+
+
 class Matrix(_Model):
-    framework: Axis(Annotated[Name, AfterValidator(_one_of(FRAMEWORKS, FRAMEWORK_ALIASES))])
-    model: Axis(Annotated[Name, AfterValidator(_one_of(tuple(MODELS)))])
-    batch_size: Axis(PositiveInt)
-    ranks: Axis(PositiveInt) = [1]
-    num_ps: Axis(NonNegativeInt) = [0]
-    strategy: Axis(Annotated[Name, AfterValidator(_one_of(STRATEGIES))]) = [strategies.DEFAULT]
+    framework: Axis(_value_type(OPTIONS["framework"]))
+    model: Axis(_value_type(OPTIONS["model"]))
+    batch_size: Axis(_value_type(OPTIONS["batch_size"]))
+    ranks: Axis(Annotated[StrictInt, AfterValidator(_obeys(POSITIVE_INT))]) = [1]
+    num_ps: Axis(_value_type(OPTIONS["num_ps"])) = [OPTIONS["num_ps"].default]
+    strategy: Axis(_value_type(OPTIONS["strategy"])) = [OPTIONS["strategy"].default]
     data: Axis(Name) = ["synthetic"]
     runtime: Axis(Name) = [runtimes.DEFAULT]
     image: Axis(Optional[Name]) = [None]
@@ -126,68 +119,20 @@ def _number_not_bool(value):
     return value
 
 
-def _a_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a number, got {value!r}")
-    return value
+MATRIX_OPTIONS = ("framework", "model", "batch_size", "strategy", "num_ps", "data_dir")  # the matrix's axes
 
 
-def _positive_value(value: Union[int, float]) -> float:
-    if value <= 0:
-        raise ValueError("must be positive")
-    return float(value)
-
-
-PositiveNumber = Annotated[float, BeforeValidator(_a_number), AfterValidator(_positive_value)]
-
-
-class BenchOptions(_Model):
-    """bench flags given to every run (the matrix owns the others)."""
-
-    image_size: Optional[PositiveInt] = None
-    num_warmup_batches: Optional[NonNegativeInt] = None
-    num_batches: Optional[PositiveInt] = None
-    repeats: Optional[PositiveInt] = None
-    num_threads: Optional[PositiveInt] = None
-    precision: Optional[Annotated[Name, AfterValidator(_one_of(PRECISIONS))]] = None
-    data_format: Optional[Annotated[Name, AfterValidator(_one_of(DATA_FORMATS))]] = None
-    device: Optional[Annotated[Name, AfterValidator(_one_of(DEVICES))]] = None
-    xla: Optional[StrictBool] = None
-    compile: Optional[Annotated[Name, AfterValidator(_one_of(COMPILE_MODES))]] = None
-    num_data_workers: Optional[PositiveInt] = None
-    synthetic_batches: Optional[PositiveInt] = None
-    seed: Optional[NonNegativeInt] = None
-    ps_placement: Optional[Annotated[Name, AfterValidator(_one_of(PS_PLACEMENTS))]] = None
-    worker_port: Optional[Port] = None
-    ps_port: Optional[Port] = None
-    rendezvous_port: Optional[Port] = None
-    # time to accuracy (docs/accuracy.md); bench checks the values and their combinations
-    target_accuracy: Optional[PositiveNumber] = None
-    eval_every: Optional[PositiveInt] = None
-    max_epochs: Optional[PositiveNumber] = None
-    time_budget: Optional[PositiveNumber] = None
-    base_lr: Optional[PositiveNumber] = None
-    base_batch: Optional[PositiveInt] = None
-    lr_rule: Optional[Annotated[Name, AfterValidator(_one_of(lr_rules.RULES))]] = None
-    warmup_epochs: Optional[Annotated[float, BeforeValidator(_a_number)]] = None
-    val_fraction: Optional[PositiveNumber] = None
-    val_images: Optional[PositiveInt] = None
-    fashion_mnist_dir: Optional[Name] = None
-
+class _BenchOptions(_Model):
     def args(self) -> list[str]:
-        out = []
-        for key, value in self.given().items():
-            flag = "--" + key.replace("_", "-")
-            if isinstance(value, bool):
-                out += [flag] if value else []
-            else:
-                out += [flag, str(value)]
-        return out
+        return options.argv(self.given())
 
     def given(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+# bench flags given to every run: the run configuration's options the matrix does not own.
+BenchOptions = create_model("BenchOptions", __base__=_BenchOptions, **{
+    o.dest: (Optional[_value_type(o)], None) for o in CONFIG_OPTIONS if o.dest not in MATRIX_OPTIONS})
 
 
 def _positive_number(value: Union[int, float]) -> float:
@@ -321,12 +266,10 @@ class Point:
         return " ".join(parts)
 
     def bench_args(self) -> list[str]:
-        v = self.values
-        args = ["--framework", v["framework"], "--model", v["model"], "--batch-size", str(v["batch_size"]),
-                "--strategy", v["strategy"]]
-        if v["data"] != "synthetic":
-            args += ["--data-dir", v["data"]]
-        return args + BenchOptions(**self.bench).args()
+        v = self.values  # num_ps goes to the launcher (runners.launchers.launch_spec), which passes it on
+        own = {"framework": v["framework"], "model": v["model"], "batch_size": v["batch_size"], "strategy": v["strategy"],
+               "data_dir": None if v["data"] == "synthetic" else v["data"]}
+        return options.argv(own) + BenchOptions(**self.bench).args()
 
 
 def config_hash(identity: dict) -> str:
@@ -337,16 +280,10 @@ def config_hash(identity: dict) -> str:
 
 def skip_reason(values: dict) -> str | None:
     """Why a combination is not run (a rule, not an error), or None to run it."""
-    framework, name, num_ps = values["framework"], values["strategy"], values["num_ps"]
-    strategy = strategies.get(name)
+    framework, strategy = values["framework"], strategies.get(values["strategy"])
     if not strategy.supports(framework):
-        return f"strategy {name} is for {choices(strategy.frameworks)} only"
-    if strategy.uses_ps and num_ps == 0:
-        return f"strategy {name} needs num_ps 1 or more"
-    if not strategy.uses_ps and num_ps > 0:
-        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
-        return f"num_ps {num_ps} needs strategy {takers}"
-    return None
+        return f"strategy {strategy.name} is for {choices(strategy.frameworks)} only"
+    return strategy.num_ps_problem(values["num_ps"], name=str)
 
 
 def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:

@@ -192,7 +192,7 @@ def test_sweep_plans_pass_the_accuracy_options():
     with pytest.raises(PlanError, match="lr_rule: unknown value 'cubic'"):
         parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": 32},
                     "bench": {"lr_rule": "cubic"}}, "plan.yaml")
-    with pytest.raises(PlanError, match="target_accuracy: must be positive"):
+    with pytest.raises(PlanError, match=r"target_accuracy: is a fraction in \(0, 1\]"):
         parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": 32},
                     "bench": {"target_accuracy": 0}}, "plan.yaml")
 

@@ -58,7 +58,7 @@ def test_srun_argv():
     [
         (["launch", "--launcher", "pbs", "--", "--framework", "torch"], "unknown launcher 'pbs' (choices: local, mpirun"),
         (["launch", "-n", "0", "--", "--framework", "torch"], "-n must be 1 or more"),
-        (["launch", "--num-ps", "1", "--", "--framework", "tf", "--strategy", "allreduce"], "--num-ps needs --strategy ps"),
+        (["launch", "--num-ps", "1", "--", "--framework", "tf", "--strategy", "allreduce"], "--num-ps 1 needs --strategy ps"),
         (["launch", "--", "--framework", "tf", "--strategy", "ps"], "--strategy ps needs --num-ps 1 or more"),
         (["launch", "--", "--framework", "tf", "--num-ps", "1"], "give --num-ps to benchrun, not to bench"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),

@@ -15,25 +15,27 @@ from ..frameworks.base import DeviceInfo, Distributed
 
 @dataclass(frozen=True)
 class CommOptions:
+    """`bench comm`'s run, as comm.cli.options_from resolves it (defaults: options.OPTIONS)."""
+
     framework: str
     backend: str
     ops: tuple[str, ...]
-    min_bytes: int = 4
-    max_bytes: int = 256 * 1024 * 1024
-    step_factor: int = 2
-    warmup_iters: int = 5
-    iters: int = 20
-    model: str = "resnet50"
-    image_size: int | None = None  # the model's input size (TensorFlow's dense layers depend on it); None: its default
-    device: str = "auto"
-    strategy: str = "none"
-    num_ps: int = 0
-    ps_placement: str = "round-robin"
-    worker_port: int = 2220
-    ps_port: int = 2230
-    rendezvous_port: int = 2210
-    rendezvous_timeout: float = 300.0
-    timeout: float | None = None
+    min_bytes: int
+    max_bytes: int
+    step_factor: int
+    warmup_iters: int
+    iters: int
+    model: str
+    image_size: int  # the model's input size (TensorFlow's dense layers depend on it)
+    device: str
+    strategy: str
+    num_ps: int
+    ps_placement: str
+    worker_port: int
+    ps_port: int
+    rendezvous_port: int
+    rendezvous_timeout: float
+    timeout: float | None
 
     def as_dict(self) -> dict:
         from dataclasses import asdict

@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.cli import bench_arguments
 from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.stats import t_halfwidth
@@ -144,7 +145,7 @@ def run(args) -> int:
         runtimes.get(name).require()  # unknown or missing: one line, before anything runs
     requests = {name: request(args, name) for name in names}
     for req in requests.values():
-        if "--mllog" not in req.bench_args:
+        if not bench_arguments(req.bench_args).mllog:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
     for req in requests.values():  # convert/load images once, up front
         dispatch.prepare(req, runtimes.get(req.runtime))  # cached: later runs reuse it

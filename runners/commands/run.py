@@ -16,8 +16,10 @@ import json
 import os
 import sys
 
+from benchmarks.cli import bench_arguments
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, UsageError, choices
+from benchmarks.options import OPTIONS
 
 from .. import dispatch, launchers, runtimes
 
@@ -51,9 +53,10 @@ def add_runtime_options(p) -> None:
 
 def bench_args(args) -> list[str]:
     rest = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    for own in ("--output", "--json"):
-        if own in rest or any(a.startswith(own + "=") for a in rest):
-            raise UsageError(f"benchrun sets bench's {own} itself: leave it out")
+    given = bench_arguments(rest)
+    for own in ("output", "json"):
+        if getattr(given, own) not in (None, False):
+            raise UsageError(f"benchrun sets bench's {OPTIONS[own].flag} itself: leave it out")
     return rest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import LaunchSpec, Launcher, bench_option, launch_spec
+from .base import LaunchSpec, Launcher, launch_spec
 
 LAUNCHERS = {
     "local": "runners.launchers.local:LocalLauncher",
@@ -21,4 +21,4 @@ def get(name: str) -> Launcher:
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["LAUNCHERS", "LaunchSpec", "Launcher", "bench_option", "get", "launch_spec"]
+__all__ = ["LAUNCHERS", "LaunchSpec", "Launcher", "get", "launch_spec"]

@@ -16,20 +16,11 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from benchmarks.cli import bench_arguments
 from benchmarks.distributed import strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import UsageError
 from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
-
-
-def bench_option(args: list[str], name: str) -> str | None:
-    """The value of `name` in a bench argument list (`--flag value` or `--flag=value`)."""
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 @dataclass
@@ -67,20 +58,16 @@ def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, n
     with --num-ps and --timeout passed on to bench. `benchrun launch` and dispatch both use it."""
     if num_workers < 1:
         raise UsageError(f"-n must be 1 or more, got {num_workers}")
-    if num_ps < 0:
-        raise UsageError(f"--num-ps must be 0 or more, got {num_ps}")
-    if bench_option(bench_args, "--num-ps") is not None:
+    given = bench_arguments(bench_args)
+    if given.num_ps:
         raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
-    name = bench_option(bench_args, "--strategy") or strategies.DEFAULT
-    strategy = strategies.STRATEGIES.get(name) or strategies.get(None)  # unknown: bench itself refuses it
-    if num_ps and not strategy.uses_ps:
-        takers = " or ".join(s.name for s in strategies.STRATEGIES.values() if s.uses_ps)
-        raise UsageError(f"--num-ps needs --strategy {takers} in the bench arguments (got --strategy {name})")
-    if strategy.uses_ps and not num_ps:
-        raise UsageError(f"--strategy {name} needs --num-ps 1 or more")
+    strategy = strategies.STRATEGIES.get(given.strategy, strategies.get(None))  # unknown: bench itself refuses it
+    problem = strategy.num_ps_problem(num_ps)
+    if problem:
+        raise UsageError(problem)
     if num_ps:
         bench_args = [*bench_args, "--num-ps", str(num_ps)]
-    if timeout_s is not None and bench_option(bench_args, "--timeout") is None:
+    if timeout_s is not None and given.timeout is None:
         bench_args = [*bench_args, "--timeout", str(timeout_s)]
     processes = strategy.processes(num_workers, num_ps)
     return LaunchSpec(processes=processes, bench=list(bench), bench_args=list(bench_args), hosts=list(hosts),

@@ -61,6 +61,25 @@ class Strategy:
     def supports(self, framework: str) -> bool:
         return framework in self.frameworks
 
+    def num_ps_problem(self, num_ps: int, name=lambda option: "--" + option.replace("_", "-")) -> str | None:
+        """Why `num_ps` parameter servers do not go with this strategy, or None; `name(option)`
+        spells an option as the caller's input does (a flag; a sweep plan's key)."""
+        if num_ps < 0:
+            return f"{name('num_ps')} must be 0 or more, got {num_ps}"
+        if self.uses_ps and num_ps < 1:
+            return f"{name('strategy')} {self.name} needs {name('num_ps')} 1 or more"
+        if not self.uses_ps and num_ps:
+            from . import STRATEGIES
+
+            takers = " or ".join(s.name for s in STRATEGIES.values() if s.uses_ps)
+            return f"{name('num_ps')} {num_ps} needs {name('strategy')} {takers}"
+        return None
+
+    def check_num_ps(self, num_ps: int) -> None:
+        problem = self.num_ps_problem(num_ps)
+        if problem:
+            raise UsageError(problem)
+
     def check_processes(self, size: int, num_ps: int) -> None:
         """Refuse a world too small for this strategy (one line)."""
         if self.workers(size, num_ps) < 1:
