@@ -158,12 +158,13 @@ class Invocation:
     mpi: bool = False
 
 
+@dataclass(frozen=True)
 class Client:
     """How the rank wrapper starts and stops one rank's runtime client: a child process that is given
     the signal itself (the Docker/Podman clients forward it, so bench records 'interrupted')."""
 
-    shared = False  # True: the node's ranks share one container the runtime names; the wrapper execs the command
-    setup_s = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
+    shared: bool = False  # the node's ranks share one container the runtime names; the wrapper execs the command
+    setup_s: float = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
 
     def start(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
         return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))  # the launcher's descriptors kept open
@@ -254,12 +255,12 @@ class Runtime:
         return {}
 
     def results_dir(self, host_dir: str) -> str:
-        """The path bench writes its record under, for a host results directory."""
-        return RESULTS_TARGET
+        """The path bench writes its record under, for a host results directory (on the host: that one)."""
+        return RESULTS_TARGET if self.uses_image else host_dir
 
     def data_dir(self, host_dir: str) -> str:
         """The path bench reads --data-dir from (must exist in the image for some runtimes)."""
-        return DATA_TARGET
+        return DATA_TARGET if self.uses_image else host_dir
 
     # ---- one run -------------------------------------------------------------------------------
     def plan(self, spec, host_dir: Path) -> RunPlan:

@@ -14,12 +14,6 @@ class LocalRuntime(Runtime):
     name = "local"
     uses_image = False
 
-    def results_dir(self, host_dir: str) -> str:
-        return host_dir
-
-    def data_dir(self, host_dir: str) -> str:
-        return host_dir
-
     def plan(self, spec, host_dir: Path) -> RunPlan:
         return RunPlan(bench=BENCH, typed=BENCH)
 

@@ -71,11 +71,7 @@ class SquashSnapshot:
             (self.root / rel).write_bytes(content)
 
 
-class SharedClient(Client):
-    shared = True  # the rank wrapper execs podman-hpc, which names the node's container after the ranks' parent
-
-
-SHARED = SharedClient()
+SHARED = Client(shared=True)  # the rank wrapper execs podman-hpc, which names the node's container after the ranks' parent
 
 
 class PodmanHpcRuntime(DockerCliRuntime):

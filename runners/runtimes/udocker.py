@@ -32,6 +32,7 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
@@ -76,10 +77,11 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+@dataclass(frozen=True)
 class UdockerClient(Client):
     """udocker (Python) dies on SIGTERM while proot ignores it: the client starts in its own process group."""
 
-    setup_s = 120  # each run creates its container (the image unpacked) and removes it: more host grace
+    setup_s: float = 120  # each run creates its container (the image unpacked) and removes it: more host grace
 
     def start(self, command: list[str], env) -> subprocess.Popen:
         return subprocess.Popen(command, env=env, process_group=0,  # its own group: what a stop signals
@@ -99,6 +101,7 @@ class UdockerClient(Client):
             pass
 
 
+@dataclass(frozen=True)
 class RuncClient(UdockerClient):
     """R1 without a terminal returns 1 whatever the container's exit code: the record's is the run's."""
 
