@@ -119,28 +119,29 @@ SLOTS = ("program", "program_options", "subcommand", "name", "base", "gpu", "mpi
          "labels", "entrypoint", "image", "command")
 
 
-class Command:
-    """A runtime's command line as named slots (SLOTS); argv() joins them."""
+def known(slot: str) -> str:
+    if slot not in SLOTS:
+        raise KeyError(f"no slot {slot!r} in a runtime's command (slots: {', '.join(SLOTS)})")
+    return slot
+
+
+class Command(dict):
+    """A runtime's command line as named slots (SLOTS); argv() joins them in that order."""
 
     def __init__(self, **slots: Sequence[str]):
-        self._slots: dict[str, list[str]] = {}
+        super().__init__()
         for slot, value in slots.items():
             self[slot] = value
 
-    def __getitem__(self, slot: str) -> list[str]:
-        return list(self._slots.get(self._known(slot), []))
-
     def __setitem__(self, slot: str, value: Sequence[str]) -> None:
-        self._slots[self._known(slot)] = list(value)
+        super().__setitem__(known(slot), list(value))
 
-    @staticmethod
-    def _known(slot: str) -> str:
-        if slot not in SLOTS:
-            raise KeyError(f"no slot {slot!r} in a runtime's command (slots: {', '.join(SLOTS)})")
-        return slot
+    def __missing__(self, slot: str) -> list[str]:
+        known(slot)
+        return []  # an empty slot
 
     def argv(self) -> list[str]:
-        return [arg for slot in SLOTS for arg in self._slots.get(slot, ())]
+        return [arg for slot in SLOTS for arg in self.get(slot, ())]
 
 
 @dataclass(frozen=True)
