@@ -6,9 +6,10 @@ into the container when there is one) and the record is read back from
 there, so the same path works for every runtime and launcher.
 
 The runtime name is resolved once into a Runtime, which says where results and
-data are inside it and how a rank starts bench there. With a launcher, the launch
-spec is built here and the launcher runs in this process (`benchrun launch` is a
-thin CLI over the same calls). Containers compose with launchers in the hybrid
+data are inside it, and whose plan for the run (Runtime.plan) says how a rank starts
+bench there, what a Slurm plugin adds to srun's line and which files it needs.
+With a launcher, the launch spec is built here and the launcher runs in this
+process (`benchrun launch` is a thin CLI over the same calls). Containers compose with launchers in the hybrid
 model: the launcher starts one container per rank (`srun [--mpi=...] python -m
 runners.runtimes SPEC -- bench ...`, which runs `docker run ... IMAGE` with the
 rank's variables forwarded and removes the container afterwards).
@@ -21,7 +22,6 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -38,8 +38,8 @@ from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
 from .launchers.base import wait_group
+from .runtimes.base import RunPlan
 from .runtimes.container import ContainerSpec, argv_for
-from .runtimes.slurm_plugin import LAUNCHER as PLUGIN_LAUNCHER, SlurmPluginRuntime
 
 IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
           "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
@@ -117,50 +117,40 @@ def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -
 
 
 def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
-    """The launcher that runs the request: a Slurm-plugin runtime (pyxis, cscs-ce) always runs through srun."""
-    return PLUGIN_LAUNCHER if isinstance(runtime, SlurmPluginRuntime) else request.launcher
+    """The launcher that runs the request: a launcher's plugin (pyxis, cscs-ce: srun's) runs through that launcher."""
+    return runtime.launcher or request.launcher
 
 
-def launch_spec(request: RunRequest, results: Path, image: str | None = None,
-                runtime: runtimes.Runtime | None = None) -> launchers.LaunchSpec:
-    """The request's ranks: bench as the runtime starts it, its arguments, the runtime's host variables,
-    and the runtime's name and version, which every rank's record keeps (provenance.requested_runtime,
-    runtime_version).
-
-    A Slurm-plugin runtime puts its container options on srun's own line and ranks run `bench` directly."""
+def planned(request: RunRequest, results: Path, image: str | None = None,
+            runtime: runtimes.Runtime | None = None) -> tuple[RunPlan, launchers.LaunchSpec]:
+    """The runtime's plan for the request, and its ranks: bench as the runtime starts it, its arguments,
+    the options the runtime puts on the launcher's line, the runtime's host variables, and the runtime's
+    name and version, which every rank's record keeps (provenance.requested_runtime, runtime_version)."""
     runtime = runtime or runtimes.get(request.runtime)
-    spec = container_spec(request, runtime, results, image)
-    bench, extra = runtime.bench_command(spec), list(request.launcher_args)
-    if isinstance(runtime, SlurmPluginRuntime):
-        bench, extra = runtime.program(spec), [*runtime.srun_options(spec, results), *extra]
+    plan = runtime.plan(container_spec(request, runtime, results, image), results)
     version = runtime.version()
-    return launchers.launch_spec(bench, _bench_args(request, runtime, results), request.num_workers,
-                                 request.num_ps, request.timeout_s, extra=extra,
-                                 env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
-                                      **({RUNTIME_VERSION_ENV: version} if version else {})})
+    return plan, launchers.launch_spec(plan.bench, _bench_args(request, runtime, results), request.num_workers,
+                                       request.num_ps, request.timeout_s,
+                                       extra=[*plan.launcher_options, *request.launcher_args],
+                                       env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
+                                            **({RUNTIME_VERSION_ENV: version} if version else {})})
 
 
 def command(request: RunRequest, results: Path, image: str | None = None,
             runtime: runtimes.Runtime | None = None) -> list[str]:
     """The argv that runs the request: bench as the runtime starts it, or the launcher's command."""
     runtime = runtime or runtimes.get(request.runtime)
-    spec = launch_spec(request, results, image, runtime)
+    _, spec = planned(request, results, image, runtime)
     launcher = launcher_name(request, runtime)
     if launcher is None:
         return [*spec.bench, *spec.bench_args]
     return launchers.get(launcher).command(spec)
 
 
-def user_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
+def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, spec: launchers.LaunchSpec) -> list[str]:
     """What a user would type for this run (--dry-run): the runtime's own command under the launcher's,
     without benchrun's per-rank wrapper (`srun ... shifter --image=... bench ...`)."""
-    runtime = runtimes.get(request.runtime)
-    spec = launch_spec(request, results, image, runtime)
-    if runtime.uses_image and not isinstance(runtime, SlurmPluginRuntime):
-        bench = container_command(request, results, image)
-        if os.path.isabs(bench[0]) and shutil.which(os.path.basename(bench[0])) == bench[0]:
-            bench[0] = os.path.basename(bench[0])  # `docker`, as typed, when that is the one on PATH
-        spec = dataclasses.replace(spec, bench=bench)
+    spec = dataclasses.replace(spec, bench=plan.typed)
     prefix = [f"{key}={value}" for key, value in runtime.host_env().items()]
     launcher = launcher_name(request, runtime)
     if launcher is None:
@@ -175,26 +165,28 @@ def dry_run_text(request: RunRequest, results: str | None = None) -> str:
     shown = results or "/tmp/RESULTS"
     runtime = runtimes.get(request.runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
-        text = shlex.join(user_command(request, Path(tmp))) + "\n"
-        if isinstance(runtime, SlurmPluginRuntime):
-            text += runtime.run_files_text(container_spec(request, runtime, Path(tmp), None), Path(tmp))
+        plan, spec = planned(request, Path(tmp), None, runtime)
+        text = shlex.join(user_command(request, runtime, plan, spec)) + "\n"
+        for path, content in plan.files.items():
+            text += f"# {path}:\n" + "".join(f"# {line}\n" for line in content.splitlines())
         return text.replace(tmp, shown)
 
 
-def check(request: RunRequest) -> runtimes.Runtime:
-    """Refuse bad input before anything runs (one-line errors); the request's runtime, resolved once."""
-    if request.launcher is not None:
-        if request.launcher not in launchers.LAUNCHERS:
-            raise UsageError(f"unknown launcher {request.launcher!r}")
-        launcher = launchers.get(request.launcher)
-        if not launcher.available():
-            raise UsageError(f"launcher {request.launcher!r} needs {launcher.binary!r}, which is not on PATH")
-    runtime = runtimes.get(request.runtime)
-    runtime.require()
+def components(request: RunRequest) -> list:
+    """The request's launcher (if any) and runtime, resolved (an unknown name: one line naming the choices)."""
+    return [*([launchers.get(request.launcher)] if request.launcher is not None else []), runtimes.get(request.runtime)]
+
+
+def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
+    """Refuse bad input before anything runs (one-line errors); the request's runtime, resolved once.
+    `installed=False` (a dry run) leaves out whether the runtime and launcher are installed here: missing()."""
+    *_, runtime = parts = components(request)
+    for part in parts if installed else ():
+        part.require()
     runtime.check_annotations(request.edf_annotations)
-    if isinstance(runtime, SlurmPluginRuntime) and request.launcher not in (None, PLUGIN_LAUNCHER):
-        raise UsageError(f"runtime {request.runtime!r} runs through srun (a Slurm plugin): "
-                         f"use --launcher srun or none, not {request.launcher!r}")
+    if runtime.launcher not in (None, request.launcher) and request.launcher is not None:
+        raise UsageError(f"runtime {request.runtime!r} runs through {runtime.launcher} (a Slurm plugin): "
+                         f"use --launcher {runtime.launcher} or none, not {request.launcher!r}")
     if request.data_dir is not None:
         if not os.path.isdir(request.data_dir):
             raise UsageError(f"--data-dir {request.data_dir} is not a directory")
@@ -202,6 +194,18 @@ def check(request: RunRequest) -> runtimes.Runtime:
             raise UsageError(f"--data-dir {request.data_dir} is not readable by the image's user (uid 1000): "
                              f"make it and its parents world-readable (chmod o+rX)")
     return runtime
+
+
+def missing(request: RunRequest) -> list[str]:
+    """Why the launcher and runtime could not run here (one line each; none: they could). A dry run says
+    so and still shows the command, so that a job can be prepared on a machine without them."""
+    said = []
+    for part in components(request):
+        try:
+            part.require()
+        except UsageError as error:
+            said.append(str(error))
+    return said
 
 
 FRAMEWORK_LABEL = "io.dlbench.framework"  # the frameworks an image holds, comma-separated (Dockerfiles)
@@ -247,13 +251,15 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
     image = prepare(request, runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
-        runtime.open_results(results)
-        if isinstance(runtime, SlurmPluginRuntime):
-            runtime.write_run_files(container_spec(request, runtime, results, image), results)
-        spec = launch_spec(request, results, image, runtime)
+        if runtime.runs_as_image_user:
+            results.chmod(0o777)  # the image's user (uid 1000) writes the record
+        plan, spec = planned(request, results, image, runtime)
+        for path, content in plan.files.items():
+            path.write_text(content)
+        client = runtime.client(container_spec(request, runtime, results, image))
         deadline = host_deadline(request.timeout_s)
         if deadline is not None:
-            deadline += runtime.setup_s
+            deadline += client.setup_s
         interrupted = []
 
         def on_stop(signum, frame):
@@ -278,11 +284,11 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            runtime.remove(request.container_name, prefix=True)  # whatever a killed rank left behind
+            runtime.clean_up(request.container_name, prefix=True)  # whatever a killed rank left behind
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
-        code = runtime.exit_code(code, record)  # udocker-runc loses bench's exit code: the record's
+        code = client.exit_code(code, record)  # udocker-runc loses bench's exit code: the record's
         fault = None
         if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
             # (a dockerd being stopped closes its API before it stops its containers: asked at once)

@@ -110,13 +110,13 @@ def test_enroot_missing_docker_image_is_one_line(tmp_path, monkeypatch):
 def test_pyxis_srun_options_and_program(dirs):
     r, d = dirs
     rt = runtimes.get("pyxis")
-    s = spec("pyxis", dirs, env={"DLBENCH_X": "1"})
-    assert rt.srun_options(s, r) == [
+    plan = rt.plan(spec("pyxis", dirs, env={"DLBENCH_X": "1"}), r)
+    assert plan.launcher_options == [
         "--container-image=/images/dlbench-torch-latest.sqsh", "--container-name=dlbench-abc123",
         "--no-container-entrypoint", f"--container-mounts={r}:/results", f"--container-mounts={d}:/data:ro",
         "--container-workdir=/results"]
-    assert rt.program(s) == ["env", "DLBENCH_X=1", "bench"]
-    assert rt.program(spec("pyxis", dirs)) == ["bench"]
+    assert plan.bench == plan.typed == ["env", "DLBENCH_X=1", "bench"] and plan.files == {}
+    assert rt.plan(spec("pyxis", dirs), r).bench == ["bench"] and rt.launcher == "srun"
 
 
 def test_pyxis_needs_srun_with_the_plugin(tmp_path, monkeypatch):
@@ -151,10 +151,10 @@ def test_cscs_ce_edf_content(dirs):
     edf = parse(rt.edf(s))
     assert edf == {"image": "/images/dlbench-torch-latest.sqsh", "mounts": [f"{r}:/results", f"{d}:/data:ro"],
                    "workdir": "/results", "entrypoint": False, "env": {"DLBENCH_X": "1", "QUOTED": 'a "b" \\ c'}}
-    assert rt.srun_options(s, r) == [f"--environment={r}/dlbench-abc123.toml"]
-    rt.write_run_files(s, r)
-    assert parse((r / "dlbench-abc123.toml").read_text()) == edf
-    assert rt.program(s) == ["bench"]
+    plan = rt.plan(s, r)
+    assert plan.launcher_options == [f"--environment={r}/dlbench-abc123.toml"]
+    assert list(plan.files) == [r / "dlbench-abc123.toml"] and parse(plan.files[r / "dlbench-abc123.toml"]) == edf
+    assert plan.bench == ["bench"]  # the variables are the EDF's
 
 
 def test_cscs_ce_gpus_enable_the_nccl_hook_and_annotations_override(dirs):

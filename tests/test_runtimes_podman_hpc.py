@@ -58,7 +58,8 @@ def test_podman_hpc_mpi_is_a_shared_run_labelled_with_the_run(dirs):
         "podman-hpc", "run", "--rm", "--mpi", "-e", "RANK", "-e", "SLURM_PROCID",
         "-v", f"{r}:/results", "-v", f"{d}:/data:ro", "-w", "/results", "--label", f"{LABEL}=dlbench-abc",
         "--entrypoint=", "dlbench-torch:latest", "bench", "--model", "resnet50"]
-    assert runtimes.get("podman-hpc").shares_container(True) and not runtimes.get("podman-hpc").shares_container(False)
+    assert runtimes.get("podman-hpc").client(spec).shared
+    assert not runtimes.get("podman-hpc").client(ContainerSpec("podman-hpc", "dlbench-torch:latest")).shared
 
 
 def test_squash_snapshot_restores_the_store(tmp_path):

@@ -48,7 +48,7 @@ def test_udocker_argv(dirs, monkeypatch):
 
 def test_udocker_runc_exit_code_is_the_records():
     # udocker 1.3.17's R1 mode returns 1 whatever the container's exit code; proot mode keeps it.
-    runc, proot = runtimes.get("udocker-runc"), runtimes.get("udocker")
+    runc, proot = (runtimes.get(name).client(None) for name in ("udocker-runc", "udocker"))
     assert runc.exit_code(1, {"status": "ok"}) == 0 and runc.exit_code(1, {"status": "timeout"}) == 4
     assert runc.exit_code(1, None) == 1 and proot.exit_code(1, {"status": "ok"}) == 1
 

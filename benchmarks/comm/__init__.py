@@ -5,7 +5,7 @@ Adding a backend = one module with a `CommBackend` subclass + one line here.
 
 from __future__ import annotations
 
-import importlib
+from ..registry import load_target
 
 # name -> (framework, "module:Class")
 BACKENDS = {
@@ -19,5 +19,4 @@ BACKENDS = {
 
 
 def load(name: str):
-    module, _, cls = BACKENDS[name][1].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return load_target(BACKENDS[name][1])

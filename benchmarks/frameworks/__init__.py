@@ -5,22 +5,20 @@ Adding a framework = one module with a `Framework` subclass + one line here.
 
 from __future__ import annotations
 
-import importlib
-
+from ..registry import Registry, load_target
 from .base import Framework
 
-BACKENDS = {
+BACKENDS = Registry("framework", {
     "torch": "benchmarks.frameworks.torch_backend:TorchFramework",
     "tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowFramework",
-}
+})
 
 
 def load(name: str, strategy=None) -> type[Framework]:
     """The backend class for framework `name`; a strategy names its own subclass where it needs one
     (DDP, Horovod, all-reduce, TF PS: Strategy.backends)."""
-    spec = (strategy.backends.get(name) if strategy is not None else None) or BACKENDS[name]
-    module, _, cls = spec.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    own = strategy.backends.get(name) if strategy is not None else None
+    return load_target(own) if own else BACKENDS.load(name)
 
 
 __all__ = ["BACKENDS", "Framework", "load"]

@@ -14,7 +14,7 @@ import argparse
 import shlex
 import sys
 
-from benchmarks.errors import UsageError, choices
+from benchmarks.errors import choices
 from benchmarks.processes import host_deadline
 
 from .. import launchers
@@ -46,12 +46,9 @@ def launch_spec(args) -> launchers.LaunchSpec:
 
 
 def run(args) -> int:
-    if args.launcher not in launchers.LAUNCHERS:
-        raise UsageError(f"unknown launcher {args.launcher!r} (choices: {choices(launchers.LAUNCHERS)})")
     launcher = launchers.get(args.launcher)
     spec = launch_spec(args)
-    if not launcher.available():
-        raise UsageError(f"launcher {args.launcher!r} needs {launcher.binary!r}, which is not on PATH")
+    launcher.require()
     if args.dry_run:
         print(shlex.join(launcher.command(spec)))
         return 0

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--runtime", default=runtimes.DEFAULT, help=f"{choices(runtimes.RUNTIMES)} (default: {runtimes.DEFAULT})")
     p.add_argument("--results", help="directory that keeps records.jsonl (default: print only)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the runtime's own command (as a user would type it) and exit; no image preparation")
+                   help="print the runtime's own command (as a user would type it) and exit; no image preparation; "
+                        "where the runtime is not installed a note on stderr says so and the command is still printed")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
     p.set_defaults(run=run)
 
@@ -84,7 +85,9 @@ def request(args, runtime: str) -> dispatch.RunRequest:
 def run(args) -> int:
     req = request(args, args.runtime)
     if args.dry_run:
-        dispatch.check(req)
+        dispatch.check(req, installed=False)
+        for absent in dispatch.missing(req):  # the command is shown all the same: a job prepared elsewhere
+            print(f"benchrun: note: {absent}; the command is shown, not run", file=sys.stderr, flush=True)
         print(dispatch.dry_run_text(req, args.results), end="")
         return 0
     if args.results:

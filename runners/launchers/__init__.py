@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
+from benchmarks.registry import Registry
 
 from .base import LaunchSpec, Launcher, launch_spec
 
-LAUNCHERS = {
+LAUNCHERS = Registry("launcher", {
     "local": "runners.launchers.local:LocalLauncher",
     "mpirun": "runners.launchers.mpirun:OpenMpiLauncher",
     "mpich": "runners.launchers.mpich:MpichLauncher",
     "torchrun": "runners.launchers.torchrun:TorchrunLauncher",
     "horovodrun": "runners.launchers.horovodrun:HorovodrunLauncher",
     "srun": "runners.launchers.srun:SrunLauncher",
-}
+})
 
 
 def get(name: str) -> Launcher:
-    module, _, cls = LAUNCHERS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    return LAUNCHERS.load(name)()
 
 
 __all__ = ["LAUNCHERS", "LaunchSpec", "Launcher", "get", "launch_spec"]

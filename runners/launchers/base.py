@@ -89,6 +89,10 @@ class Launcher(ABC):
     def available(self) -> bool:
         return self.binary is None or os.path.isabs(self.executable())
 
+    def require(self) -> None:
+        if not self.available():
+            raise UsageError(f"launcher {self.name!r} needs {self.binary!r}, which is not on PATH")
+
     @abstractmethod
     def command(self, spec: LaunchSpec) -> list[str]:
         """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.bench_args."""

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-
-from benchmarks.errors import UsageError, choices
+from benchmarks.registry import Registry
 
 from .base import DockerCliRuntime, Mount, Runtime, forwarded_names
 
 BARE = "local"  # no container: the host itself, and the baseline of runtime overhead
 DEFAULT = BARE  # benchrun's default
 
-RUNTIMES = {
+RUNTIMES = Registry("runtime", {
     "local": "runners.runtimes.local:LocalRuntime",
     "docker": "runners.runtimes.docker:DockerRuntime",
     "podman": "runners.runtimes.podman:PodmanRuntime",
@@ -27,14 +25,11 @@ RUNTIMES = {
     "udocker": "runners.runtimes.udocker:UdockerRuntime",
     "udocker-runc": "runners.runtimes.udocker:UdockerRuncRuntime",
     "podman-hpc": "runners.runtimes.podman_hpc:PodmanHpcRuntime",
-}
+})
 
 
 def get(name: str) -> Runtime:
-    if name not in RUNTIMES:
-        raise UsageError(f"unknown runtime {name!r} (choices: {choices(RUNTIMES)})")
-    module, _, cls = RUNTIMES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    return RUNTIMES.load(name)()
 
 
 def uses_image(name: str) -> bool:

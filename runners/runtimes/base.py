@@ -1,12 +1,14 @@
 """The Runtime interface: run bench inside a container (or not), one way per runtime.
 
-Modelled on ReFrame's container platforms: the base class assembles the command
-line (validation, order of options, environment, mounts, working directory,
-GPUs, MPI) and each runtime states only its spelling of those pieces; the base's
-spelling is neutral ("no such option"), Docker's lives in DockerCliRuntime.
-Each runtime also answers where the results and data directories are inside it
-and how a rank starts bench there (`local` is a Runtime too: the host itself).
-Commands are argv lists, never shell strings.
+Three steps: `prepare(image)` (check, import, convert: cached), `command(...)` for one rank,
+`clean_up(name)` after the run. Modelled on ReFrame's container platforms: the base class
+assembles the command line as named slots (validation, order of options, environment, mounts,
+working directory, GPUs, MPI) and each runtime states only its spelling of those pieces; the
+base's spelling is neutral ("no such option"), Docker's lives in DockerCliRuntime. A runtime that
+spells a run its own way edits the slots by name (`Command`). What one run is made of is an
+object the runtime returns: `plan()` (what each rank starts, what a user would type, what a Slurm
+plugin adds to srun's line, the files it needs) and `client()` (how the rank's client is started
+and stopped). `local` is a Runtime too: the host itself. Commands are argv lists, never shell strings.
 
     runtime.command(image, ["bench", "--model", "resnet50"], env={"RANK": None},
                     mounts=[Mount("/host/results", "/results", readonly=False)],
@@ -22,11 +24,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -113,22 +113,98 @@ def check_mount(mount: Mount) -> Mount:
 RESULTS_TARGET = "/results"  # where a container sees the run's results directory
 DATA_TARGET = "/data"  # where a container sees --data-dir (read-only)
 
+# A command line's slots, in the order they are joined. A runtime that spells a run its own way edits
+# the slots by name (podman-hpc's shared run, Shifter's --module), never the argv by position.
+SLOTS = ("program", "program_options", "subcommand", "name", "base", "gpu", "mpi", "env", "mounts", "workdir",
+         "labels", "entrypoint", "image", "command")
 
-class Runtime(ABC):
-    """Neutral: every spelling hook below defaults to "this runtime has no such option"."""
+
+def known(slot: str) -> str:
+    if slot not in SLOTS:
+        raise KeyError(f"no slot {slot!r} in a runtime's command (slots: {', '.join(SLOTS)})")
+    return slot
+
+
+class Command(dict):
+    """A runtime's command line as named slots (SLOTS); argv() joins them in that order."""
+
+    def __init__(self, **slots: Sequence[str]):
+        super().__init__()
+        for slot, value in slots.items():
+            self[slot] = value
+
+    def __setitem__(self, slot: str, value: Sequence[str]) -> None:
+        super().__setitem__(known(slot), list(value))
+
+    def __missing__(self, slot: str) -> list[str]:
+        known(slot)
+        return []  # an empty slot
+
+    def argv(self) -> list[str]:
+        return [arg for slot in SLOTS for arg in self.get(slot, ())]
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What one command line runs, checked: `argv` in `image`, with its environment, mounts, working
+    directory, GPUs, container name and the runtime's MPI hook."""
+
+    image: str | None
+    argv: list[str]
+    env: Mapping[str, str | None] = field(default_factory=dict)
+    mounts: Sequence[Mount] = ()
+    workdir: str | None = None
+    gpus: bool = False
+    name: str | None = None
+    mpi: bool = False
+
+
+@dataclass(frozen=True)
+class Client:
+    """How the rank wrapper starts and stops one rank's runtime client: a child process that is given
+    the signal itself (the Docker/Podman clients forward it, so bench records 'interrupted')."""
+
+    shared: bool = False  # the node's ranks share one container the runtime names; the wrapper execs the command
+    setup_s: float = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
+
+    def start(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))  # the launcher's descriptors kept open
+
+    def stop(self, proc: subprocess.Popen, signum: int) -> None:
+        proc.send_signal(signum)
+
+    def exit_code(self, code: int, record: dict | None) -> int:
+        """The run's exit code, given the client's and bench's record (for clients that lose bench's code)."""
+        return code
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a runtime makes of one run, for the launcher (or the host) to start."""
+
+    bench: list[str]  # how each rank starts bench (benchrun's per-rank wrapper, bench on the host, bench in a plugin's container)
+    typed: list[str]  # the same as a user would type it (--dry-run): the runtime's own command
+    launcher_options: list[str] = field(default_factory=list)  # on the launcher's line: a Slurm plugin's container options
+    files: dict[Path, str] = field(default_factory=dict)  # written before the launch (cscs-ce's EDF); --dry-run shows them
+
+
+class Runtime:
+    """prepare() the image, command() for a rank, clean_up() after the run; plan() says what one run is
+    made of and client() how a rank's client is started and stopped. The spelling hooks below say
+    "this runtime has no such option" unless a runtime spells it."""
 
     name: str
     binary: str | None = None  # None: nothing to find (local)
     subcommand: tuple[str, ...] = ()  # e.g. ("run", "--rm") after the binary
     passes_host_env = False  # True: the host environment is visible inside by default
     removes_container = False  # a named container that must be removed after the run
-    runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts
+    runs_as_image_user = False  # the image's user (uid 1000), not the caller, reads the mounts and writes the record
     uses_image = True  # False: runs on the host (local); no image to name or prepare
+    launcher: str | None = None  # a launcher's plugin (pyxis, cscs-ce: srun's) runs every run through that launcher
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
-    setup_s = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
     install_hint: str | None = None  # how to get the binary, named when it is missing
 
-    # ---- availability and images -------------------------------------------------
+    # ---- availability -------------------------------------------------------------------
     def executable(self) -> str:
         return shutil.which(self.binary) or self.binary if self.binary else ""
 
@@ -147,10 +223,12 @@ class Runtime(ABC):
         return line[:200] or None if said.returncode == 0 else None
 
     def require(self) -> None:
+        """Refuse, in one line, a runtime that cannot run here (not installed, ...); --dry-run only notes it."""
         if not self.available():
             hint = f" ({self.install_hint})" if self.install_hint else ""
             raise UsageError(f"runtime {self.name!r} needs {self.binary!r}, which is not on PATH{hint}")
 
+    # ---- prepare ---------------------------------------------------------------------------
     def prepare(self, image: str) -> str:
         """Make `image` runnable: check its name, require the binary, then import it (cached, idempotent).
 
@@ -177,67 +255,54 @@ class Runtime(ABC):
             raise UsageError(f"runtime {self.name!r} takes no EDF annotations (only cscs-ce does)")
         return {}
 
-    # ---- where things live inside, how bench starts there ---------------------------
     def results_dir(self, host_dir: str) -> str:
-        """The path bench writes its record under, for a host results directory."""
-        return RESULTS_TARGET
+        """The path bench writes its record under, for a host results directory (on the host: that one)."""
+        return RESULTS_TARGET if self.uses_image else host_dir
 
     def data_dir(self, host_dir: str) -> str:
         """The path bench reads --data-dir from (must exist in the image for some runtimes)."""
-        return DATA_TARGET
+        return DATA_TARGET if self.uses_image else host_dir
 
-    def open_results(self, host_dir: Path) -> None:
-        """Let whoever runs bench inside write the record into the host's results directory."""
-        if self.runs_as_image_user:
-            host_dir.chmod(0o777)  # the image's user (uid 1000) writes the record
+    # ---- one run -------------------------------------------------------------------------------
+    def plan(self, spec, host_dir: Path) -> RunPlan:
+        """The run given its ContainerSpec: each rank runs benchrun's wrapper around command()
+        (python -m runners.runtimes SPEC -- bench), which names the rank's container, forwards the
+        launcher's variables and removes the container; a user would type the command itself."""
+        typed, _ = spec.command(self, ["bench"], environ={})
+        return RunPlan(bench=[sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"],
+                       typed=[self.binary, *typed[1:]])  # `docker`, as typed, not the path found on PATH
 
-    def shares_container(self, mpi: bool) -> bool:
-        """True: the ranks of a node share one container the runtime itself names and removes
-        (podman-hpc --mpi); the rank wrapper then replaces itself with the runtime's command."""
-        return False
+    def client(self, spec) -> Client:
+        return CLIENT
 
-    def bench_command(self, spec) -> list[str]:
-        """How a rank starts bench, given the run's ContainerSpec: the per-rank container wrapper
-        around `command()` (python -m runners.runtimes SPEC -- bench), which names, forwards and removes."""
-        return [sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"]
-
-    # ---- the command line ---------------------------------------------------------
-    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
+    # ---- the command line -----------------------------------------------------------------------
+    def command(self, image: str | None, argv: Sequence[str], env: Mapping[str, str | None] = {},
                 mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
                 name: str | None = None, mpi: bool = False) -> list[str]:
         """The argv that runs `argv` (the program and its arguments) in `image`."""
-        check_image(image)
+        if self.uses_image:
+            check_image(image)
         for key in env:
             if not _ENV_NAME.match(key):
                 raise UsageError(f"invalid environment variable name {key!r}")
-        mounts = [check_mount(m) for m in mounts]
         if name is not None:
             check_name(name)
-        out = [self.executable(), *self.subcommand]
-        if name is not None:
-            out += self.name_options(name)
-        out += self.base_options(image)
-        if gpus:
-            out += self.gpu_options()
-        if mpi:
-            out += self.mpi_options()
-        inside_env = []  # K=V the runtime cannot set itself: `env K=V prog ...` inside the container
-        for key, value in env.items():
-            if value is None and self.passes_host_env:
-                continue
-            option = self.env_option(key, value)
-            if option is None:
-                inside_env.append(f"{key}={value}")
-            else:
-                out += option
-        for mount in mounts:
-            out += self.mount_option(mount)
-        if workdir is not None:
-            out += self.workdir_option(workdir)
-        argv = ["env", *inside_env, *argv] if inside_env else list(argv)
-        return [*out, *self.image_and_command(image, argv)]
+        run = Invocation(image, list(argv), dict(env), [check_mount(m) for m in mounts], workdir, gpus, name, mpi)
+        return self.slots(run).argv()
 
-    # What each runtime spells its own way; the defaults say "no such option".
+    def slots(self, run: Invocation) -> Command:
+        """The command line from the spelling hooks below, slot by slot."""
+        options, argv = env_and_argv(self, run.env, run.argv)
+        entrypoint = self.entrypoint_option(argv[0])
+        return Command(program=[self.executable()], subcommand=self.subcommand,
+                       name=self.name_options(run.name) if run.name is not None else [],
+                       base=self.base_options(run.image), gpu=self.gpu_options() if run.gpus else [],
+                       mpi=self.mpi_options() if run.mpi else [], env=options,
+                       mounts=[arg for mount in run.mounts for arg in self.mount_option(mount)],
+                       workdir=self.workdir_option(run.workdir) if run.workdir is not None else [],
+                       entrypoint=entrypoint or [], image=self.image_option(run.image),
+                       command=argv[1:] if entrypoint else argv)
+
     def name_options(self, name: str) -> list[str]:
         """Options that name the container (runtimes with removes_container)."""
         return []
@@ -255,41 +320,51 @@ class Runtime(ABC):
         """Options that set `key` (None value: the caller's). None: set it with `env` inside instead."""
         return None
 
-    @abstractmethod
     def mount_option(self, mount: Mount) -> list[str]:
         """Options that bind `mount` into the container."""
+        raise UsageError(f"runtime {self.name!r} binds no directories on its command line")
 
     def workdir_option(self, workdir: str) -> list[str]:
         return []  # no such option: bench is given absolute paths
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return [image, *argv]
+    def entrypoint_option(self, program: str) -> list[str] | None:
+        """Options that make `program` the container's command in place of the image's ENTRYPOINT;
+        None: the command runs as given, after the image."""
+        return None
+
+    def image_option(self, image: str) -> list[str]:
+        return [image]
 
     def host_env(self) -> dict[str, str]:
         """Variables the runtime's own binary needs in its environment (not the container's)."""
         return {}
 
-    # ---- one rank's run ---------------------------------------------------------------
-    def start_client(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
-        """Start the runtime's client process for one rank (the launcher's descriptors kept open)."""
-        return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))
-
-    def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
-        """Stop the run: SIGTERM so bench records 'interrupted' (the Docker/Podman clients forward it), then SIGKILL."""
-        proc.send_signal(signum)
-
-    def exit_code(self, code: int, record: dict | None) -> int:
-        """The run's exit code, given the client's and bench's record (for clients that lose bench's code)."""
-        return code
-
-    # ---- clean-up and faults -----------------------------------------------------------
-    def remove(self, name: str, prefix: bool = False) -> None:
+    # ---- clean up ---------------------------------------------------------------------------------
+    def clean_up(self, name: str, prefix: bool = False) -> None:
         """Remove this run's container (`prefix`: every container whose name starts so), if the runtime keeps any."""
 
     def fault(self) -> str | None:
         """Why this runtime cannot run containers now (its daemon went away), or None; asked after a run
         that failed, so that the record blames the environment, not bench."""
         return None
+
+
+CLIENT = Client()
+
+
+def env_and_argv(runtime: Runtime, env: Mapping[str, str | None], argv: list[str]) -> tuple[list[str], list[str]]:
+    """The runtime's options that set `env`, and `argv` behind `env K=V` for the values it cannot set
+    itself; a pass-through variable (None) needs nothing where the host environment passes in."""
+    options, inside = [], []
+    for key, value in env.items():
+        if value is None and runtime.passes_host_env:
+            continue
+        option = runtime.env_option(key, value)
+        if option is None:
+            inside.append(f"{key}={value}")
+        else:
+            options += option
+    return options, ["env", *inside, *argv] if inside else list(argv)
 
 
 class DockerCliRuntime(Runtime):
@@ -319,8 +394,8 @@ class DockerCliRuntime(Runtime):
     def workdir_option(self, workdir: str) -> list[str]:
         return ["-w", workdir]
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return ["--entrypoint", argv[0], image, *argv[1:]]  # the images' ENTRYPOINT is bench: state it
+    def entrypoint_option(self, program: str) -> list[str]:
+        return ["--entrypoint", program]  # the images' ENTRYPOINT is bench: state it
 
     def has_image(self, image: str) -> bool:
         return run_quiet([self.executable(), "image", "inspect", image]).returncode == 0
@@ -330,7 +405,7 @@ class DockerCliRuntime(Runtime):
             raise UsageError(f"image {image!r} not found by {self.name} ({self.missing_image_hint})")
         return image
 
-    def remove(self, name: str, prefix: bool = False) -> None:
+    def clean_up(self, name: str, prefix: bool = False) -> None:
         """Best effort: with the daemon gone nothing can be removed now (one that restarts removes
         the --rm containers it finds running; fault() says so)."""
         pattern = f"^/?{name}" + ("" if prefix else "$")

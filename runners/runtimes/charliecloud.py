@@ -83,5 +83,5 @@ class CharliecloudRuntime(Runtime):
     def workdir_option(self, workdir: str) -> list[str]:
         return ["-c", workdir]
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return [image, "--", *argv]
+    def image_option(self, image: str) -> list[str]:
+        return [image, "--"]

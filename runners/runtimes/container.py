@@ -48,6 +48,17 @@ class ContainerSpec:
         data["mounts"] = [Mount(**m) for m in data.get("mounts", [])]
         return cls(**data)
 
+    def command(self, runtime, argv: list[str], environ=os.environ) -> tuple[list[str], str | None]:
+        """The runtime's command that runs `argv` for the rank `environ` describes, and its container's name
+        (None: unnamed); a shared container carries the run's name (a label)."""
+        name = None
+        if self.name and runtime.removes_container:
+            name = self.name if runtime.client(self).shared else rank_name(self.name, environ)
+        env: dict[str, str | None] = {key: None for key in forwarded_names(environ)}
+        env.update(self.env)
+        return runtime.command(self.image, argv, env=env, mounts=self.mounts, workdir=self.workdir,
+                               gpus=self.gpus, name=name, mpi=self.mpi), name
+
 
 def rank_name(base: str, environ=os.environ) -> str:
     """The name of this rank's container: the base alone outside a launcher."""
@@ -56,14 +67,7 @@ def rank_name(base: str, environ=os.environ) -> str:
 
 
 def argv_for(spec: ContainerSpec, argv: list[str], environ=os.environ) -> tuple[list[str], str | None]:
-    runtime = get(spec.runtime)
-    name = None
-    if spec.name and runtime.removes_container:  # a shared container carries the run's name (a label)
-        name = spec.name if runtime.shares_container(spec.mpi) else rank_name(spec.name, environ)
-    env: dict[str, str | None] = {key: None for key in forwarded_names(environ)}
-    env.update(spec.env)
-    return runtime.command(spec.image, argv, env=env, mounts=spec.mounts, workdir=spec.workdir,
-                           gpus=spec.gpus, name=name, mpi=spec.mpi), name
+    return spec.command(get(spec.runtime), argv, environ)
 
 
 class _Stop(Exception):
@@ -77,28 +81,30 @@ def _raise_stop(signum, _frame):
 def execute(spec: ContainerSpec, argv: list[str]) -> int:
     """Run argv in the container; the exit code is the container command's (128+N for a signal)."""
     runtime = get(spec.runtime)
-    command, name = argv_for(spec, argv)
-    if runtime.shares_container(spec.mpi):
+    client = runtime.client(spec)
+    command, name = spec.command(runtime, argv)
+    env = {**os.environ, **runtime.host_env()}
+    if client.shared:
         # The node's ranks must have one parent (podman-hpc names the shared container after it);
-        # the runtime removes that container, benchrun whatever a killed run left (Runtime.remove).
-        os.execvpe(command[0], command, {**os.environ, **runtime.host_env()})
+        # the runtime removes that container, benchrun whatever a killed run left (Runtime.clean_up).
+        os.execvpe(command[0], command, env)
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     proc = None
     try:
-        proc = runtime.start_client(command, {**os.environ, **runtime.host_env()})
+        proc = client.start(command, env)
         return exit_code(proc.wait())
     except (KeyboardInterrupt, _Stop):
         if proc is not None and proc.poll() is None:
-            runtime.signal_client(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
+            client.stop(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
             try:
                 proc.wait(timeout=CLIENT_GRACE_S)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
-                runtime.signal_client(proc, signal.SIGKILL)
+                client.stop(proc, signal.SIGKILL)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
         if name is not None:
-            runtime.remove(name)
+            runtime.clean_up(name)
 
 
 def main(args: list[str]) -> int:

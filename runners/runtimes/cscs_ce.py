@@ -28,7 +28,7 @@ from typing import Mapping
 
 from benchmarks.errors import UsageError
 
-from .base import _ENV_NAME, check_mount
+from .base import _ENV_NAME, Command, Invocation, check_mount
 from .pyxis import PyxisRuntime
 from .slurm_plugin import SlurmPluginRuntime
 
@@ -117,8 +117,8 @@ class CscsCeRuntime(SlurmPluginRuntime):
     def srun_options(self, spec, host_dir: Path) -> list[str]:
         return [f"--environment={self.edf_path(spec, host_dir)}"]
 
-    def run_files_text(self, spec, host_dir: Path) -> str:
-        return f"# {self.edf_path(spec, host_dir)}:\n" + "".join(f"# {line}\n" for line in self.edf(spec).splitlines())
+    def run_files(self, spec, host_dir: Path) -> dict[Path, str]:
+        return {self.edf_path(spec, host_dir): self.edf(spec)}
 
-    def write_run_files(self, spec, host_dir: Path) -> None:
-        self.edf_path(spec, host_dir).write_text(self.edf(spec))
+    def slots(self, run: Invocation) -> Command:
+        return Command(command=run.argv)  # the variables are the EDF's [env]

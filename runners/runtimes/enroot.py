@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
+from .base import Command, Invocation, Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
 
 STORE_ENV = "DLBENCH_ENROOT_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-enroot"
@@ -106,11 +105,8 @@ class EnrootRuntime(Runtime):
             raise UsageError(f"enroot create --name {name} {squashfs} failed: {last_line(result.stderr)}")
         return name
 
-    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
-                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
-                name: str | None = None, mpi: bool = False) -> list[str]:
-        return super().command(image, argv, env={**gpu_environment(gpus), **env}, mounts=mounts, workdir=workdir,
-                               gpus=gpus, name=name, mpi=mpi)
+    def slots(self, run: Invocation) -> Command:
+        return super().slots(replace(run, env={**gpu_environment(run.gpus), **run.env}))
 
     def host_env(self) -> dict[str, str]:
         return {"ENROOT_LOGIN_SHELL": "no"}

@@ -4,38 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
 
-from .base import Mount, Runtime, check_mount
+from .base import Command, Invocation, Runtime, RunPlan
+
+BENCH = [sys.executable, "-m", "benchmarks"]  # `bench` of this Python
 
 
 class LocalRuntime(Runtime):
     name = "local"
     uses_image = False
 
-    def prepare(self, image: str | None) -> None:
-        return None  # no image
+    def plan(self, spec, host_dir: Path) -> RunPlan:
+        return RunPlan(bench=BENCH, typed=BENCH)
 
-    def results_dir(self, host_dir: str) -> str:
-        return host_dir
-
-    def data_dir(self, host_dir: str) -> str:
-        return host_dir
-
-    def open_results(self, host_dir: Path) -> None:
-        pass  # bench runs as the caller
-
-    def bench_command(self, spec) -> list[str]:
-        return [sys.executable, "-m", "benchmarks"]
-
-    def command(self, image, argv: Sequence[str], env: Mapping[str, str | None] = {}, mounts: Sequence[Mount] = (),
-                workdir=None, gpus=False, name=None, mpi=False) -> list[str]:
-        for mount in mounts:
-            check_mount(mount)
-        argv = list(argv)
-        if argv[:1] == ["bench"]:
-            argv = [sys.executable, "-m", "benchmarks", *argv[1:]]
-        return argv
-
-    def mount_option(self, mount: Mount) -> list[str]:
-        return []  # the host's own paths: nothing to bind
+    def slots(self, run: Invocation) -> Command:
+        return Command(command=[*BENCH, *run.argv[1:]] if run.argv[:1] == ["bench"] else run.argv)

@@ -25,13 +25,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from benchmarks.errors import UsageError
 from benchmarks.processes import CLIENT_GRACE_S, children, command_lines, terminate
 
-from .base import DockerCliRuntime, Mount, last_line, local_docker_id, run_quiet
+from .base import Client, Command, DockerCliRuntime, Invocation, last_line, local_docker_id, run_quiet
 
 LABEL = "dlbench.run"
 IMPORT_TIMEOUT_S = 3600
@@ -70,6 +71,9 @@ class SquashSnapshot:
             (self.root / rel).write_bytes(content)
 
 
+SHARED = Client(shared=True)  # the rank wrapper execs podman-hpc, which names the node's container after the ranks' parent
+
+
 class PodmanHpcRuntime(DockerCliRuntime):
     name = "podman-hpc"
     binary = "podman-hpc"
@@ -81,21 +85,20 @@ class PodmanHpcRuntime(DockerCliRuntime):
     def mpi_options(self) -> list[str]:
         return ["--mpi"]
 
-    def shares_container(self, mpi: bool) -> bool:
-        return mpi  # the MPI module's shared run: one container per node
+    def client(self, spec) -> Client:
+        return SHARED if spec.mpi else super().client(spec)  # the MPI module's shared run: one container per node
 
-    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
-                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
-                name: str | None = None, mpi: bool = False) -> list[str]:
-        if not mpi:
-            return super().command(image, argv, env=env, mounts=mounts, workdir=workdir, gpus=gpus, name=name)
+    def slots(self, run: Invocation) -> Command:
+        if not run.mpi:
+            return super().slots(run)
         # Shared run: podman-hpc names the container and starts it with `sleep infinity` (so no
         # ENTRYPOINT: `--entrypoint=`), then `podman exec`s argv; the label names it for clean-up.
-        # The MPI module sets host network and IPC itself (a second --network is refused).
-        head = super().command(image, ["-"], env=env, mounts=mounts, workdir=workdir, gpus=gpus, mpi=True)[:-3]
-        start, base = 1 + len(self.subcommand), self.base_options(image)
-        label = ["--label", f"{LABEL}={name}"] if name else []
-        return [*head[:start], *head[start + len(base):], *label, "--entrypoint=", image, *argv]
+        command = super().slots(replace(run, name=None))
+        command["base"] = []  # the MPI module sets host network and IPC itself (a second --network is refused)
+        command["labels"] = ["--label", f"{LABEL}={run.name}"] if run.name else []
+        command["entrypoint"] = ["--entrypoint="]
+        command["command"] = run.argv
+        return command
 
     # ---- images ---------------------------------------------------------------------
     def squashed_id(self, image: str) -> str | None:
@@ -153,7 +156,7 @@ class PodmanHpcRuntime(DockerCliRuntime):
                               timeout=IMPORT_TIMEOUT_S)
 
     # ---- clean-up ---------------------------------------------------------------------
-    def remove(self, name: str, prefix: bool = False) -> None:
+    def clean_up(self, name: str, prefix: bool = False) -> None:
         """The rank's named container, or a shared run's container (labelled with the run's name);
         then, when podman-hpc has no other container, the squashfs mounts a killed run left."""
         listed = run_quiet([self.executable(), "ps", "-a", "--format", "json"])

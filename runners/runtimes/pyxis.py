@@ -53,9 +53,5 @@ class PyxisRuntime(SlurmPluginRuntime):
     def srun_options(self, spec, host_dir: Path) -> list[str]:
         return self.container_options(spec.image, spec.mounts, spec.workdir, spec.name)
 
-    def program(self, spec) -> list[str]:
-        fixed = [f"{key}={value}" for key, value in spec.env.items() if value is not None]
-        return ["env", *fixed, "bench"] if fixed else ["bench"]
-
     def mount_option(self, mount: Mount) -> list[str]:
         return [f"--container-mounts={mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]

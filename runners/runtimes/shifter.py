@@ -23,12 +23,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, run_quiet
+from .base import Command, Invocation, Mount, Runtime, run_quiet
 
 IMAGE_TYPES = ("docker", "id", "local")
 
@@ -70,12 +71,11 @@ class ShifterRuntime(Runtime):
     def import_image(self, image: str) -> str:
         return typed_image(image)  # the site's image gateway holds the images (shifterimg pull)
 
-    def command(self, image: str, argv: Sequence[str], env: Mapping[str, str | None] = {},
-                mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
-                name: str | None = None, mpi: bool = False) -> list[str]:
-        out = super().command(image, argv, env=env, mounts=mounts, workdir=workdir, name=name)
-        modules = [m for m, wanted in (("gpu", gpus), ("mpich", mpi)) if wanted]
-        return [out[0], f"--module={','.join(modules)}", *out[1:]] if modules else out
+    def slots(self, run: Invocation) -> Command:
+        command = super().slots(replace(run, gpus=False, mpi=False))
+        modules = [m for m, wanted in (("gpu", run.gpus), ("mpich", run.mpi)) if wanted]
+        command["program_options"] = [f"--module={','.join(modules)}"] if modules else []  # one option, both modules
+        return command
 
     def image_options(self, image: str) -> list[str]:
         typed = typed_image(image)
@@ -93,8 +93,8 @@ class ShifterRuntime(Runtime):
     def workdir_option(self, workdir: str) -> list[str]:
         return [f"--workdir={workdir}"]
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return argv
+    def image_option(self, image: str) -> list[str]:
+        return []  # named in base_options (--image=), or the job's
 
 
 class ShifterNgRuntime(Runtime):

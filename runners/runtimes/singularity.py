@@ -215,6 +215,6 @@ class SingularityRuntime(Runtime):
     def workdir_option(self, workdir: str) -> list[str]:
         return ["--pwd", workdir]
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
+    def image_option(self, image: str) -> list[str]:
         # A Docker image's name (in --dry-run, before the SIF exists): the form `exec` takes, which converts on every call
-        return [image if is_sif_path(image) else f"docker-daemon:{image}", *argv]
+        return [image if is_sif_path(image) else f"docker-daemon:{image}"]

@@ -13,14 +13,12 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Runtime
-
-LAUNCHER = "srun"
+from .base import Command, Invocation, Runtime, RunPlan, env_and_argv
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,8 +30,9 @@ def srun_help(srun: str) -> str:
     return result.stdout + result.stderr
 
 
-class SlurmPluginRuntime(Runtime):
+class SlurmPluginRuntime(Runtime, ABC):
     binary = "srun"
+    launcher = "srun"
     plugin_option: str  # an option only the plugin adds to srun (seen in `srun --help`)
     plugin_name: str  # for messages: "the Pyxis SPANK plugin"
     passes_host_env = True  # the task's environment (SLURM_*, PMI_*) is the container's
@@ -48,20 +47,20 @@ class SlurmPluginRuntime(Runtime):
         if not self.available():
             raise UsageError(f"runtime {self.name!r} needs {self.plugin_name} ('srun --help' shows no {self.plugin_option})")
 
+    def plan(self, spec, host_dir: Path) -> RunPlan:
+        """srun starts the containers (its options, and the files they name); each task runs `bench` in one."""
+        bench = self.command(spec.image, ["bench"], env=spec.env)
+        return RunPlan(bench=bench, typed=bench, launcher_options=self.srun_options(spec, host_dir),
+                       files=self.run_files(spec, host_dir))
+
+    def slots(self, run: Invocation) -> Command:
+        """What a task runs inside the container srun started: the program, fixed values set with `env K=V`."""
+        return Command(command=env_and_argv(self, run.env, run.argv)[1])
+
     @abstractmethod
     def srun_options(self, spec, host_dir: Path) -> list[str]:
         """srun's options that start this run's containers (spec: the run's ContainerSpec)."""
 
-    def program(self, spec) -> list[str]:
-        """What each task runs inside its container."""
-        return ["bench"]
-
-    def write_run_files(self, spec, host_dir: Path) -> None:
+    def run_files(self, spec, host_dir: Path) -> dict[Path, str]:
         """Files srun_options() names, written into the run's host directory before srun starts."""
-
-    def run_files_text(self, spec, host_dir: Path) -> str:
-        """write_run_files()'s files as shell comments (for --dry-run, which writes nothing)."""
-        return ""
-
-    def mount_option(self, mount) -> list[str]:
-        raise NotImplementedError  # not used: srun_options() spells the mounts
+        return {}

@@ -32,11 +32,12 @@ import signal
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
 
-from .base import Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
+from .base import Client, Command, Invocation, Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
 
 STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
 LOAD_TIMEOUT_S = 3600
@@ -76,16 +77,44 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+@dataclass(frozen=True)
+class UdockerClient(Client):
+    """udocker (Python) dies on SIGTERM while proot ignores it: the client starts in its own process group."""
+
+    setup_s: float = 120  # each run creates its container (the image unpacked) and removes it: more host grace
+
+    def start(self, command: list[str], env) -> subprocess.Popen:
+        return subprocess.Popen(command, env=env, process_group=0,  # its own group: what a stop signals
+                                pass_fds=launcher_fds(env))
+
+    def stop(self, proc: subprocess.Popen, signum: int) -> None:
+        """SIGTERM to the group but udocker itself (bench records it; proot ignores it, runc forwards it;
+        udocker, spared, returns when bench has ended); SIGKILL to all of it."""
+        try:
+            if signum == signal.SIGKILL:
+                os.killpg(proc.pid, signum)
+                return
+            for pid in group_members(proc.pid):
+                if pid != proc.pid:
+                    os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass(frozen=True)
+class RuncClient(UdockerClient):
+    """R1 without a terminal returns 1 whatever the container's exit code: the record's is the run's."""
+
+    def exit_code(self, code: int, record: dict | None) -> int:
+        return EXIT_CODE_BY_STATUS.get(record.get("status"), code) if record else code
+
+
 class UdockerRuntime(Runtime):
     name = "udocker"
     binary = "udocker"
     removes_container = True
-    setup_s = 120  # each run creates its container (the image unpacked) and removes it: more host grace
+    subcommand = ("run", "--rm")
     execmode = "P1"  # proot
-
-    @property
-    def subcommand(self) -> tuple[str, ...]:
-        return (*self.root_option(), "run", "--rm")
 
     def root_option(self) -> list[str]:
         return ["--allow-root"] if os.geteuid() == 0 else []  # udocker refuses root without it
@@ -137,24 +166,10 @@ class UdockerRuntime(Runtime):
     def host_env(self) -> dict[str, str]:
         return {"UDOCKER_DEFAULT_EXECUTION_MODE": self.execmode}  # the mode of the container `run` creates
 
-    def start_client(self, command: list[str], env) -> subprocess.Popen:
-        return subprocess.Popen(command, env=env, process_group=0,  # its own group: what a stop signals
-                                pass_fds=launcher_fds(env))
+    def client(self, spec) -> Client:
+        return UdockerClient()
 
-    def signal_client(self, proc: subprocess.Popen, signum: int) -> None:
-        """SIGTERM to the group but udocker itself (bench records it; proot ignores it, runc forwards it;
-        udocker, spared, returns when bench has ended); SIGKILL to all of it."""
-        try:
-            if signum == signal.SIGKILL:
-                os.killpg(proc.pid, signum)
-                return
-            for pid in group_members(proc.pid):
-                if pid != proc.pid:
-                    os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def remove(self, name: str, prefix: bool = False) -> None:
+    def clean_up(self, name: str, prefix: bool = False) -> None:
         """`udocker rm -f` this rank's container (or every dlbench one starting so) if a killed run left it."""
         for line in self.udocker("ps").stdout.splitlines()[1:]:  # CONTAINER-ID P M ['NAME', ...] IMAGE
             if "[" not in line:
@@ -167,6 +182,11 @@ class UdockerRuntime(Runtime):
                 self.udocker("rm", "-f", line.split()[0])
 
     # ---- the command line ----------------------------------------------------------
+    def slots(self, run: Invocation) -> Command:
+        command = super().slots(run)
+        command["program_options"] = self.root_option()
+        return command
+
     def name_options(self, name: str) -> list[str]:
         return [f"--name={name}"]
 
@@ -185,8 +205,8 @@ class UdockerRuntime(Runtime):
     def workdir_option(self, workdir: str) -> list[str]:
         return ["-w", workdir]
 
-    def image_and_command(self, image: str, argv: list[str]) -> list[str]:
-        return [f"--entrypoint={argv[0]}", image, *argv[1:]]  # the image's ENTRYPOINT (bench), stated
+    def entrypoint_option(self, program: str) -> list[str]:
+        return [f"--entrypoint={program}"]  # the image's ENTRYPOINT (bench), stated
 
 
 class UdockerRuncRuntime(UdockerRuntime):
@@ -195,5 +215,5 @@ class UdockerRuncRuntime(UdockerRuntime):
     name = "udocker-runc"
     execmode = "R1"
 
-    def exit_code(self, code: int, record: dict | None) -> int:
-        return EXIT_CODE_BY_STATUS.get(record.get("status"), code) if record else code
+    def client(self, spec) -> Client:
+        return RuncClient()
