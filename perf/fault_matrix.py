@@ -56,7 +56,8 @@ PHASES = {  # bench's progress lines (stderr) that say a phase has begun, and ho
 }
 TRAIN = ["--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "3", "--num-threads", "1",
          "--display-every", "1"]
-CASES = {  # name -> (launch options, bench arguments, the rank to fault, the chief's rank, the PS's rank)
+HOROVOD_IMAGE = "dlbench-horovod-openmpi:latest"
+CASES = {  # name -> (benchrun run options, bench arguments, the rank to fault, the chief's rank, the PS's rank)
     "torch-ddp": (["-n", "2"], ["--framework", "torch", "--strategy", "ddp", "--model", "alexnet", *TRAIN], 1, 0, None),
     "tf-allreduce": (["-n", "2"], ["--framework", "tensorflow", "--strategy", "allreduce", "--model", "alexnet", *TRAIN],
                      1, 0, None),
@@ -64,7 +65,21 @@ CASES = {  # name -> (launch options, bench arguments, the rank to fault, the ch
               1, 0, 3),
     "comm": (["-n", "2"], ["--framework", "torch", "comm", "--backend", "gloo", "--ops", "allreduce",
                            "--max-bytes", "64M", "--iters", "400"], 1, 0, None),
+    # in its image, under horovodrun (gloo), as tests/test_horovod.py runs it
+    "horovod": (["--launcher", "horovodrun", "-n", "2", "--bench-command", "bench"],
+                ["--framework", "torch", "--strategy", "horovod", "--model", "alexnet", *TRAIN], 1, 0, None),
 }
+CONTAINER = "dlbench-fault-matrix"
+RANK_VARIABLES = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def benchrun_argv(case: str, results: Path) -> list[str]:
+    """benchrun run, on the host (local launcher) or in the Horovod image (--results mounted)."""
+    if case == "horovod":
+        return ["docker", "run", "--rm", "--name", CONTAINER, "--network=host", "--ipc=host", "-v", f"{results}:/results",
+                "--entrypoint", "benchrun", HOROVOD_IMAGE, "run", "--runtime", "local", "--results", "/results"]
+    return [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local",
+            "--results", str(results)]
 
 
 def fault_rows(case: str, long: bool) -> list[dict]:
@@ -85,13 +100,31 @@ def fault_rows(case: str, long: bool) -> list[dict]:
     return rows
 
 
-def rank_processes(root: psutil.Process, rank: int) -> list[psutil.Process]:
-    """bench and its worker (or every process) that runs `rank` under this run."""
-    found = []
-    for child in root.children(recursive=True):
+def run_processes(port: int) -> list[psutil.Process]:
+    """Every process of the run: bench's (their command line names its rendezvous port, in a container
+    too) and their children (workers, data loaders)."""
+    marked = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(a == "--rendezvous-port" and b == str(port) for a, b in zip(cmdline, cmdline[1:])):
+            marked.append(proc)
+    found = {p.pid: p for p in marked}
+    for proc in marked:
         try:
-            if child.environ().get("RANK") == str(rank):
-                found.append(child)
+            found.update({c.pid: c for c in proc.children(recursive=True)})
+        except psutil.Error:
+            pass
+    return list(found.values())
+
+
+def rank_processes(port: int, rank: int) -> list[psutil.Process]:
+    """bench and its worker running `rank` of this run."""
+    found = []
+    for proc in run_processes(port):
+        try:
+            environ = proc.environ()
+            if any(environ.get(name) == str(rank) for name in RANK_VARIABLES) and "bench" in " ".join(proc.cmdline()):
+                found.append(proc)
         except psutil.Error:
             pass
     return found
@@ -107,12 +140,10 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
     if case != "comm" and row["phase"] == "gather":
         endless = ["--num-batches", "4"]  # the gather comes right after a short loop
     ports = ["--rendezvous-port", str(port), "--worker-port", str(port + 10), "--ps-port", str(port + 20)]
-    argv = [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", *launch,
-            "--results", str(results), "--", *bench, *endless, *ports, *row["extra"]]
+    argv = [*benchrun_argv(case, results), *launch, "--", *bench, *endless, *ports, *row["extra"]]
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    root = psutil.Process(proc.pid)
     seen, stderr_lines, stdout_lines = threading.Event(), [], []
 
     def watch():
@@ -134,9 +165,9 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
     victims = []
     deadline = time.monotonic() + 60
     while not victims and time.monotonic() < deadline:
-        victims = rank_processes(root, row["rank"])
+        victims = rank_processes(port, row["rank"])
         time.sleep(0.05)
-    everyone = [p.pid for p in root.children(recursive=True)]
+    everyone = [p.pid for p in run_processes(port)]
     victims = [v for v in victims if row["signal"] == "KILL" or "benchmarks.worker" in " ".join(v.cmdline())]
     for victim in victims:
         try:
@@ -166,6 +197,10 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
             psutil.Process(pid).kill()
         except psutil.Error:
             pass
+    container = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{CONTAINER}$"], capture_output=True,
+                               text=True).stdout.split() if case == "horovod" else []
+    if container:
+        subprocess.run(["docker", "rm", "-f", *container], capture_output=True)
     records = [json.loads(line) for line in output.read_text().splitlines()] if output.exists() else []
     record = records[-1] if records else None
     message = ((record or {}).get("error") or {}).get("message") or ""
@@ -181,8 +216,8 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
     elif row["signal"] == "KILL" and not re.search(rf"(rank {row['rank']}|process 0) .*\bon \S", message):
         problems.append("the record does not name the rank and its host")
     # A stopped rank is not named: every rank waits in the same collective, and a stopped one says nothing.
-    if left:
-        problems.append(f"{len(left)} processes left")
+    if left or container:
+        problems.append(f"{len(left)} processes and {len(container)} containers left")
     return {**result, "victims": len(victims), "ended_s": round(ended_s, 1), "exit": proc.returncode,
             "status": (record or {}).get("status"), "message": message[:240], "left": len(left),
             "total_s": round(time.monotonic() - started, 1), "verdict": "pass" if not problems else "FAIL",
