@@ -28,7 +28,8 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .. import columnar, mlflow_export, reports, store
+from .. import mlflow_export, store
+from ..reporting import keys, load, scan
 from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
@@ -139,9 +140,9 @@ def run(args) -> int:
             return 0
     fields, select = projection()
     chosen = selection(args)
-    chosen["where"] = reports.conditions(chosen["where"])
+    chosen["where"] = keys.conditions(chosen["where"])
     written = []
-    with columnar.scan(args.stores, fields, select, warn=reports.print_warning, **chosen) as con:
+    with scan.scan(args.stores, fields, select, warn=load.print_warning, **chosen) as con:
         count = con.execute("SELECT count(*) FROM records").fetchone()[0]
         if args.csv:
             target = Path(args.csv)
@@ -150,7 +151,7 @@ def run(args) -> int:
                 writer = csv.writer(handle)
                 writer.writerow(COLUMNS)
                 result = con.execute("SELECT * FROM records")
-                while batch := result.fetchmany(columnar.BATCH):
+                while batch := result.fetchmany(scan.BATCH):
                     writer.writerows(batch)  # the csv module writes None as an empty cell
             os.replace(partial, target)
             written.append(str(target))
@@ -170,14 +171,14 @@ def chosen_entries(args):
     """(record, sweep section or None) of every record the selection keeps, once per run_id, in store
     order: DuckDB picks the run_ids as for --csv; the records are then read whole."""
     chosen = selection(args)
-    chosen["where"] = reports.conditions(chosen["where"])
-    with columnar.scan(args.stores, ["run_id"], ["r.run_id"], warn=reports.print_warning, **chosen) as con:
+    chosen["where"] = keys.conditions(chosen["where"])
+    with scan.scan(args.stores, ["run_id"], ["r.run_id"], warn=load.print_warning, **chosen) as con:
         wanted = {row[0] for row in con.execute("SELECT c0 FROM records").fetchall()}
     if not args.where:
-        wanted |= {r["run_id"] for r in reports.load(args.stores, kind="comm", since=chosen["since"], until=chosen["until"])}
-    for path in columnar.store_files(args.stores):
+        wanted |= {r["run_id"] for r in load.load(args.stores, kind="comm", since=chosen["since"], until=chosen["until"])}
+    for path in scan.store_files(args.stores):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", store.StoreWarning)  # columnar.scan has named them already
+            warnings.simplefilter("ignore", store.StoreWarning)  # scan.scan has named them already
             for entry in store.iter_entries(path):
                 record = entry["record"]
                 if record is not None and record.get("run_id") in wanted:
