@@ -248,6 +248,8 @@ def check_types(path: Path, paths: list[str]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", store.StoreWarning)
         for number, record in store.iter_numbered_records(path):
+            if record.get("kind") == "comm":  # shaped otherwise (benchmarks/comm/record.py), read whole elsewhere
+                continue
             for field, value in _values(record, expected, ""):
                 kind = expected[field][0]
                 if value is not None and (isinstance(value, bool) and kind != "boolean"
