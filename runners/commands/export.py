@@ -5,7 +5,7 @@
 
 Columns are fixed and documented in docs/reports.md (COLUMNS below); a value
 that does not apply is an empty cell (CSV) or null (Parquet), never 0. Rows
-come from DuckDB (runners.columnar) and stream to the file: memory does not
+come from DuckDB (runners.reporting.scan) and stream to the file: memory does not
 grow with the store. Each file is written beside its target and renamed into
 place once complete.
 
@@ -36,7 +36,7 @@ CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_b
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
                  "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
 
-# column name -> a dotted path into the record, or (SQL over the record `r` of runners.columnar, the paths it reads)
+# column name -> a dotted path into the record, or (SQL over the record `r` of runners.reporting.scan, the paths it reads)
 COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "run_id": "run_id",
     "timestamp_utc": "timestamp_utc",
