@@ -22,7 +22,7 @@ BASELINE_RUNTIME = runtimes.BARE  # runtime overhead is measured against running
 
 
 @dataclass(frozen=True)
-class Path:
+class Field:
     """A dotted record field (None where any part is missing or null)."""
 
     dotted: str
@@ -41,7 +41,7 @@ class Path:
 class Either:
     """The first text unless it is null or empty, else the second."""
 
-    first: Path
+    first: Field
     then: object
 
     def of(self, record):
@@ -55,7 +55,7 @@ class Either:
 class Flag:
     """One text where a boolean field is true, another where it is not."""
 
-    flag: Path
+    flag: Field
     yes: str
     no: str
 
@@ -70,7 +70,7 @@ class Flag:
 class Renamed:
     """A text field with one value read as another."""
 
-    field: Path
+    field: Field
     old: str
     new: str
 
@@ -82,8 +82,8 @@ class Renamed:
         return f"CASE WHEN {self.field.sql()} = '{self.old}' THEN '{self.new}' ELSE {self.field.sql()} END"
 
 
-def _config(name: str) -> Path:
-    return Path(f"config.{name}")
+def _config(name: str) -> Field:
+    return Field(f"config.{name}")
 
 
 # compile: the torch.compile mode, `xla` (TensorFlow --xla), else `none` (torch eager; TensorFlow's
@@ -94,15 +94,15 @@ KEY = {
     **{name: _config(name) for name in ("framework", "model", "batch_size", "image_size", "precision")},
     "compile": Either(_config("compile"), Flag(_config("xla"), "xla", "none")),
     **{name: _config(name) for name in ("data", "strategy", "num_ps", "ps_placement")},
-    "workers": Path("world.workers"),
-    "device_kind": Either(Path("provenance.framework.device_kind"), _config("device")),
-    "runtime": Either(Path("provenance.requested_runtime"),
-                      Renamed(Path("provenance.container_runtime"), "none", BASELINE_RUNTIME)),
+    "workers": Field("world.workers"),
+    "device_kind": Either(Field("provenance.framework.device_kind"), _config("device")),
+    "runtime": Either(Field("provenance.requested_runtime"),
+                      Renamed(Field("provenance.container_runtime"), "none", BASELINE_RUNTIME)),
 }
 KEY_FIELDS = tuple(KEY)
 # --where: the key fields, and status and hostname
 WHERE_FIELDS = {name: expression.sql() for name, expression in
-                {**KEY, "status": Path("status"), "hostname": Path("provenance.hostname")}.items()}
+                {**KEY, "status": Field("status"), "hostname": Field("provenance.hostname")}.items()}
 
 
 def key_values(record) -> tuple:

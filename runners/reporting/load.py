@@ -191,15 +191,7 @@ def load_report(paths: Iterable[str | Path], warn: Callable[[str], None] | None 
 def comm_records(paths, warn: Callable[[str], None], since: str | None, until: str | None) -> list[dict]:
     seen, out = set(), []
     for path in scan.store_files(paths):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", store.StoreWarning)
-            try:
-                found = list(store.iter_records(path, mentioning=b'"comm"'))
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-        for warning in caught:
-            warn(str(warning.message))
-        for record in found:
+        for record in _parsed(path, warn, mentioning=b'"comm"'):
             if (is_comm(record) and record.get("run_id") not in seen and (not since or record.get("timestamp_utc", "") >= since)
                     and (not until or record.get("timestamp_utc", "") < until)):
                 seen.add(record.get("run_id"))
@@ -207,29 +199,34 @@ def comm_records(paths, warn: Callable[[str], None], since: str | None, until: s
     return out
 
 
+def _parsed(path, warn: Callable[[str], None], mentioning: bytes | None = None) -> list[dict]:
+    """A store's records parsed whole in Python (runners.store), its warnings passed on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", store.StoreWarning)
+        try:
+            found = list(store.iter_records(path, mentioning=mentioning))
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        except OSError as error:
+            raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
+    for warning in caught:
+        warn(str(warning.message))
+    return found
+
+
 def load_python(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train") -> list[dict]:
-    """Whole records, parsed in Python (runners.store): the reference the DuckDB reader is tested
-    against (tests/test_reports_columnar.py)."""
-    warn = warn or print_warning
+    """Whole records, parsed in Python: the reference the DuckDB reader is tested against
+    (tests/test_reports_columnar.py, tests/test_reports_scale.py)."""
     records = []
     for path in paths:
         if not Path(path).is_file():
             raise UsageError(f"{str(path)!r} is not a file")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", store.StoreWarning)
-            try:
-                found = list(store.iter_records(path))
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-            except OSError as error:
-                raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
-            for record in found:
-                config = record.get("config")
-                if not (isinstance(config, dict) and {"framework", "model"} <= set(config)
-                        and isinstance(record.get("status"), str) and isinstance(record.get("run_id"), str)):
-                    raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
-                                     "(needs run_id, status, config.framework, config.model)")
-            records.extend(found)
-        for warning in caught:
-            warn(str(warning.message))
+        found = _parsed(path, warn or print_warning)
+        for record in found:
+            config = record.get("config")
+            if not (isinstance(config, dict) and {"framework", "model"} <= set(config)
+                    and isinstance(record.get("status"), str) and isinstance(record.get("run_id"), str)):
+                raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
+                                 "(needs run_id, status, config.framework, config.model)")
+        records.extend(found)
     return [r for r in records if is_comm(r) == (kind == "comm")]
