@@ -234,8 +234,9 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
     why = text.split("## Why it does not scale")[1].split("\n## ")[0]
-    # a loaded 2-core host may even make T(2) < T(1): the verdict then says nothing is lost
-    assert ": adds up" in why and re.search(r"at 2 workers(, \d+% of the lost [\d.]+ ms/step is| a step takes no longer)", why), why
+    # one run a side: the split is shown, but no verdict is drawn from it (the runs' significance: test_scaling_loss_*)
+    assert ": adds up" in why and re.search(r"at 2 workers: [\d.]+ vs [\d.]+ ms/step at 1 worker; the runs cannot tell "
+                                            r"\(fewer than 2 differing runs on a side", why), why
     assert (out / "why-1.png").is_file() and (out / "network-latency.png").is_file() == bool(comm_args)
     assert (out / "network-busbw.png").is_file() == (how == "gradient buckets")
 
