@@ -72,7 +72,6 @@ def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | No
     return None
 
 
-
 NETWORK_OPS = ("allreduce", "pingpong", "pull", "push")  # ops measured over message sizes
 
 
