@@ -63,12 +63,13 @@ class SlimRecord(Mapping):
             setattr(self, name, value)
 
     def __getitem__(self, name: str):
-        if name not in self.fields:
-            raise KeyError(name)
-        return getattr(self, name)
+        try:
+            return getattr(self, name)
+        except (AttributeError, TypeError):
+            raise KeyError(name) from None
 
     def get(self, name: str, default=None):
-        return getattr(self, name) if name in self.fields else default
+        return getattr(self, name, default)
 
     def __iter__(self):
         return iter(self.fields)
