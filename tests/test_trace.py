@@ -233,10 +233,10 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     result = benchrun("report", str(store), "--out", str(out), "--link-gbps", "10")
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
-    why = text.split("## Why it does not scale")[1].split("\n## ")[0]
+    section = text.split("## Why it does not scale")[1].split("\n## ")[0]
     # one run a side: the split is shown, but no verdict is drawn from it (the runs' significance: test_scaling_loss_*)
-    assert ": adds up" in why and re.search(r"at 2 workers: [\d.]+ vs [\d.]+ ms/step at 1 worker; the runs cannot tell "
-                                            r"\(fewer than 2 differing runs on a side", why), why
+    assert ": adds up" in section and re.search(r"at 2 workers: [\d.]+ vs [\d.]+ ms/step at 1 worker; the runs cannot "
+                                                r"tell \(fewer than 2 differing runs on a side", section), section
     assert (out / "why-1.png").is_file() and (out / "network-latency.png").is_file() == bool(comm_args)
     assert (out / "network-busbw.png").is_file() == (how == "gradient buckets")
 
