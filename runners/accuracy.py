@@ -1,6 +1,6 @@
 """Time-to-accuracy records (bench --target-accuracy) turned into what a report says about them.
 
-Pure data, like runners/reports.py. Runs of one *arm* (the same configuration, LR rule and
+Pure data, like runners/reporting/. Runs of one *arm* (the same configuration, LR rule and
 target; seeds differ) are scored as MLPerf Training scores repeated runs: the olympic mean
 of their times (benchmarks.stats.olympic_mean; a run that did not converge counts as
 infinitely slow, so one may be dropped at five runs and more, never averaged in). Each arm
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from benchmarks import convergence
 from benchmarks.stats import OLYMPIC_MIN, olympic_mean
 
-from . import reports
+from .reporting import aggregate, keys
 
 ALPHA = 0.05
 FLOOR = 0.005  # accuracy difference below which two arms are the same, whatever their spread
@@ -42,8 +42,8 @@ def measured_alike(record: dict) -> tuple:
 
 
 def arm_key(record: dict) -> tuple:
-    """What makes runs repeats of one another: the configuration (reports.key_of), LR rule, data and target."""
-    return (*reports.key_tuple(record), record["config"]["lr_rule"], *measured_alike(record))
+    """What makes runs repeats of one another: the configuration (keys.key_of), LR rule, data and target."""
+    return (*keys.key_tuple(record), record["config"]["lr_rule"], *measured_alike(record))
 
 
 def arm_label(arm: "Arm") -> str:
@@ -53,7 +53,7 @@ def arm_label(arm: "Arm") -> str:
 
 @dataclass
 class Arm:
-    key: dict  # reports.key_of fields
+    key: dict  # keys.key_of fields
     rule: str
     base_lr: float
     target: float
@@ -123,12 +123,12 @@ class Arm:
 def arms(records) -> list[Arm]:
     """The time-to-accuracy records (ok, with an `accuracy` section) as arms, each with its reference and flags."""
     groups: dict[tuple, list[dict]] = {}
-    for record in reports.ok(reports.having(records, "accuracy")):
+    for record in aggregate.ok(aggregate.having(records, "accuracy")):
         groups.setdefault(arm_key(record), []).append(record)
     found = []
     for members in groups.values():
         first = members[0]
-        found.append(Arm(reports.key_of(first), first["config"]["lr_rule"], first["config"]["base_lr"],
+        found.append(Arm(keys.key_of(first), first["config"]["lr_rule"], first["config"]["base_lr"],
                          first["config"]["target_accuracy"], members, measured_alike(first)))
     for arm in found:
         arm.reference = reference_for(arm, found)

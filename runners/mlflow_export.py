@@ -173,7 +173,7 @@ def _tags(record: dict, sweep: dict | None) -> dict[str, str]:
 
 def runtime_of(record: dict) -> str:
     """The runtime in benchrun's names, as reports group by it."""
-    from .reports import runtime_of as named
+    from .reporting.keys import runtime_of as named
 
     return named(record)
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import reports
+from .reporting import aggregate, keys, why
 
 MiB = 1024 * 1024
 MEMORY_VIEWS = (
@@ -82,9 +82,9 @@ def _label(key: dict, fields: list[str]) -> str:
 
 def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
     """Records split into lines (key minus batch size) -> batch size -> records."""
-    fields = reports.varying(reports.keys(records), exclude=(*exclude, "framework", "model"))
+    fields = keys.varying(aggregate.keys(records), exclude=(*exclude, "framework", "model"))
     lines: dict[tuple, dict[int, list[dict]]] = defaultdict(dict)
-    for key, members in reports.group(records, (*fields, "batch_size")).items():
+    for key, members in aggregate.group(records, (*fields, "batch_size")).items():
         lines[key[:-1]][key[-1]] = members
     return dict(sorted(lines.items(), key=lambda item: tuple(map(str, item[0])))), fields
 
@@ -127,7 +127,7 @@ def _batch_axis(ax, batches) -> None:
 
 
 def _oom_batches(records: list[dict]) -> list[int]:
-    return sorted({key[0] for key in reports.group(reports.with_status(records, "oom"), ("batch_size",))})
+    return sorted({key[0] for key in aggregate.group(aggregate.with_status(records, "oom"), ("batch_size",))})
 
 
 def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, list]:
@@ -143,12 +143,12 @@ def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, lis
 
 
 def throughput_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> Path:
-    good = reports.ok(records)
+    good = aggregate.ok(records)
     lines, fields = _series(good)
-    series = [(_label(dict(zip(fields, line_key)), fields), *_points(by_batch, reports.throughput))
+    series = [(_label(dict(zip(fields, line_key)), fields), *_points(by_batch, aggregate.throughput))
               for line_key, by_batch in lines.items()]
-    searches = [(a["batch_search"]["max_batch"], a["batch_search"]["search_id"][:reports.ID_PREFIX])
-                for a in reports.max_batch_answers(records) if a["batch_search"]["max_batch"] is not None]
+    searches = [(a["batch_search"]["max_batch"], a["batch_search"]["search_id"][:keys.ID_PREFIX])
+                for a in aggregate.max_batch_answers(records) if a["batch_search"]["max_batch"] is not None]
     batches = [b for by_batch in lines.values() for b in by_batch]
     return _render(_draw_throughput, path, series, _oom_batches(records), searches, batches, f"{framework} {model}")
 
@@ -171,8 +171,8 @@ def _draw_throughput(path: Path, series, ooms: list[int], searches, batches: lis
 
 def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> tuple[Path, list[str]] | None:
     """One panel per memory kind that has any value; null kinds are left out (and named)."""
-    good = reports.ok(records)
-    views = [(name, title) for name, title in MEMORY_VIEWS if reports.memory(good, name) is not None]
+    good = aggregate.ok(records)
+    views = [(name, title) for name, title in MEMORY_VIEWS if aggregate.memory(good, name) is not None]
     if not views:
         return None
     lines, fields = _series(good)
@@ -180,7 +180,7 @@ def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path)
     for name, title in views:
         series = []
         for line_key, by_batch in lines.items():
-            xs, ys, errs = _points(by_batch, lambda rs: reports.memory(rs, name))
+            xs, ys, errs = _points(by_batch, lambda rs: aggregate.memory(rs, name))
             if xs:
                 series.append((_label(dict(zip(fields, line_key)), fields), xs, [y / MiB for y in ys], [e / MiB for e in errs]))
         panels.append((title, series))
@@ -205,7 +205,7 @@ def _draw_memory(path: Path, panels, ooms: list[int], batches: list[int], title:
     _finish(fig, axes, path, legend_below=True)
 
 
-def scaling(lines: list[reports.ScalingLine], title: str, path: Path) -> Path:
+def scaling(lines: list[aggregate.ScalingLine], title: str, path: Path) -> Path:
     data = [(line.strategy, [(p.workers, p.summary.mean, p.summary.ci or 0.0, p.efficiency) for p in line.points])
             for line in lines]
     return _render(_draw_scaling, path, data, title)
@@ -237,10 +237,10 @@ def _draw_scaling(path: Path, lines, title: str) -> None:
     _finish(fig, [left, right], path)
 
 
-def runtime_overhead(rows: list[reports.RuntimeRow], title: str, path: Path) -> Path:
+def runtime_overhead(rows: list[aggregate.RuntimeRow], title: str, path: Path) -> Path:
     """Mean images/sec per runtime with its 95% interval (report and compare-runtimes)."""
     bars = [(row.runtime, row.summary.mean, row.summary.ci or 0.0, row.summary.n,
-             None if row.runtime == reports.BASELINE_RUNTIME else row.overhead) for row in rows]
+             None if row.runtime == keys.BASELINE_RUNTIME else row.overhead) for row in rows]
     return _render(_draw_runtimes, path, bars, title)
 
 
@@ -265,10 +265,10 @@ LOSS_COLOURS = {"exposed_communication": "#C44E52", "input_wait": "#8172B2", "st
                 "compute": "#4C72B0", "idle": "#8C8C8C"}
 
 
-def scaling_loss(losses: list[reports.ScalingLoss], title: str, path: Path) -> Path:
+def scaling_loss(losses: list[why.ScalingLoss], title: str, path: Path) -> Path:
     """Stacked bar per worker count: the lost ms per step split into its parts; a black tick marks
     the measured loss T(N) - T(1), so a gap between bar top and tick is what the split misses."""
-    bars = [(loss.workers, {name: loss.parts[name] for name in reports.LOSS_PARTS}, loss.loss) for loss in losses]
+    bars = [(loss.workers, {name: loss.parts[name] for name in why.LOSS_PARTS}, loss.loss) for loss in losses]
     return _render(_draw_scaling_loss, path, bars, title)
 
 
@@ -278,12 +278,12 @@ def _draw_scaling_loss(path: Path, bars, title: str) -> None:
     labels = [str(workers) for workers, _, _ in bars]
     positive = [0.0] * len(bars)
     negative = [0.0] * len(bars)
-    for name in reports.LOSS_PARTS:
+    for name in why.LOSS_PARTS:
         values = [1e3 * (parts[name] or 0.0) for _, parts, _ in bars]
         if not any(values):
             continue
         bottoms = [positive[i] if v >= 0 else negative[i] for i, v in enumerate(values)]
-        ax.bar(labels, values, bottom=bottoms, color=LOSS_COLOURS[name], edgecolor="black", label=reports.LOSS_LABELS[name])
+        ax.bar(labels, values, bottom=bottoms, color=LOSS_COLOURS[name], edgecolor="black", label=why.LOSS_LABELS[name])
         for i, v in enumerate(values):
             if v >= 0:
                 positive[i] += v

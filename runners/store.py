@@ -111,6 +111,14 @@ def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> It
             yield {"sweep": None, "record": obj, "error": None}
 
 
+def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, bench record) per line holding one: a plain record, or an envelope's."""
+    for number, obj in _lines(path):
+        record = obj["record"] if is_envelope(obj) else obj
+        if record is not None:
+            yield number, record
+
+
 def iter_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
     """The bench records in a plain or sweep JSONL store, in file order (envelopes without a record skipped)."""
     for entry in iter_entries(path, mentioning):

@@ -161,14 +161,14 @@ def test_two_ranks_local_launcher_prints_busbw_table(tmp_path):
 
 
 def test_reports_keep_comm_and_training_records_apart(tmp_path):
-    from runners import reports
+    from runners.reporting import load
 
     store = tmp_path / "mixed.jsonl"
     minimal = {"config": {"framework": "torch", "model": "resnet50"}, "status": "ok"}
     store.write_text(json.dumps({**minimal, "kind": "comm", "run_id": "c"}) + "\n"
                      + json.dumps({**minimal, "run_id": "t"}) + "\n")
-    assert [r["run_id"] for r in reports.load([store])] == ["t"]
-    assert [r["run_id"] for r in reports.load([store], kind="comm")] == ["c"]
+    assert [r["run_id"] for r in load.load([store])] == ["t"]
+    assert [r["run_id"] for r in load.load([store], kind="comm")] == ["c"]
 
 
 def run_launch(*args, timeout=300):

@@ -14,7 +14,7 @@ import pytest
 
 from infra.helpers import ROOT, benchrun, ports, validate_record
 from infra.slurm import clean_env, require_mpich, require_openmpi
-from runners import reports
+from runners.reporting import load, why
 
 pytestmark = pytest.mark.slow
 DDP = ["--framework", "torch", "--strategy", "ddp", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
@@ -48,11 +48,11 @@ def explained_pair(launcher: str, env: dict, tmp_path, two: list[str] = (), one:
     for ranks, extra, args in (("1", one, training), ("2", two, training), ("2", two, [*COMM, "--output", str(store)])):
         result = benchrun("launch", "--launcher", launcher, "-n", ranks, *extra, "--", *args, env=env, timeout=300)
         assert result.returncode == 0, result.stderr[-4000:]
-    records, comm_records = reports.load([store]), reports.load([store], kind="comm")
+    records, comm_records = load.load([store]), load.load([store], kind="comm")
     (comm,) = comm_records
     assert comm["correct"] and comm["world"]["launcher"] == launcher and comm["world"]["processes"] == 2
     assert {row["op"] for row in comm["results"]} == {"allreduce", "pingpong", "gradients"}
-    (loss,) = reports.scaling_loss(records, comm_records)
+    (loss,) = why.scaling_loss(records, comm_records)
     assert loss.traced and loss.predicted.how == "gradient buckets" and loss.adds_up, (loss.parts, loss.residual)
     raw = [json.loads(line) for line in store.read_text().splitlines()]  # whole records (load keeps report fields)
     two_ranks = validate_record(next(r for r in raw if r.get("kind") != "comm" and r["world"]["workers"] == 2))
@@ -95,6 +95,6 @@ def test_srun_two_emulated_nodes(slurm_two_nodes, tmp_path):
                       "--ops", "pull,ps_step", "--max-bytes", "64K", "--iters", "2", "--warmup-iters", "1",
                       "--output", str(store), *ports(), env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
-    (ps,) = reports.load([store], kind="comm")
+    (ps,) = load.load([store], kind="comm")
     assert ps["correct"] and ps["world"]["nodes"] == 2 and ps["world"]["processes"] == 4
     assert {row["op"] for row in ps["results"]} == {"pull", "ps_step"} and "ps_step" in result.stdout

@@ -1,4 +1,4 @@
-"""The DuckDB reader (runners.columnar) against the Python one it replaced (reports.load_python),
+"""The DuckDB reader (runners.columnar) against the Python one it replaced (load.load_python),
 and what it adds: several stores and directories, de-duplication by run_id, --where/--since/--until,
 export --parquet. Scale is measured by perf/report_scale.py, not here."""
 
@@ -26,10 +26,10 @@ def _tables(records: list[dict], out: Path) -> str:
 
 
 def test_columnar_reader_gives_the_python_readers_tables_on_the_case_study(tmp_path):
-    from runners import reports
     from runners.commands import compare
+    from runners.reporting import load
 
-    old, new = reports.load_python([STORE]), reports.load([STORE])
+    old, new = load.load_python([STORE]), load.load([STORE])
     assert len(new) == len(old) == 20
     assert _tables(new, tmp_path / "new") == _tables(old, tmp_path / "old")
     # the gate, on the same records in another order
@@ -62,30 +62,30 @@ def _write(path: Path, lines: list[str]) -> Path:
 
 
 def test_several_stores_directories_duplicates_and_filters(tmp_path):
-    from runners import reports
+    from runners.reporting import load
 
     lines = STORE.read_text().splitlines()  # 20 envelopes: 10 all-reduce then PS runs
     a = _write(tmp_path / "a.jsonl", lines[:12])
     b = _write(tmp_path / "b.jsonl", lines[8:])  # 4 runs also in a
     d = _write(tmp_path / "dir" / "nightly" / "c.jsonl", [json.dumps(json.loads(line)["record"]) for line in lines[:3]])
-    records = reports.load([a, b, tmp_path / "dir"])
+    records = load.load([a, b, tmp_path / "dir"])
     ids = [r["run_id"] for r in records]
-    assert len(ids) == len(set(ids)) == 20 and ids == [r["run_id"] for r in reports.load_python([STORE])]
-    assert len(reports.load([d, d])) == 3  # a store given twice counts once
-    ps = reports.load([STORE], where=["strategy=ps"])
+    assert len(ids) == len(set(ids)) == 20 and ids == [r["run_id"] for r in load.load_python([STORE])]
+    assert len(load.load([d, d])) == 3  # a store given twice counts once
+    ps = load.load([STORE], where=["strategy=ps"])
     assert len(ps) == 16 and {r["config"]["strategy"] for r in ps} == {"ps"}
-    two = reports.load([STORE], where=["strategy=ps,allreduce", "workers=2"])
+    two = load.load([STORE], where=["strategy=ps,allreduce", "workers=2"])
     assert {r["world"]["workers"] for r in two} == {2} and len(two) == 10
     stamps = sorted(r["timestamp_utc"] for r in records)
-    later = reports.load([STORE], since=stamps[10][:19])
+    later = load.load([STORE], since=stamps[10][:19])
     assert sorted(r["timestamp_utc"] for r in later) == stamps[10:]
-    earlier = reports.load([STORE], until=stamps[10][:19])
+    earlier = load.load([STORE], until=stamps[10][:19])
     assert sorted(r["timestamp_utc"] for r in earlier) == stamps[:10]
 
 
 def test_where_fields_in_sql_equal_key_of(real_record, tmp_path):
     """--where runs in DuckDB: its SQL for each field must say what key_of says, runtime rules included."""
-    from runners import columnar, reports
+    from runners.reporting import keys, load, scan
 
     R = RecordFactory(real_record)
     records = [R(9.0), R(8.0, data="real", batch=4), R(11.0, runtime="none"), R(9.5, runtime="singularity", requested="podman"),
@@ -93,14 +93,16 @@ def test_where_fields_in_sql_equal_key_of(real_record, tmp_path):
                R(None, status="oom", batch=8)]
     records[1]["provenance"]["framework"] = None  # died before the framework loaded: device_kind from config.device
     store = _write(tmp_path / "s.jsonl", [json.dumps(r) for r in records])
-    names = list(reports.WHERE_FIELDS)
-    select = [f"CAST({reports.WHERE_FIELDS[name]} AS VARCHAR)" for name in names]
-    with columnar.scan([store], reports.FIELDS, select, warn=print) as con:
+    names = list(keys.WHERE_FIELDS)
+    select = [f"CAST({keys.WHERE_FIELDS[name]} AS VARCHAR)" for name in names]
+    with scan.scan([store], load.FIELDS, select, warn=print) as con:
         got = con.execute("SELECT * FROM records").fetchall()
-    expected = [tuple(str({**reports.key_of(r), "status": r["status"], "hostname": r["provenance"]["hostname"]}[name])
-                      for name in names) for r in reports.load_python([store])]
+    expected = [tuple(str({**keys.key_of(r), "status": r["status"], "hostname": r["provenance"]["hostname"]}[name])
+                      for name in names) for r in load.load_python([store])]
     assert got == expected
     assert {row[names.index("runtime")] for row in got} == {"docker", "local", "podman"}
+    # the loader's keys, computed in DuckDB from the same expressions
+    assert [r.key for r in load.load([store])] == [keys.key_values(r) for r in load.load_python([store])]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,6 +1,6 @@
 """What makes reading large stores fast must not change a number: the report and the gate computed
-over reports.Records' NumPy columns (the fast path) against the same records as a plain list (the
-plain path); the chunked line reader of runners.store; figures drawn in worker processes. Speed is
+over the slim records DuckDB gives (keys computed in SQL) against whole records parsed and keyed in
+Python; the chunked line reader of runners.store; figures drawn in worker processes. Speed is
 measured by perf/report_scale.py, not here."""
 
 from __future__ import annotations
@@ -72,45 +72,56 @@ def _report(records, comm, out: Path, monkeypatch) -> tuple[str, list]:
     return report.build(records, ["store"], out, comm).markdown(), figures
 
 
-def test_the_fast_path_gives_the_plain_paths_report_and_gate(varied, tmp_path, monkeypatch):
-    from runners import reports
-    from runners.commands import compare
+def _once(records: list[dict]) -> list[dict]:
+    """The first record of each run_id, as the DuckDB reader keeps them."""
+    seen = set()
+    return [r for r in records if r["run_id"] not in seen and not seen.add(r["run_id"])]
 
-    fast = reports.load([varied], warn=lambda message: None)
-    comm = reports.load([varied], warn=lambda message: None, kind="comm")
-    plain = list(fast)  # the same records, without the columns
-    assert isinstance(fast, reports.Records) and type(plain) is list and len(fast) == 22 * 12 and len(comm) == 12
-    statuses = {r["status"] for r in fast}
-    assert {"ok", "oom", "failed"} <= statuses and reports.having(fast, "trace") and reports.max_batch_answers(fast)
-    assert reports.metric(fast, "flops", "achieved_flops_per_sec") and reports.group(fast, ("runtime",)).keys() == {
+
+def test_duckdb_records_give_the_python_readers_report_and_gate(varied, tmp_path, monkeypatch):
+    """Slim records whose keys DuckDB computed against whole records parsed and keyed in Python."""
+    from runners.commands import compare
+    from runners.reporting import aggregate, keys, load
+
+    found = load.load([varied], warn=lambda message: None)
+    comm = load.load([varied], warn=lambda message: None, kind="comm")
+    whole = _once(load.load_python([varied], warn=lambda message: None))
+    assert [r["run_id"] for r in found] == [r["run_id"] for r in whole] and len(found) == 22 * 12 and len(comm) == 12
+    assert [r.key for r in found] == [keys.key_values(r) for r in whole]
+    statuses = {r["status"] for r in found}
+    assert {"ok", "oom", "failed"} <= statuses and aggregate.having(found, "trace") and aggregate.max_batch_answers(found)
+    assert aggregate.metric(found, "flops", "achieved_flops_per_sec") and aggregate.group(found, ("runtime",)).keys() == {
         ("local",), ("docker",)}
-    md_fast, figures_fast = _report(fast, comm, tmp_path / "fast", monkeypatch)
-    md_plain, figures_plain = _report(plain, comm, tmp_path / "plain", monkeypatch)
-    assert md_fast == md_plain
-    assert figures_fast == figures_plain and len(figures_fast) > 20
+    md_found, figures_found = _report(found, comm, tmp_path / "found", monkeypatch)
+    md_whole, figures_whole = _report(whole, comm, tmp_path / "whole", monkeypatch)
+    assert md_found == md_whole
+    assert figures_found == figures_whole and len(figures_found) > 20
     for section in ("## Why it does not scale", "## Container runtime overhead", "Largest batch that fits", "Out of memory at",
                     "GFLOP/s", "## Runs that did not finish"):
-        assert section in md_fast
+        assert section in md_found
     # the gate: every Summary the same, values, intervals and runs included
-    half = len(fast) // 2
+    half = len(found) // 2
     def gate(base, new):
         rows, only_base, only_new = compare.compare(base, new, 0.05, list(compare.METRICS))
         summary = lambda s: None if s is None else (s.values, s.ci, s.method, s.ids)  # noqa: E731
         return ([(key, [(v.metric, summary(v.base), summary(v.new), v.change, v.verdict) for v in vs]) for key, vs in rows],
-                [(k, reports.ids(rs)) for k, rs in only_base], [(k, reports.ids(rs)) for k, rs in only_new])
+                [(k, keys.ids(rs)) for k, rs in only_base], [(k, keys.ids(rs)) for k, rs in only_new])
 
-    sub = lambda records, positions: records.take(positions) if isinstance(records, reports.Records) else [records[i] for i in positions]  # noqa: E731
-    assert gate(sub(fast, list(range(half))), sub(fast, list(range(half, len(fast))))) == gate(plain[:half], plain[half:])
+    assert gate(found[:half], found[half:]) == gate(whole[:half], whole[half:])
 
 
-def test_fast_group_keeps_store_order_and_first_appearance(varied):
-    from runners import reports
+def test_group_keeps_store_order_and_first_appearance(varied):
+    from runners.reporting import aggregate, keys, load
 
-    fast = reports.load([varied], warn=lambda message: None)
-    for fields in (reports.KEY_FIELDS, ("data",), ("framework", "model"), reports.without("runtime"), ("runtime", "batch_size")):
-        fast_groups, plain_groups = reports.group(fast, fields), reports.group(list(fast), fields)
-        assert list(fast_groups) == list(plain_groups)
-        assert all(list(fast_groups[k]) == plain_groups[k] and isinstance(fast_groups[k], reports.Records) for k in plain_groups)
+    found = load.load([varied], warn=lambda message: None)
+    whole = _once(load.load_python([varied], warn=lambda message: None))
+    for fields in (keys.KEY_FIELDS, ("data",), ("framework", "model"), keys.without("runtime"), ("runtime", "batch_size")):
+        expected: dict[tuple, list[str]] = {}
+        for record in whole:
+            expected.setdefault(tuple(keys.key_of(record)[name] for name in fields), []).append(record["run_id"])
+        groups = aggregate.group(found, fields)
+        assert list(groups) == sorted(expected, key=lambda key: tuple(map(str, key)))
+        assert {key: [r["run_id"] for r in members] for key, members in groups.items()} == expected
 
 
 def _blocks(monkeypatch, size: int):
@@ -149,9 +160,10 @@ def test_chunked_store_lines(tmp_path, monkeypatch, block):
 
 
 def test_figures_drawn_in_parallel_are_the_ones_drawn_inline(tmp_path):
-    from runners import plots, reports
+    from runners import plots
+    from runners.reporting import why
 
-    losses = [reports.ScalingLoss({"workers": w}, w, 0.3, 0.25, {"exposed_communication": 0.01, "input_wait": 0.001,
+    losses = [why.ScalingLoss({"workers": w}, w, 0.3, 0.25, {"exposed_communication": 0.01, "input_wait": 0.001,
                                                                   "straggler_wait": 0.02, "compute": -0.015, "idle": None},
                                   True, None, 0.5, (1.1, 1.0), "a", "b") for w in (2, 4)]
     rows = [("allreduce n=2", [{"bytes": 2 ** k, "time_s": 1e-5 * k, "busbw_gbps": 0.1 * k} for k in range(1, 6)])]

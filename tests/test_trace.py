@@ -22,7 +22,7 @@ from benchmarks import trace
 from benchmarks.comm import record as comm_record
 from infra.helpers import bench, benchrun, benchrun_record, last_json_line, ports, validate_record
 from infra.records import RecordFactory
-from runners import reports
+from runners.reporting import load, why
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
 TINY = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
@@ -122,14 +122,24 @@ def test_scaling_loss_split_known_answer(real_record):
     two = traced(R(12.5, strategy="ddp", workers=2), 0.160, 0.005,
                  [[{"compute_s": 0.200, "exposed_communication_s": 0.100, "idle_s": 0.020}],
                   [{"compute_s": 0.240, "exposed_communication_s": 0.060, "idle_s": 0.020}]])
-    (loss,) = reports.scaling_loss([one, two])
+    (loss,) = why.scaling_loss([one, two])
     ms = {name: round(1e3 * value, 6) for name, value in loss.parts.items()}
     assert ms == {"exposed_communication": 30, "input_wait": 5, "straggler_wait": 10, "compute": 10, "idle": 10}
     assert round(1e3 * loss.residual, 6) == -5 and loss.adds_up and loss.stretch == (2.0, 1.0)
-    assert reports.verdict(loss).startswith("at 2 workers, 50% of the lost 60.0 ms/step is exposed communication")
+    # one run a side: no verdict (issue 25: a single pair of runs cannot tell a loss from noise)
+    assert why.verdict(loss) == ("at 2 workers: 160.0 vs 100.0 ms/step at 1 worker; the runs cannot tell (fewer than 2 "
+                                 "differing runs on a side: repeat them for a verdict).")
+    # repeats a side, 2 ms apart: the loss is significant and its largest part is named
+    again = [traced(record, record["step_time_s"]["mean"] + 0.002, record["input_wait_s"]["mean"],
+                    [[step for step in rank["steps"]] for rank in record["trace"]["ranks"]]) for record in (one, two)]
+    for record in again:
+        record["run_id"] = "f" + record["run_id"][1:]
+    (repeated,) = why.scaling_loss([one, two, *again])
+    assert repeated.significant and repeated.p_value < 0.01
+    assert why.verdict(repeated).startswith("at 2 workers, 50% of the lost 60.0 ms/step is exposed communication")
     untraced = R(12.5, strategy="ddp", workers=2)
     untraced["step_time_s"]["mean"] = 0.5
-    (far,) = reports.scaling_loss([one, untraced])
+    (far,) = why.scaling_loss([one, untraced])
     assert not far.traced and far.parts["exposed_communication"] is None and not far.adds_up
 
 
@@ -145,11 +155,17 @@ def test_ps_scaling_loss_is_the_mean_worker_without_stragglers(real_record):
     two = traced(R(14.0, workers=2, **ps), 0.140, 0.005,
                  [[{"compute_s": 0.200, "exposed_communication_s": 0.060, "idle_s": 0.020}],
                   [{"compute_s": 0.160, "exposed_communication_s": 0.100, "idle_s": 0.020}]])
-    (loss,) = reports.scaling_loss([one, two])
+    (loss,) = why.scaling_loss([one, two])
     ms = {name: None if value is None else round(1e3 * value, 6) for name, value in loss.parts.items()}
     assert ms == {"exposed_communication": 40, "input_wait": 5, "straggler_wait": None, "compute": -10, "idle": 10}
     assert round(1e3 * loss.residual, 6) == -5 and loss.adds_up and loss.stretch == (2.0, 1.0)
-    assert reports.verdict(loss).startswith("at 2 workers, 100% of the lost 40.0 ms/step is exposed communication (push/pull)")
+    assert "the runs cannot tell" in why.verdict(loss)
+    again = [traced(record, record["step_time_s"]["mean"] + 0.002, record["input_wait_s"]["mean"],
+                    [[step for step in rank["steps"]] for rank in record["trace"]["ranks"]]) for record in (one, two)]
+    for record in again:
+        record["run_id"] = "f" + record["run_id"][1:]
+    (repeated,) = why.scaling_loss([one, two, *again])
+    assert why.verdict(repeated).startswith("at 2 workers, 101% of the lost 40.0 ms/step is exposed communication (push/pull)")
 
 
 def test_ps_worker_steps_come_from_stamps():
@@ -198,17 +214,17 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
         comm = benchrun("launch", "--launcher", "local", "-n", "2", *launch_extra, "--", *comm_args, "--output", str(store),
                         *ports())
         assert comm.returncode == 0, comm.stderr
-    records = reports.load([store])
+    records = load.load([store])
     pair_records = {r["world"]["workers"]: r for r in records}
     for record in pair_records.values():
         assert len(record["trace"]["ranks"]) == record["world"]["workers"]
         assert all(rank["steps"] for rank in record["trace"]["ranks"])
     for rank in pair_records[2]["trace"]["ranks"]:  # the all-reduce, or the pulls and pushes, are seen
         assert all(s["communication_s"] > 0 for s in rank["steps"]), rank
-    comm_records = reports.load([store], kind="comm")
+    comm_records = load.load([store], kind="comm")
     if launch_extra:
         check_ps_trace_and_comm(pair_records, comm_records)
-    (loss,) = reports.scaling_loss(records, comm_records)
+    (loss,) = why.scaling_loss(records, comm_records)
     assert loss.traced and (loss.predicted is not None) == bool(comm_args)
     if comm_args:
         assert loss.predicted.how == how
@@ -217,9 +233,10 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     result = benchrun("report", str(store), "--out", str(out), "--link-gbps", "10")
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
-    why = text.split("## Why it does not scale")[1].split("\n## ")[0]
-    # a loaded 2-core host may even make T(2) < T(1): the verdict then says nothing is lost
-    assert ": adds up" in why and re.search(r"at 2 workers(, \d+% of the lost [\d.]+ ms/step is| a step takes no longer)", why), why
+    section = text.split("## Why it does not scale")[1].split("\n## ")[0]
+    # one run a side: the split is shown, but no verdict is drawn from it (the runs' significance: test_scaling_loss_*)
+    assert ": adds up" in section and re.search(r"at 2 workers: [\d.]+ vs [\d.]+ ms/step at 1 worker; the runs cannot "
+                                                r"tell \(fewer than 2 differing runs on a side", section), section
     assert (out / "why-1.png").is_file() and (out / "network-latency.png").is_file() == bool(comm_args)
     assert (out / "network-busbw.png").is_file() == (how == "gradient buckets")
 

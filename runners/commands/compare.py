@@ -2,7 +2,7 @@
 
     benchrun compare BASE.jsonl NEW.jsonl [--threshold 5%] [--metrics images_per_sec,...]
 
-Configurations are matched on runners.reports.KEY_FIELDS. Per metric a
+Configurations are matched on runners.reporting.keys.KEY_FIELDS. Per metric a
 configuration regresses only when the change is beyond the threshold AND the
 two 95% intervals do not overlap (docs/reports.md has the exact rule). Exit 0:
 no regression; 1: at least one; 2: bad input.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from benchmarks.errors import UsageError, choices
 
-from .. import reports
+from ..reporting import aggregate, keys, load
 from .report import add_selection, selection
 
 # metric -> (higher is better, unit scale, unit)
@@ -51,13 +51,13 @@ def parse_threshold(text: str) -> float:
 @dataclass
 class Verdict:
     metric: str
-    base: reports.Summary | None
-    new: reports.Summary | None
+    base: aggregate.Summary | None
+    new: aggregate.Summary | None
     change: float | None  # (new - base) / base
     verdict: str  # ok, regression, improvement, n/a, failed in new
 
 
-def judge(metric: str, base: reports.Summary | None, new: reports.Summary | None, threshold: float) -> Verdict:
+def judge(metric: str, base: aggregate.Summary | None, new: aggregate.Summary | None, threshold: float) -> Verdict:
     if base is None or new is None:
         return Verdict(metric, base, new, None, "n/a")
     higher_better = METRICS[metric][0]
@@ -72,19 +72,19 @@ def judge(metric: str, base: reports.Summary | None, new: reports.Summary | None
     return Verdict(metric, base, new, change, "regression" if worse else "improvement" if better else "ok")
 
 
-def summarize(metric: str, records: list[dict]) -> reports.Summary | None:
-    return reports.throughput(records) if metric == "images_per_sec" else reports.memory(records, metric)
+def summarize(metric: str, records: list[dict]) -> aggregate.Summary | None:
+    return aggregate.throughput(records) if metric == "images_per_sec" else aggregate.memory(records, metric)
 
 
 def compare(base: list[dict], new: list[dict], threshold: float, metrics: list[str]):
     """(rows, only_base, only_new): rows are (key, [Verdict])."""
-    base_groups, new_groups = reports.group(base), reports.group(new)
+    base_groups, new_groups = aggregate.group(base), aggregate.group(new)
     rows = []
     for key in sorted(set(base_groups) & set(new_groups), key=lambda k: tuple(map(str, k))):
         b, n = base_groups[key], new_groups[key]
-        if reports.ok(b) and not reports.ok(n):
+        if aggregate.ok(b) and not aggregate.ok(n):
             statuses = ",".join(sorted({r["status"] for r in n}))
-            rows.append((key, [Verdict("images_per_sec", reports.throughput(b), None, None, f"failed in new ({statuses})")]))
+            rows.append((key, [Verdict("images_per_sec", aggregate.throughput(b), None, None, f"failed in new ({statuses})")]))
             continue
         rows.append((key, [judge(m, summarize(m, b), summarize(m, n), threshold) for m in metrics]))
     only_base = [(k, base_groups[k]) for k in base_groups if k not in new_groups]
@@ -92,7 +92,7 @@ def compare(base: list[dict], new: list[dict], threshold: float, metrics: list[s
     return rows, only_base, only_new
 
 
-def _text(summary: reports.Summary | None, metric: str) -> str:
+def _text(summary: aggregate.Summary | None, metric: str) -> str:
     if summary is None:
         return "n/a"
     scale = METRICS[metric][1]
@@ -106,7 +106,7 @@ def run(args) -> int:
     if unknown or not metrics:
         raise UsageError(f"unknown metric {', '.join(unknown) or '(none)'} (choices: {choices(METRICS)})")
     chosen = selection(args)  # the same selection on both sides
-    base, new = reports.load([args.base], **chosen), reports.load([args.new], **chosen)
+    base, new = load.load([args.base], **chosen), load.load([args.new], **chosen)
     for path, records in ((args.base, base), (args.new, new)):
         if not records:  # a gate that passes on nothing would hide a broken pipeline
             raise UsageError(f"no records in {path}: nothing to compare")
@@ -121,14 +121,14 @@ def run(args) -> int:
             regressions += v.verdict == "regression" or v.verdict.startswith("failed")
             unit = METRICS[v.metric][2]
             change = "n/a" if v.change is None else f"{100 * v.change:+.1f}%"
-            print(f"| {reports.describe(dict(zip(reports.KEY_FIELDS, key)))} | {v.metric} ({unit}) | "
+            print(f"| {keys.describe(dict(zip(keys.KEY_FIELDS, key)))} | {v.metric} ({unit}) | "
                   f"{_text(v.base, v.metric)} | {_text(v.new, v.metric)} | {change} | {v.verdict.upper() if v.verdict == 'regression' else v.verdict} | "
                   f"{v.base.ids if v.base else '-'} | {v.new.ids if v.new else '-'} |")
     for title, items in (("only in base (not compared)", only_base), ("only in new (not compared)", only_new)):
         if items:
             print(f"\n{title}:")
             for key, records in items:
-                print(f"- {reports.describe(dict(zip(reports.KEY_FIELDS, key)))} — runs {reports.ids(records)}")
+                print(f"- {keys.describe(dict(zip(keys.KEY_FIELDS, key)))} — runs {keys.ids(records)}")
     print(f"\n{len(rows)} matched configurations, {regressions} regressions, "
           f"{len(only_base)} only in base, {len(only_new)} only in new")
     return 1 if regressions else 0

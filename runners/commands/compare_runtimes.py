@@ -35,8 +35,10 @@ from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.stats import t_halfwidth
 
-from .. import dispatch, reports, runtimes
-from .report import Document, fmt_p, section_runtimes
+from .. import dispatch, runtimes
+from ..reporting import aggregate, keys
+from ..reporting.render import Document
+from .report import fmt_p, section_runtimes
 from .run import add_runtime_options, request
 
 
@@ -104,9 +106,9 @@ def section_launch(doc: Document, launches: dict[str, list[dict]]) -> None:
              "done), from the MLLOG wall-clock stamps; mean ± 95% t-interval over the runs; Δ = difference of "
              f"means against `{base}`, p = Welch's t-test against `{base}`.")
 
-    def summary_of(runs: list[dict], column: str) -> reports.Summary | None:
+    def summary_of(runs: list[dict], column: str) -> aggregate.Summary | None:
         values = [t[column] for t in runs if t[column] is not None]
-        return reports.Summary(values, [], t_halfwidth(values), "t-interval over runs") if values else None
+        return aggregate.Summary(values, [], t_halfwidth(values), "t-interval over runs") if values else None
 
     rows = []
     for name, runs in launches.items():
@@ -115,7 +117,7 @@ def section_launch(doc: Document, launches: dict[str, list[dict]]) -> None:
             this, ref = summary_of(runs, column), summary_of(launches.get(base, []), column)
             compared = this is not None and ref is not None and name != base
             cells += ["n/a" if this is None else this.text(), f"{this.mean - ref.mean:+.2f}" if compared else "-",
-                      fmt_p(reports.welch_p(ref, this)) if compared else "-"]
+                      fmt_p(aggregate.welch_p(ref, this)) if compared else "-"]
         rows.append(cells)
     doc.table(["runtime", "runs", "to bench up (s)", "Δ", "p", "to first timed step (s)", "Δ", "p"], rows)
 
@@ -128,7 +130,7 @@ def summary(records: list[dict], out: Path, no_record: list[str] = (),
     section_runtimes(doc, records, out, chart_name=lambda index: "compare.png" if index == 0 else f"compare-{index + 1}.png")
     if launches:
         section_launch(doc, launches)
-    failed = [f"{reports.runtime_of(r)}: run {r['run_id'][:reports.ID_PREFIX]} {r['status']}: "
+    failed = [f"{keys.runtime_of(r)}: run {r['run_id'][:keys.ID_PREFIX]} {r['status']}: "
               f"{(r['error'] or {}).get('message', '')}" for r in records if r["status"] != "ok"]
     if failed or no_record:
         doc.heading("Runs that did not finish", 3)

@@ -5,7 +5,7 @@
 
 Columns are fixed and documented in docs/reports.md (COLUMNS below); a value
 that does not apply is an empty cell (CSV) or null (Parquet), never 0. Rows
-come from DuckDB (runners.columnar) and stream to the file: memory does not
+come from DuckDB (runners.reporting.scan) and stream to the file: memory does not
 grow with the store. Each file is written beside its target and renamed into
 place once complete.
 
@@ -28,14 +28,15 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .. import columnar, mlflow_export, reports, store
+from .. import mlflow_export, store
+from ..reporting import keys, load, scan
 from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
                  "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
 
-# column name -> a dotted path into the record, or (SQL over the record `r` of runners.columnar, the paths it reads)
+# column name -> a dotted path into the record, or (SQL over the record `r` of runners.reporting.scan, the paths it reads)
 COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     "run_id": "run_id",
     "timestamp_utc": "timestamp_utc",
@@ -139,9 +140,9 @@ def run(args) -> int:
             return 0
     fields, select = projection()
     chosen = selection(args)
-    chosen["where"] = reports.conditions(chosen["where"])
+    chosen["where"] = keys.conditions(chosen["where"])
     written = []
-    with columnar.scan(args.stores, fields, select, warn=reports.print_warning, **chosen) as con:
+    with scan.scan(args.stores, fields, select, warn=load.print_warning, **chosen) as con:
         count = con.execute("SELECT count(*) FROM records").fetchone()[0]
         if args.csv:
             target = Path(args.csv)
@@ -150,7 +151,7 @@ def run(args) -> int:
                 writer = csv.writer(handle)
                 writer.writerow(COLUMNS)
                 result = con.execute("SELECT * FROM records")
-                while batch := result.fetchmany(columnar.BATCH):
+                while batch := result.fetchmany(scan.BATCH):
                     writer.writerows(batch)  # the csv module writes None as an empty cell
             os.replace(partial, target)
             written.append(str(target))
@@ -170,14 +171,14 @@ def chosen_entries(args):
     """(record, sweep section or None) of every record the selection keeps, once per run_id, in store
     order: DuckDB picks the run_ids as for --csv; the records are then read whole."""
     chosen = selection(args)
-    chosen["where"] = reports.conditions(chosen["where"])
-    with columnar.scan(args.stores, ["run_id"], ["r.run_id"], warn=reports.print_warning, **chosen) as con:
+    chosen["where"] = keys.conditions(chosen["where"])
+    with scan.scan(args.stores, ["run_id"], ["r.run_id"], warn=load.print_warning, **chosen) as con:
         wanted = {row[0] for row in con.execute("SELECT c0 FROM records").fetchall()}
     if not args.where:
-        wanted |= {r["run_id"] for r in reports.load(args.stores, kind="comm", since=chosen["since"], until=chosen["until"])}
-    for path in columnar.store_files(args.stores):
+        wanted |= {r["run_id"] for r in load.load(args.stores, kind="comm", since=chosen["since"], until=chosen["until"])}
+    for path in scan.store_files(args.stores):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", store.StoreWarning)  # columnar.scan has named them already
+            warnings.simplefilter("ignore", store.StoreWarning)  # scan.scan has named them already
             for entry in store.iter_entries(path):
                 record = entry["record"]
                 if record is not None and record.get("run_id") in wanted:

@@ -11,15 +11,15 @@ baselines and failed runs are listed. Sections and formulas: docs/reports.md.
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 import math
 from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.distributed import strategies
 
-from .. import accuracy, plots, reports
+from .. import accuracy, plots
+from ..reporting import aggregate, keys, load, network, why
+from ..reporting.render import Document
 
 MiB = 1024 * 1024
 
@@ -39,85 +39,17 @@ def add_selection(p) -> None:
     """--where/--since/--until, shared by report, compare and export (docs/reports.md)."""
     p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE[,VALUE...]",
                    help=f"only records whose FIELD is one of the VALUEs; repeatable, all must hold "
-                        f"(fields: {', '.join(reports.WHERE_FIELDS)})")
+                        f"(fields: {', '.join(keys.WHERE_FIELDS)})")
     p.add_argument("--since", metavar="DATE", help="only records with timestamp_utc >= DATE (ISO date or date-time, UTC)")
     p.add_argument("--until", metavar="DATE", help="only records with timestamp_utc < DATE")
 
 
 def selection(args) -> dict:
     """load()'s keyword arguments from add_selection's options."""
-    from ..columnar import timestamp
+    from ..reporting.scan import timestamp
 
     return {"where": args.where, "since": args.since and timestamp(args.since, "--since"),
             "until": args.until and timestamp(args.until, "--until")}
-
-
-class Document:
-    """A list of blocks rendered twice: Markdown and HTML."""
-
-    def __init__(self):
-        self.blocks: list[tuple] = []
-
-    def heading(self, text: str, level: int = 2):
-        self.blocks.append(("h", level, text))
-
-    def para(self, text: str):
-        self.blocks.append(("p", text))
-
-    def table(self, headers: list[str], rows: list[list]):
-        self.blocks.append(("table", headers, [[str(c) for c in row] for row in rows]))
-
-    def bullets(self, items: list[str]):
-        if items:
-            self.blocks.append(("ul", items))
-
-    def image(self, path: Path, caption: str):
-        self.blocks.append(("img", path, caption))
-
-    def markdown(self) -> str:
-        out = []
-        for block in self.blocks:
-            kind = block[0]
-            if kind == "h":
-                out.append("#" * block[1] + " " + block[2])
-            elif kind == "p":
-                out.append(block[1])
-            elif kind == "table":
-                cell = lambda c: c.replace("|", "\\|")  # noqa: E731
-                out.append("\n".join(["| " + " | ".join(map(cell, block[1])) + " |",
-                                      "|" + "---|" * len(block[1]),
-                                      *("| " + " | ".join(map(cell, row)) + " |" for row in block[2])]))
-            elif kind == "ul":
-                out.append("\n".join(f"- {item}" for item in block[1]))
-            elif kind == "img":
-                out.append(f"![{block[2]}]({block[1].name})\n\n*{block[2]}*")
-        return "\n\n".join(out) + "\n"
-
-    def html(self, title: str) -> str:
-        e = html.escape
-        out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
-               "body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-               "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-               "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}th{background:#f3f3f3}"
-               "img{max-width:100%}figcaption{font-style:italic;font-size:13px}</style></head><body>"]
-        for block in self.blocks:
-            kind = block[0]
-            if kind == "h":
-                out.append(f"<h{block[1]}>{e(block[2])}</h{block[1]}>")
-            elif kind == "p":
-                out.append(f"<p>{e(block[1])}</p>")
-            elif kind == "table":
-                head = "".join(f"<th>{e(h)}</th>" for h in block[1])
-                body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in block[2])
-                out.append(f"<table><tr>{head}</tr>{body}</table>")
-            elif kind == "ul":
-                out.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in block[1]) + "</ul>")
-            elif kind == "img":
-                data = base64.b64encode(block[1].read_bytes()).decode()
-                out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{e(block[2])}'>"
-                           f"<figcaption>{e(block[2])}</figcaption></figure>")
-        out.append("</body></html>")
-        return "\n".join(out) + "\n"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -129,11 +61,11 @@ def fmt_p(value: float | None) -> str:
 
 
 def _short(key: dict, fields) -> str:
-    return reports.describe(key, [f for f in fields if f in key])
+    return keys.describe(key, [f for f in fields if f in key])
 
 
 def _missing(items) -> list[str]:
-    return [f"{_short(key, key)}: {why} — runs {reports.ids(rs)}" for key, why, rs in items]
+    return [f"{_short(key, key)}: {why} — runs {keys.ids(rs)}" for key, why, rs in items]
 
 
 EFFICIENCY_HEADERS = ("model FLOP/s", "MFU", "images/J")
@@ -142,9 +74,9 @@ EFFICIENCY_HEADERS = ("model FLOP/s", "MFU", "images/J")
 def efficiency_cells(records: list[dict], kind: str) -> list[str]:
     """Achieved model FLOP/s (TFLOP/s on a GPU, GFLOP/s on a CPU), MFU and images per joule, mean ± CI;
     n/a where no record has them (a CPU has no MFU, a host without RAPL no energy, older records neither)."""
-    rate = reports.metric(records, "flops", "achieved_flops_per_sec")
-    mfu = reports.metric(records, "flops", "mfu")
-    per_joule = reports.metric(records, "energy", "images_per_joule")
+    rate = aggregate.metric(records, "flops", "achieved_flops_per_sec")
+    mfu = aggregate.metric(records, "flops", "mfu")
+    per_joule = aggregate.metric(records, "energy", "images_per_joule")
     scale, unit = (1e12, "TFLOP/s") if kind == "gpu" else (1e9, "GFLOP/s")
     return ["n/a" if rate is None else f"{rate.text(scale, 1)} {unit}",
             "n/a" if mfu is None else f"{mfu.text(0.01, 1)}%",
@@ -154,7 +86,7 @@ def efficiency_cells(records: list[dict], kind: str) -> list[str]:
 def section_environment(doc: Document, records: list[dict]) -> None:
     doc.heading("Environment")
     doc.para(f"From the provenance of all {len(records)} records; counts in parentheses.")
-    doc.table(["what", "values (records)"], [list(row) for row in reports.environment(records)])
+    doc.table(["what", "values (records)"], [list(row) for row in aggregate.environment(records)])
 
 
 def section_batch(doc: Document, records: list[dict], out: Path) -> None:
@@ -162,10 +94,10 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
     doc.para("Per framework × model. Lines differ in the configuration fields named in the legend; error bars "
              "are 95% intervals (t-interval over records with ≥ 2 records, else the record's own interval). "
              "Red crosses: batch sizes that ended out of memory (status oom).")
-    for (framework, model), members in reports.group(records, ("framework", "model")).items():
+    for (framework, model), members in aggregate.group(records, ("framework", "model")).items():
         doc.heading(f"{framework} / {model}", 3)
-        good = reports.ok(members)
-        ooms = reports.with_status(members, "oom")
+        good = aggregate.ok(members)
+        ooms = aggregate.with_status(members, "oom")
         if good:
             path = plots.throughput_vs_batch(members, framework, model, out / f"throughput-{framework}-{model}.png")
             doc.image(path, f"{framework} {model}: total images/sec vs batch size (n and runs in the table below)")
@@ -174,11 +106,11 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
                 doc.image(mem[0], f"{framework} {model}: peak memory vs batch size; panels: {', '.join(mem[1])} "
                                   "(memory kinds that are null in every record are omitted)")
         rows = []
-        shown = reports.varying(reports.keys(good), ("batch_size", "framework", "model"))
-        for key, rs in reports.group(good).items():
-            k = dict(zip(reports.KEY_FIELDS, key))
-            tp = reports.throughput(rs)
-            mems = [reports.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
+        shown = keys.varying(aggregate.keys(good), ("batch_size", "framework", "model"))
+        for key, rs in aggregate.group(good).items():
+            k = dict(zip(keys.KEY_FIELDS, key))
+            tp = aggregate.throughput(rs)
+            mems = [aggregate.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
             rows.append([k["batch_size"], _short(k, shown) or "-",
                          tp.n, tp.text(), tp.method,
                          *("n/a" if m is None else m.text(MiB, 0) for m in mems),
@@ -187,15 +119,15 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
             doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",
                        *(f"{title} MiB" for _, title in plots.MEMORY_VIEWS), *EFFICIENCY_HEADERS, "runs"],
                       sorted(rows, key=lambda r: r[0]))
-        answers = reports.max_batch_answers(members)
+        answers = aggregate.max_batch_answers(members)
         if answers:
             doc.para("Largest batch that fits (bench --find-max-batch; green dashed line): " + "; ".join(
                 f"{a['batch_search']['max_batch'] if a['batch_search']['max_batch'] is not None else 'none'} "
-                f"(search {a['batch_search']['search_id'][:reports.ID_PREFIX]}: {a['batch_search']['stop_reason']}, "
+                f"(search {a['batch_search']['search_id'][:keys.ID_PREFIX]}: {a['batch_search']['stop_reason']}, "
                 f"{a['batch_search']['probe']} probes)" for a in answers))
         if ooms:
             doc.para("Out of memory at: " + "; ".join(
-                f"batch {r['config']['batch_size']} ({r['run_id'][:reports.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
+                f"batch {r['config']['batch_size']} ({r['run_id'][:keys.ID_PREFIX]}: {(r['error'] or {}).get('message', '')})"
                 for r in sorted(ooms, key=lambda r: r["config"]["batch_size"])))
 
 
@@ -204,8 +136,8 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
     doc.para("Total images/sec vs workers per strategy, and weak-scaling efficiency E(N) = X(N) / (N · X(1)), "
              "X(1) from the same framework, model, batch size, data and strategy at 1 worker. Where a strategy "
              "has several variants at one worker count (PS count, placement), the fastest is shown.")
-    lines = [ln for ln in reports.scaling(records) if len(ln.points) > 1 or ln.baseline is None]
-    families: dict[tuple, list[reports.ScalingLine]] = defaultdict(list)
+    lines = [ln for ln in aggregate.scaling(records) if len(ln.points) > 1 or ln.baseline is None]
+    families: dict[tuple, list[aggregate.ScalingLine]] = defaultdict(list)
     for line in lines:
         families[tuple(line.family.items())].append(line)
     missing = []
@@ -237,7 +169,7 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
     doc.para("For each worker count and data kind, the configuration reaching peak images/sec among all "
              "strategies, PS counts, placements and batch sizes of the same framework, model, image size, "
              "precision, device and runtime.")
-    for family, rows in reports.best_per_workers(records):
+    for family, rows in aggregate.best_per_workers(records):
         doc.para(_short(family, family))
         doc.table(["#PS", "#workers", "strategy", "placement", "batch", "real data", "images/sec mean ± CI", "n", "runs"],
                   [[k["num_ps"], workers, k["strategy"], k["ps_placement"] if strategies.get(k["strategy"]).uses_ps else "-",
@@ -246,7 +178,7 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
 
 
 def section_why(doc: Document, records: list[dict], comm_records: list[dict], out: Path) -> None:
-    """Why it does not scale: T(N) - T(1) per step split into its parts (reports.scaling_loss)."""
+    """Why it does not scale: T(N) - T(1) per step split into its parts (why.scaling_loss)."""
     doc.heading("Why it does not scale")
     doc.para("For every multi-worker configuration with a 1-worker twin (same configuration, same strategy, else "
              "strategy none): the lost time per step T(N) − T(1) (timed-loop mean step times) split into exposed "
@@ -257,15 +189,15 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
              "gradient bytes at the busbw of the nearest size; parameter servers: the pull and push of every "
              "variable, `ps_step`). Under --strategy ps communication is the pulls and pushes, and straggler wait "
              "does not apply (asynchronous updates: no worker waits for another). The parts add up when they miss "
-             f"the measured loss by at most {100 * reports.LOSS_TOLERANCE:.0f}% of T(N); otherwise the table says by how much.")
-    losses = reports.scaling_loss(records, comm_records)
+             f"the measured loss by at most {100 * why.LOSS_TOLERANCE:.0f}% of T(N); otherwise the table says by how much.")
+    losses = why.scaling_loss(records, comm_records)
     if not losses:
         doc.para("No multi-worker configuration has its 1-worker twin in these stores.")
         return
     ms = lambda v: "n/a" if v is None else f"{1e3 * v:.1f}"  # noqa: E731
-    families: dict[tuple, list[reports.ScalingLoss]] = defaultdict(list)
+    families: dict[tuple, list[why.ScalingLoss]] = defaultdict(list)
     for loss in losses:
-        families[tuple((f, loss.key[f]) for f in reports.without("workers"))].append(loss)
+        families[tuple((f, loss.key[f]) for f in keys.without("workers"))].append(loss)
     for index, (family_items, members) in enumerate(families.items()):
         title = _short(dict(family_items), ("framework", "model", "batch_size", "image_size", "strategy", "data",
                                             "device_kind", "runtime"))
@@ -276,22 +208,22 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
             p = loss.predicted
             check = "adds up" if loss.adds_up else "does NOT add up"
             rows.append([loss.workers, ms(loss.t_1), ms(loss.t_n), ms(loss.loss),
-                         *(ms(loss.parts[name]) for name in reports.LOSS_PARTS),
+                         *(ms(loss.parts[name]) for name in why.LOSS_PARTS),
                          "n/a" if p is None else f"{ms(p.seconds)} ({p.how}, comm {p.run})",
-                         reports.fmt_fraction(loss.overlap_fraction),
+                         why.fmt_fraction(loss.overlap_fraction),
                          " | ".join("n/a" if x is None else f"{x:.2f}" for x in loss.stretch),
                          f"{ms(loss.residual)} ({100 * loss.residual / loss.t_n:+.1f}% of T(N)): {check}",
                          f"{loss.runs} | {loss.baseline_runs}"])
-        doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{reports.LOSS_LABELS[n]} ms" for n in reports.LOSS_PARTS),
+        doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{why.LOSS_LABELS[n]} ms" for n in why.LOSS_PARTS),
                    "predicted transfer ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
         doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
-        doc.bullets([reports.verdict(loss) for loss in members])
+        doc.bullets([why.verdict(loss) for loss in members])
 
 
 def section_network(doc: Document, comm_records: list[dict], out: Path, link_gbps: float | None) -> None:
     """busbw and latency vs message size per backend and world, from `bench comm` records."""
     doc.heading("Network")
-    series = reports.network_series(comm_records)
+    series = network.network_series(comm_records)
     if not series:
         doc.para("No `bench comm` records with all-reduce, ping-pong or PS pull/push rows in these stores.")
         return
@@ -314,11 +246,11 @@ def section_io(doc: Document, records: list[dict]) -> None:
     doc.heading("I/O overhead")
     doc.para("(synthetic − real) / synthetic images/sec, per pair of configurations identical but for data "
              "(seed 000). Positive = reading real images costs throughput.")
-    pairs, unmatched = reports.io_pairs(records)
+    pairs, unmatched = aggregate.io_pairs(records)
     if pairs:
         doc.table(["configuration", "n syn", "synthetic img/s", "n real", "real img/s", "I/O overhead", "runs (syn | real)"],
-                  [[_short(p.key, reports.without("data")), p.left.n, p.left.text(), p.right.n, p.right.text(),
-                    fmt_pct(reports.io_overhead(p)), f"{p.left.ids} | {p.right.ids}"] for p in pairs])
+                  [[_short(p.key, keys.without("data")), p.left.n, p.left.text(), p.right.n, p.right.text(),
+                    fmt_pct(aggregate.io_overhead(p)), f"{p.left.ids} | {p.right.ids}"] for p in pairs])
     else:
         doc.para("No synthetic/real pairs.")
     if unmatched:
@@ -329,16 +261,16 @@ def section_io(doc: Document, records: list[dict]) -> None:
 def section_runtimes(doc: Document, records: list[dict], out: Path,
                      chart_name=lambda index: f"runtimes-{index + 1}.png") -> None:
     """The runtime-overhead tables and charts; `benchrun compare-runtimes` writes the same."""
-    base = reports.BASELINE_RUNTIME
+    base = keys.BASELINE_RUNTIME
     doc.heading("Container runtime overhead")
     doc.para(f"Same configuration under different runtimes: the one benchrun was asked for "
              f"(provenance.requested_runtime; records without it: the runtime detected inside, `none` read as "
              f"`{base}`). Overhead = (X_{base} − X_runtime) / X_{base} (positive = slower than the bare host); "
              f"p = Welch's t-test (scipy ttest_ind, equal_var=False) against `{base}`, only with ≥ 2 records "
              f"on both sides.")
-    compared, unmatched = reports.runtime_groups(records)
+    compared, unmatched = aggregate.runtime_groups(records)
     for index, (key, rows) in enumerate(compared):
-        title = _short(key, reports.without("runtime"))
+        title = _short(key, keys.without("runtime"))
         doc.para(title)
         doc.table(["runtime", "n", "images/sec mean ± CI", f"overhead vs {base}", "Welch p", "runs"],
                   [[row.runtime, row.summary.n, row.summary.text(), fmt_pct(row.overhead), fmt_p(row.p_value)
@@ -387,7 +319,7 @@ def section_accuracy(doc: Document, records, out: Path) -> None:
                          cell(arm.samples_to_target, 0), f"{arm.best_accuracy:.4f}" + (
                              f" ± {arm.spread:.4f}" if arm.spread is not None else ""),
                          cell(arm.images_per_sec, 1), cell(arm.speedup), cell(arm.statistical_efficiency),
-                         cell(arm.hardware_efficiency), ", ".join(arm.flags) or "-", reports.ids(arm.records)])
+                         cell(arm.hardware_efficiency), ", ".join(arm.flags) or "-", keys.ids(arm.records)])
         doc.table(["arm", "n", "converged", "time to target s", "samples to target", "best accuracy (± sd)",
                    "images/sec", "speed-up", "statistical eff.", "hardware eff.", "flags", "runs"], rows)
         doc.bullets([accuracy.verdict(arm) for arm in members])
@@ -395,19 +327,19 @@ def section_accuracy(doc: Document, records, out: Path) -> None:
 
 def section_quality(doc: Document, records: list[dict]) -> None:
     doc.heading("Single-record configurations")
-    singles = reports.single_record_groups(records)
+    singles = aggregate.single_record_groups(records)
     if singles:
         doc.para("Measured by one run only: their ± is that run's own interval (repeats or step times), "
                  "not run-to-run spread.")
-        doc.bullets([f"{_short(k, k)} — run {r['run_id'][:reports.ID_PREFIX]}, "
+        doc.bullets([f"{_short(k, k)} — run {r['run_id'][:keys.ID_PREFIX]}, "
                      f"{r['throughput']['ci_method'] or 'no interval'}" for k, r in singles])
     else:
         doc.para("None.")
     doc.heading("Runs that did not finish")
-    bad = reports.failures(records)
+    bad = aggregate.failures(records)
     if bad:
         doc.table(["run", "status", "configuration", "error"],
-                  [[r["run_id"][:reports.ID_PREFIX], r["status"], _short(reports.key_of(r), reports.KEY_FIELDS),
+                  [[r["run_id"][:keys.ID_PREFIX], r["status"], _short(keys.key_of(r), keys.KEY_FIELDS),
                     f"{(r['error'] or {}).get('kind', '')}: {(r['error'] or {}).get('message', '')}"] for r in bad])
     else:
         doc.para("None: every record has status ok.")
@@ -421,7 +353,7 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
              "(all workers); ± is a 95% interval; runs are run_id prefixes.")
     section_environment(doc, records)
     section_accuracy(doc, records, out)
-    records = reports.lacking(records, "accuracy")  # the sections below are about throughput runs
+    records = aggregate.lacking(records, "accuracy")  # the sections below are about throughput runs
     section_batch(doc, records, out)
     section_scaling(doc, records, out)
     section_why(doc, records, list(comm_records), out)
@@ -442,7 +374,7 @@ def run(args) -> int:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
     chosen = selection(args)
     with plots.in_parallel():  # figures are drawn in worker processes while the tables are computed
-        records, comm_records = reports.load_report(args.stores, **chosen)
+        records, comm_records = load.load_report(args.stores, **chosen)
         if not records and not comm_records:
             selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
             raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
@@ -451,6 +383,6 @@ def run(args) -> int:
         doc = build(records, args.stores, out, comm_records, args.link_gbps)
         (out / "report.md").write_text(doc.markdown())
     (out / "report.html").write_text(doc.html("dlbench report"))
-    print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {sum(1 for b in doc.blocks if b[0] == 'img')} plots "
+    print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {len(doc.images)} plots "
           f"from {len(records)} records")
     return 0

@@ -1,17 +1,17 @@
-"""Read result stores through DuckDB: the JSONL stays the write format, reading scales.
+"""Scan result stores with DuckDB: the JSONL stays the write format, reading scales.
 
 `benchrun report`, `compare` and `export` need a few dozen of a record's fields,
 not its per-step times. DuckDB parses the JSONL in C++ on every core, keeps only
 those fields (a projection built from the record's JSON Schema), de-duplicates by
-run_id and filters by time out of core (spilling to a temporary directory), and
-hands back slim records: dicts shaped like the full record, holding only the
-fields asked for. The tables are computed from them by the same Python code
-(runners.reports, benchmarks.stats) as before, so the numbers are the same.
+run_id and filters by time out of core (spilling to a temporary directory).
+runners.reporting.load turns what it keeps into records; export streams it to files.
 
 Store semantics are runners.store's, exactly: plain records and sweep envelopes
 may be mixed; an envelope without a record is skipped; only a store's last line
 may be torn (skipped with a warning, store.torn_tail); an unreadable line before
-it is corruption (the error names the line, found by store.iter_entries).
+it is corruption (the error names the line, found by store.iter_entries). A field
+whose value is not of the schema's type is refused the same way, naming the line
+and the field (DuckDB would read it as null, or give up on the store).
 """
 
 from __future__ import annotations
@@ -20,20 +20,18 @@ import io
 import json
 import os
 import shutil
-import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from . import store
+from .. import store
 
-SCHEMA = Path(__file__).resolve().parent.parent / "benchmarks" / "schema" / "result-1.json"
+SCHEMA = Path(__file__).resolve().parents[2] / "benchmarks" / "schema" / "result-1.json"
 EXTRA_TYPES = {"kind": "VARCHAR"}  # comm records (benchmarks.comm.record) share stores with training records
 BATCH = 20_000  # rows fetched from DuckDB at a time (export --csv)
 MAX_LINE = 32 << 20  # longest store line DuckDB reads (its buffers are a few times this)
@@ -95,6 +93,16 @@ def _type(node: dict, tree: dict, where: str) -> str:
     return SCALARS.get(node.get("type"), "JSON")  # free-form values: JSON text
 
 
+def flat_fields(kind: str) -> list[tuple[str, str]] | None:
+    """(field, type) of a STRUCT type `columns` gave whose fields are all scalars, else None."""
+    if not (kind.startswith("STRUCT(") and kind.endswith(")")):
+        return None
+    fields = [field.split('" ', 1) for field in kind[7:-1].split(", ")]
+    if not all(len(field) == 2 and field[1] in SCALARS.values() for field in fields):
+        return None
+    return [(name[1:], kind) for name, kind in fields]
+
+
 def columns(paths: Iterable[str]) -> dict[str, str]:
     """Top-level field -> DuckDB type holding just `paths` (dotted; through arrays too)."""
     root = _schema()
@@ -151,12 +159,13 @@ def _spec(cols: dict[str, str]) -> str:
     return "{" + ", ".join(f"'{name}': '{kind}'" for name, kind in both.items()) + "}"
 
 
-def _load_file(con, index: int, path: Path, cols: dict[str, str], select: list[str], where: list[tuple[str, list]],
+def _load_file(con, index: int, path: Path, paths: list[str], select: list[str], where: list[tuple[str, list]],
                warn: Callable[[str], None], tmp: str) -> None:
     """One store into the `rows` table, checked as runners.store reads it: its torn last line
     dropped with store.torn_tail's warning; any other unreadable line an error."""
     import duckdb
 
+    cols = columns(paths)
     # `r` is the record, field by field: a sweep envelope's `record`, else the line itself (one CASE per
     # field: packing whole structs to pick one costs as much again as parsing the line)
     fields = ", ".join(f'CASE WHEN sweep IS NOT NULL THEN record."{name}" ELSE "{name}" END AS "{name}"' for name in cols)
@@ -167,9 +176,16 @@ def _load_file(con, index: int, path: Path, cols: dict[str, str], select: list[s
                r.kind IS NOT DISTINCT FROM 'comm', _envelope_only, coalesce({chosen}, false), {", ".join(select)}
         FROM (SELECT sweep IS NULL AND record IS NULL AND run_id IS NULL AND status IS NULL AND config IS NULL AS _bad,
                      sweep IS NOT NULL AND record IS NULL AS _envelope_only, {fields}
-              FROM read_json(?, format='newline_delimited', columns={_spec(cols)}, ignore_errors=true,
+              FROM read_json(?, format='newline_delimited', columns={_spec(cols)}, ignore_errors=@IGNORE@,
                              maximum_object_size={MAX_LINE})) AS r"""
     params = [p for _, ps in where for p in ps]
+    try:  # strictly first: a value DuckDB cannot take as the schema's type fails here, not as null
+        con.execute(insert.replace("@IGNORE@", "false"), params + [str(path)])
+        return
+    except duckdb.InvalidInputException:
+        con.execute("DELETE FROM rows WHERE file = ?", [index])
+        check_types(path, paths)  # names the line and field, if that is why
+    insert = insert.replace("@IGNORE@", "true")  # a torn last line, or an unreadable one (named below)
     torn = store.torn_tail(path)
     try:
         con.execute(insert, params + [str(path)])
@@ -204,6 +220,60 @@ def _load_file(con, index: int, path: Path, cols: dict[str, str], select: list[s
         warn(torn[0])
 
 
+JSON_TYPES = {"string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "object": (dict,),
+              "array": (list,)}
+
+
+def _expected(node: dict, tree: dict, where: str) -> dict[str, tuple[str, dict]]:
+    """dotted path -> (the schema's JSON type, its sub-tree) for every path of `tree` with one type."""
+    try:
+        node = _resolve(node)
+    except ValueError:
+        return {}
+    out = {where: (node["type"], tree)} if where and node.get("type") in JSON_TYPES else {}
+    if node.get("type") == "array":
+        node = _resolve(node["items"]) if "items" in node else {}
+    for name, sub in tree.items():
+        if name in node.get("properties", {}):
+            out.update(_expected(node["properties"][name], sub, f"{where}.{name}" if where else name))
+    return out
+
+
+def check_types(path: Path, paths: list[str]) -> None:
+    """Refuse a store holding a record whose field (among those read) is not of the schema's type,
+    in one line naming the line and the field, as runners.store refuses a line that is not JSON."""
+    import warnings
+
+    expected = _expected({"type": "object", "properties": _schema()["properties"]}, _tree(p for p in paths if p not in EXTRA_TYPES), "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", store.StoreWarning)
+        for number, record in store.iter_numbered_records(path):
+            if record.get("kind") == "comm":  # shaped otherwise (benchmarks/comm/record.py), read whole elsewhere
+                continue
+            for field, value in _values(record, expected, ""):
+                kind = expected[field][0]
+                if value is not None and (isinstance(value, bool) and kind != "boolean"
+                                          or not isinstance(value, JSON_TYPES[kind])):
+                    shown = json.dumps(value)
+                    raise UsageError(f"{path}: line {number}: {field} is {shown[:40]}{'...' if len(shown) > 40 else ''}, "
+                                     f"not a JSON {kind} (the record schema's type)")
+
+
+def _values(value, expected: dict, where: str):
+    """(dotted path, value) of every path of `expected` found under `value`."""
+    if not isinstance(value, dict):
+        return
+    for name, sub in value.items():
+        field = f"{where}.{name}" if where else name
+        if field in expected:
+            yield field, sub
+            if expected[field][1] and isinstance(sub, dict):
+                yield from _values(sub, expected, field)
+            elif expected[field][0] == "array" and isinstance(sub, list):
+                for item in sub:
+                    yield from _values(item, expected, field)
+
+
 class _Prefix(io.RawIOBase):
     """The first `size` bytes of a file."""
 
@@ -232,7 +302,8 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
     import duckdb
 
     files = store_files(paths)
-    cols = columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields])
+    paths = ["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields]
+    cols = columns(paths)
     select, where = list(select), list(where)
     with tempfile.TemporaryDirectory(prefix="dlbench-scan-") as tmp:
         con = duckdb.connect(config={"memory_limit": MEMORY_LIMIT, "temp_directory": tmp,
@@ -247,7 +318,7 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
                         + ", ".join(f"c{i} {kind}" for i, kind in enumerate(types)) + ")")
             for index, path in enumerate(files):
                 try:
-                    _load_file(con, index, path, cols, select, where, warn, tmp)
+                    _load_file(con, index, path, paths, select, where, warn, tmp)
                 except OSError as error:
                     raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
                 except duckdb.Error as error:  # one line naming the store
@@ -271,150 +342,3 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
             yield con
         finally:
             con.close()
-
-
-class SlimRecord(Mapping):
-    """A record (or one of its flat sections) holding only some fields, read like the record's dict
-    (r["config"], r.get("trace")): slots instead of a dict, half the memory at a million records."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: str):
-        try:
-            return getattr(self, key)
-        except (AttributeError, TypeError):
-            raise KeyError(key) from None
-
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
-    def __iter__(self):
-        return iter(self.__slots__)
-
-    def __len__(self) -> int:
-        return len(self.__slots__)
-
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
-
-
-class Layout:
-    """Where `_builder` put each part of a slim record among the selected columns c0, c1, ...:
-    scalars by dotted path, flat and whole sections by name (a null flag, or the JSON text)."""
-
-    def __init__(self):
-        self.scalars: dict[str, int] = {}  # "status", "throughput.images_per_sec" -> column
-        self.null_flags: dict[str, int] = {}  # flat section -> its "IS NULL" column
-        self.texts: dict[str, int] = {}  # section kept as JSON text -> column
-        self.shared: dict[str, int] = {}  # shared section (a STRUCT in `rows`, an id in `read`) -> column
-        self.interned: list[int] = []  # short text with few distinct values
-
-
-def _builder(cols: dict[str, str], share: set[str]) -> tuple[list[str], Layout, Callable[[tuple, dict], SlimRecord]]:
-    """(SELECT expressions, where each part went, (row, shared values) -> slim record). Objects named
-    in `share` come as ids into one parsed value per distinct value (see `read`); other flat objects
-    as their fields plus a null flag (short text interned); anything else as JSON."""
-    select, lines, layout = [], [], Layout()
-    env = {"loads": json.loads, "intern": sys.intern, "text": _intern_or_none}
-    unique = {"run_id", "timestamp_utc"}
-    for name, kind in cols.items():
-        at = len(select)
-        if name in share:
-            select.append(f'r."{name}"')
-            layout.shared[name] = at
-            lines.append(f'r.{name} = None if row[{at}] is None else shared["{name}"][row[{at}]]')
-        elif kind.startswith("STRUCT(") and kind.endswith(")") and all(
-                f.split('" ', 1)[1] in SCALARS.values() for f in kind[7:-1].split(", ")):  # flat: fields and a flag
-            fields = [f.split('" ', 1) for f in kind[7:-1].split(", ")]
-            select.append(f'r."{name}" IS NULL')
-            layout.null_flags[name] = at
-            select.extend(f'r."{name}"."{field[1:]}"' for field, _ in fields)
-            layout.scalars.update({f"{name}.{field[1:]}": at + 1 + i for i, (field, _) in enumerate(fields)})
-            env[f"Flat_{name}"] = type(f"Flat_{name}", (SlimRecord,), {"__slots__": tuple(f[1:] for f, _ in fields)})
-            lines.append(f"if row[{at}]:\n        r.{name} = None\n    else:\n        r.{name} = o = Flat_{name}()")
-            lines.extend(f"    o.{field[1:]} = " + (f"text(row[{at + 1 + i}])" if t == "VARCHAR" else f"row[{at + 1 + i}]")
-                         for i, (field, t) in enumerate(fields))
-            layout.interned.extend(at + 1 + i for i, (_, t) in enumerate(fields) if t == "VARCHAR")
-        elif kind.startswith("STRUCT(") or kind.endswith("]") or kind == "JSON":
-            select.append(f'to_json(r."{name}")')
-            layout.texts[name] = at
-            lines.append(f"r.{name} = None if row[{at}] is None else loads(row[{at}])")
-        else:
-            select.append(f'r."{name}"')
-            layout.scalars[name] = at
-            lines.append(f"r.{name} = row[{at}]" if name in unique or kind != "VARCHAR" else f"r.{name} = text(row[{at}])")
-            if name not in unique and kind == "VARCHAR":
-                layout.interned.append(at)
-    env["Record"] = type("Record", (SlimRecord,), {"__slots__": tuple(cols)})
-    source = "def build(row, shared):\n    r = Record()\n" + "".join(f"    {line}\n" for line in lines) + "    return r\n"
-    exec(source, env)  # noqa: S102 - generated from the record schema's field names
-    return select, layout, env["build"]
-
-
-def _intern_or_none(value):
-    return None if value is None else sys.intern(value)
-
-
-class Rows:
-    """The records `read` found, as columns; slim records are built from them only for the rows asked
-    for (a report over a million records looks at a few thousand of them one by one)."""
-
-    def __init__(self, arrays: list, build: Callable[[tuple, dict], SlimRecord], shared: dict):
-        self.arrays, self._build, self._shared = arrays, build, shared
-
-    def __len__(self) -> int:
-        return len(self.arrays[0])
-
-    def records(self, index) -> list[SlimRecord]:
-        """The slim records at these row positions (a NumPy index array), in this order."""
-        return [self._build(row, self._shared) for row in zip(*(array[index].tolist() for array in self.arrays))]
-
-
-@dataclass
-class Read:
-    """What `read` found: its records, columns of them, and the stores that also hold `bench comm` records."""
-
-    rows: Rows
-    columns: dict  # name -> NumPy masked array, one value per record
-    comm_stores: list[str]
-
-
-def read(paths: Iterable[str | Path], fields: Iterable[str], share: Iterable[str] = (), *, values: Iterable[str] = (),
-         present: Iterable[str] = (), **filters) -> Read:
-    """The records of `scan` in store order, shaped like records but holding only `fields`, and as
-    NumPy arrays (masked where null) the scalar fields named in `values` (dotted, among `fields`),
-    for each section in `present` whether a record has it, and for each shared section the id of its
-    value (-1: null), so that equal ids mean the same object. Top-level objects named in `share` are
-    one object per distinct value, shared between records: a million records of a few hundred
-    configurations fit in memory. The columns spare the caller a million Python objects and passes
-    over them; the records it looks at one by one it gets from `Read.rows`."""
-    import numpy as np
-
-    fields, share = list(fields), set(share)
-    cols = columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields])
-    select, layout, build = _builder(cols, share)
-    with scan(paths, fields, select, **filters) as con:
-        # each shared section's distinct values get ids (in DuckDB): only those cross into Python, as JSON
-        shared, joins, out = {}, [], [f"rows.c{i}" for i in range(len(select))]
-        for name, at in layout.shared.items():
-            con.execute(f"CREATE TEMP TABLE shared_{name} AS SELECT value, to_json(value) AS json_text, "
-                        f"(row_number() OVER (ORDER BY to_json(value))) - 1 AS id "
-                        f"FROM (SELECT DISTINCT c{at} AS value FROM rows WHERE c{at} IS NOT NULL)")
-            shared[name] = [json.loads(text) for text, in
-                            con.execute(f"SELECT json_text FROM shared_{name} ORDER BY id").fetchall()]
-            joins.append(f"LEFT JOIN shared_{name} ON rows.c{at} = shared_{name}.value")
-            out[at] = f"shared_{name}.id"
-        con.execute(f"CREATE TEMP TABLE slim AS SELECT {', '.join(f'{e} AS c{i}' for i, e in enumerate(out))} "
-                    f"FROM rows {' '.join(joins)} ORDER BY rows.rowid")
-        con.execute("DROP VIEW records; DROP TABLE rows")  # its memory, before Python's grows
-        found = con.execute("SELECT * FROM slim").fetchnumpy()
-        arrays = [np.ma.asarray(found.pop(f"c{i}")) for i in range(len(out))]
-        for at in layout.interned:  # few distinct values (status, ci_method...): one string each
-            arrays[at] = np.ma.MaskedArray(np.fromiter(map(_intern_or_none, arrays[at].tolist()), dtype=object,
-                                                       count=len(arrays[at])), np.ma.getmaskarray(arrays[at]))
-        comm_stores = [path for path, in con.execute("SELECT path FROM stores WHERE comm ORDER BY file").fetchall()]
-    named = {path: arrays[layout.scalars[path]] for path in values}
-    named.update({f"has {name}": ~np.ma.filled(arrays[layout.null_flags[name]], True) if name in layout.null_flags
-                  else ~np.ma.getmaskarray(arrays[layout.texts[name]]) for name in present})
-    named.update({f"id {name}": np.ma.filled(arrays[at], -1) for name, at in layout.shared.items()})
-    return Read(Rows(arrays, build, shared), {name: np.ma.asarray(array) for name, array in named.items()}, comm_stores)

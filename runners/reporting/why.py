@@ -1,0 +1,204 @@
+"""Why it does not scale: the lost time per step T(N) - T(1), split into its parts (traces, the
+timed loop's input wait) and set beside the `bench comm` prediction. A sentence says why only
+where the loss is significant; else it says the runs cannot tell. Definitions: docs/reports.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.distributed import strategies
+
+from .aggregate import field_values, group, having, ok, welch
+from .keys import KEY_FIELDS, ids
+from .network import Predicted, predicted_transfer
+
+SIGNIFICANCE = 0.05  # Welch's p below which T(N) and T(1) differ (the verdict's)
+
+LOSS_PARTS = ("exposed_communication", "input_wait", "straggler_wait", "compute", "idle")
+LOSS_LABELS = {"exposed_communication": "exposed communication", "input_wait": "input wait",
+               "straggler_wait": "straggler wait", "compute": "compute slowdown", "idle": "idle (other)"}
+LOSS_TOLERANCE = 0.05  # of T(N): how far the parts' sum may miss the measured loss and still "add up"
+
+
+@dataclass
+class ScalingLoss:
+    key: dict  # the N-worker configuration
+    workers: int
+    t_n: float  # mean step time at N (timed loop), s
+    t_1: float  # the same at 1 worker
+    parts: dict[str, float | None]  # LOSS_PARTS -> s per step; None where not measurable
+    traced: bool  # both sides have usable traces (else only input wait and the remainder)
+    predicted: Predicted | None
+    overlap_fraction: float | None  # communication hidden under compute, at N
+    stretch: tuple[float | None, float | None]  # traced step / timed step at N and at 1 (profiler overhead)
+    runs: str
+    baseline_runs: str
+    p_value: float | None = None  # Welch's t-test of the records' step times at N against those at 1
+
+    @property
+    def significant(self) -> bool:
+        """Whether the runs tell T(N) from T(1): >= 2 records a side and Welch's p < SIGNIFICANCE."""
+        return self.p_value is not None and self.p_value < SIGNIFICANCE
+
+    @property
+    def loss(self) -> float:
+        return self.t_n - self.t_1
+
+    @property
+    def explained(self) -> float:
+        return sum(v for v in self.parts.values() if v is not None)
+
+    @property
+    def residual(self) -> float:
+        """Measured loss minus the sum of the parts: what the split does not account for."""
+        return self.loss - self.explained
+
+    @property
+    def adds_up(self) -> bool:
+        return abs(self.residual) <= LOSS_TOLERANCE * self.t_n
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    """The mean, or None where a part does not apply (straggler wait of asynchronous strategies)."""
+    return None if any(v is None for v in values) else _mean(values)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def traced_ranks(record: dict) -> list[dict]:
+    """The per-rank trace summaries of a record that has them for every training rank (else [])."""
+    ranks = ((record.get("trace") or {}).get("ranks")) or []
+    usable = [r for r in ranks if r and r.get("steps")]
+    return usable if usable and len(usable) == len(ranks) else []
+
+
+def trace_parts(record: dict) -> dict | None:
+    """Per-step parts from a record's traces, scaled to the timed step.
+
+    Synchronous strategies: per profiled step, the slowest rank (most compute) is the one the
+    others wait for, so the step is its step: straggler wait = its compute - the median rank's
+    compute, compute = the median rank's, exposed communication and idle = its own (it waits
+    least for the others, so its exposed communication is the transfer itself). These add up to
+    its step minus its traced input fetch. Asynchronous ones (PS): no worker waits for another
+    and the timed step is every worker's mean, so each part is the mean over workers of their
+    mean step, and straggler wait does not apply (None). The profiler stretches traced steps, so
+    every part is scaled by timed step / traced step (`stretch` = the inverse, in the report)."""
+    ranks = traced_ranks(record)
+    if not ranks:
+        return None
+    if strategies.get(record["config"]["strategy"]).synchronous:
+        per_step = []
+        for index in range(min(len(r["steps"]) for r in ranks)):
+            steps = [r["steps"][index] for r in ranks]
+            computes = [s["compute_s"] for s in steps]
+            slowest = max(steps, key=lambda s: s["compute_s"])
+            per_step.append({
+                "step": slowest["step_s"],
+                "straggler_wait": slowest["compute_s"] - _median(computes),
+                "exposed_communication": slowest["exposed_communication_s"],
+                "compute": _median(computes),
+                "idle": slowest["idle_s"],
+            })
+    else:
+        per_step = [{"step": r["mean"]["step_s"], "exposed_communication": r["mean"]["exposed_communication_s"],
+                     "compute": r["mean"]["compute_s"], "idle": r["mean"]["idle_s"]} for r in ranks]
+    traced_step = _mean([p["step"] for p in per_step])
+    scale = record["step_time_s"]["mean"] / traced_step
+    parts = {name: scale * _mean([p[name] for p in per_step]) for name in per_step[0] if name != "step"}
+    parts.setdefault("straggler_wait", None)
+    parts["stretch"] = 1 / scale
+    fractions = [r["overlap_fraction"] for r in ranks if r.get("overlap_fraction") is not None]
+    parts["overlap_fraction"] = _mean(fractions) if fractions else None
+    return parts
+
+
+def _twin(key: dict, candidates: dict[tuple, list[dict]]) -> list[dict]:
+    """The 1-worker records of the same configuration (same strategy first, else strategy none)."""
+    for strategy in (key["strategy"], strategies.DEFAULT):
+        twin = {**key, "workers": 1, "strategy": strategy}
+        for other_key, rs in candidates.items():
+            other = dict(zip(KEY_FIELDS, other_key))
+            if all(other[f] == twin[f] for f in KEY_FIELDS if f not in ("num_ps", "ps_placement")):
+                return rs
+    return []
+
+
+def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[ScalingLoss]:
+    """For every multi-worker configuration with a 1-worker twin: T(N) - T(1) per step, split."""
+    groups = group(ok(records))
+    out = []
+    for key_values, members in groups.items():
+        key = dict(zip(KEY_FIELDS, key_values))
+        if key["workers"] < 2:
+            continue
+        twins = ok(_twin(key, groups))
+        if not twins:
+            continue
+        steps_n, steps_1 = field_values(members, "step_time_s", "mean"), field_values(twins, "step_time_s", "mean")
+        t_n, t_1 = _mean(steps_n), _mean(steps_1)
+        input_wait = _mean(field_values(members, "input_wait_s", "mean")) - _mean(field_values(twins, "input_wait_s", "mean"))
+        traced_n = [p for p in map(trace_parts, having(members, "trace")) if p]
+        traced_1 = [p for p in map(trace_parts, having(twins, "trace")) if p]
+        parts: dict[str, float | None] = {name: None for name in LOSS_PARTS}
+        parts["input_wait"] = input_wait
+        overlap = None
+        if traced_n:
+            at_n = {name: _mean_or_none([p[name] for p in traced_n])
+                    for name in ("exposed_communication", "straggler_wait", "compute", "idle")}
+            if traced_1:
+                at_1 = {name: _mean([p[name] for p in traced_1]) for name in ("exposed_communication", "compute", "idle")}
+            else:  # no trace at 1 worker: its whole step but the input wait counts as compute
+                at_1 = {"exposed_communication": 0.0, "idle": 0.0,
+                        "compute": t_1 - _mean(field_values(twins, "input_wait_s", "mean"))}
+            parts.update(exposed_communication=at_n["exposed_communication"] - at_1["exposed_communication"],
+                         straggler_wait=at_n["straggler_wait"], compute=at_n["compute"] - at_1["compute"],
+                         idle=at_n["idle"] - at_1["idle"])
+            overlaps = [p["overlap_fraction"] for p in traced_n if p["overlap_fraction"] is not None]
+            overlap = _mean(overlaps) if overlaps else None
+        stretch = tuple(_mean([p["stretch"] for p in side]) if side else None for side in (traced_n, traced_1))
+        out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_transfer(members[0], comm_records),
+                               overlap, stretch, ids(members), ids(twins), welch(steps_n, steps_1)))
+    return out
+
+
+def verdict(loss: ScalingLoss) -> str:
+    """One sentence: the largest share of the lost time, with the microbenchmark's view of it; only
+    where T(N) and T(1) differ significantly."""
+    where = f"at {loss.workers} workers"
+    measured = {name: value for name, value in loss.parts.items() if value is not None}
+    if not loss.significant:
+        why = ("fewer than 2 differing runs on a side: repeat them for a verdict" if loss.p_value is None
+               else f"Welch p = {loss.p_value:.2g} over the runs' step times: no significant difference")
+        return f"{where}: {1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms/step at 1 worker; the runs cannot tell ({why})."
+    if loss.loss <= 0:
+        parts = ", ".join(f"{LOSS_LABELS[name]} {1e3 * value:+.1f} ms" for name, value in measured.items())
+        return (f"{where} a step takes no longer than at 1 worker ({1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms): "
+                f"nothing is lost (parts: {parts}).")
+    if not loss.traced:
+        return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input wait "
+                f"and the rest is not split (no --trace records on both sides).")
+    name = max(measured, key=lambda n: measured[n])
+    strategy = strategies.get(loss.key["strategy"])
+    exchange = strategy.exchange
+    label = f"{LOSS_LABELS[name]} ({exchange})" if name == "exposed_communication" else LOSS_LABELS[name]
+    sentence = f"{where}, {100 * measured[name] / loss.loss:.0f}% of the lost {1e3 * loss.loss:.1f} ms/step is {label}"
+    if name == "exposed_communication" and loss.predicted is not None:
+        p = loss.predicted
+        rate = f"{p.busbw_gbps:.2f} GB/s {'per worker' if strategy.uses_ps else 'busbw'}"
+        sentence += (f"; predicted {exchange}: {p.nbytes / 2**20:.1f} MiB at {rate} in {1e3 * p.seconds:.1f} ms, "
+                     f"{fmt_fraction(loss.overlap_fraction)} of the communication traced hidden under compute")
+    elif loss.parts.get("exposed_communication") is not None and name != "exposed_communication":
+        sentence += f"; exposed communication ({exchange}) is {100 * loss.parts['exposed_communication'] / loss.loss:.0f}%"
+    return sentence + "."
+
+
+def fmt_fraction(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
