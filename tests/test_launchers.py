@@ -87,11 +87,28 @@ def test_missing_launcher_binary_is_a_usage_error(capsys, monkeypatch):
 def test_srun_names_the_node_that_failed_not_the_survivor():
     srun = launchers.get("srun")
     assert srun.fault() is None
-    srun.said.extend(["bench: step 3/5000 (repeat 1): 4.1 images/sec", "srun: error: Node failure on node2",
-                      "slurmstepd-node1: error: *** STEP 7.0 ON node1 CANCELLED AT 2026-11-23T17:23:42 DUE TO NODE FAILURE ***",
-                      "srun: error: Node failure on node2", "srun: error: node1: task 0: Terminated"])
+    srun.said = ["bench: step 3/5000 (repeat 1): 4.1 images/sec", "srun: error: Node failure on node2",
+                 "slurmstepd-node1: error: *** STEP 7.0 ON node1 CANCELLED AT 2026-11-23T17:23:42 DUE TO NODE FAILURE ***",
+                 "srun: error: Node failure on node2", "srun: error: node1: task 0: Terminated"]
     assert srun.fault() == "Slurm node node2 failed during the run (srun: Node failure on node2)"
     assert launchers.get("local").fault() is None
+
+
+def test_horovodrun_names_the_rank_that_failed_first():
+    """horovodrun stops every rank once one fails; process 0 then records only SIGTERM. Its own words
+    (perf/fault_matrix.py, a rank killed in its image) name the rank."""
+    import socket
+
+    horovodrun = launchers.get("horovodrun")
+    assert horovodrun.fault() is None
+    horovodrun.said = ["RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus "
+                       "causing the job to be terminated. The first process to do so was:", "Process name: 1",
+                       "Exit code: 137", ""]
+    assert horovodrun.fault() == f"rank 1 was killed by SIGKILL on {socket.gethostname()}; horovodrun stopped the others"
+    horovodrun.said = ["Process name: 0", "Exit code: 137"]
+    assert horovodrun.fault() == f"process 0 was killed by SIGKILL on {socket.gethostname()}; horovodrun stopped the others"
+    horovodrun.said = ["Process name: 1", "Exit code: 3"]  # out of memory: its report to process 0 says so
+    assert horovodrun.fault() is None
 
 
 def ranks(*programs):

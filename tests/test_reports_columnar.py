@@ -1,4 +1,4 @@
-"""The DuckDB reader (runners.columnar) against the Python one it replaced (load.load_python),
+"""The DuckDB reader (runners.reporting.scan) against the Python one it replaced (load.load_python),
 and what it adds: several stores and directories, de-duplication by run_id, --where/--since/--until,
 export --parquet. Scale is measured by perf/report_scale.py, not here."""
 

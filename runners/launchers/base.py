@@ -7,11 +7,13 @@ and the exit code (process 0's). A launcher states only its argv.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ from benchmarks.distributed import strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import UsageError
 from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
+
+SAID_LINES = 500  # of a launcher's stderr, kept for fault()
 
 
 @dataclass
@@ -77,6 +81,7 @@ def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, n
 class Launcher(ABC):
     name: str
     binary: str | None = None
+    said: collections.deque | tuple = ()  # the launcher's last stderr lines, once run() has run it
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return spec.rank_env()
@@ -99,13 +104,32 @@ class Launcher(ABC):
 
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
         """Run the launcher in its own process group; stop the whole group after timeout_s
-        (the host's deadline: see benchmarks.processes) or on Ctrl-C."""
-        proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)}, start_new_session=True)
-        return wait_group([proc], timeout_s)
+        (the host's deadline: see benchmarks.processes) or on Ctrl-C. Its stderr (the ranks' too) is
+        relayed line by line and its last lines kept in `said`, where fault() reads what it reported."""
+        proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)},
+                                stderr=subprocess.PIPE, start_new_session=True)
+        self.said = collections.deque(maxlen=SAID_LINES)
+        relay = threading.Thread(target=_relay, args=(proc.stderr, self.said), daemon=True)
+        relay.start()
+        code = wait_group([proc], timeout_s)
+        relay.join(timeout=5)
+        return code
 
     def fault(self) -> str | None:
         """After a failed run: why the machines under the ranks failed (a node died), or None."""
         return None
+
+
+def _relay(stream, said: collections.deque) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        said.append(line.rstrip("\n"))
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # our stderr gone or its disk full: keep draining
+            pass
+    stream.close()
 
 
 def how_it_ended(returncode: int | None) -> str:

@@ -1,20 +1,15 @@
 """`srun`: Slurm job steps. Cyclic distribution spreads workers over nodes and puts the
 PS and the chief beside workers, as in seed 000; one failed task ends the step.
 
-srun's stderr is relayed line by line (ranks' output comes through it too) and kept, so
-that a run ended by a node failure (slurmd gone, the controller marks the node down and
-srun says `Node failure on NODE`) is recorded as a fault of the environment naming the node."""
+srun's stderr is relayed and kept (Launcher.run), so that a run ended by a node failure (slurmd
+gone, the controller marks the node down and srun says `Node failure on NODE`) is recorded as a
+fault of the environment naming the node."""
 
 from __future__ import annotations
 
-import collections
-import os
 import re
-import subprocess
-import sys
-import threading
 
-from .base import LaunchSpec, Launcher, wait_group
+from .base import LaunchSpec, Launcher
 
 NODE_FAILURE = re.compile(r"Node failure on ([A-Za-z0-9_.-]+)")  # not "STEP ... ON node1 CANCELLED": that is a survivor
 
@@ -22,9 +17,6 @@ NODE_FAILURE = re.compile(r"Node failure on ([A-Za-z0-9_.-]+)")  # not "STEP ...
 class SrunLauncher(Launcher):
     name = "srun"
     binary = "srun"
-
-    def __init__(self):
-        self.said: collections.deque[str] = collections.deque(maxlen=500)  # srun's last stderr lines
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic"]
@@ -35,26 +27,6 @@ class SrunLauncher(Launcher):
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         """Without --hosts, bench finds process 0's node in Slurm's own node list."""
         return spec.rank_env() if spec.hosts else spec.identity_env()
-
-    def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
-        proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)},
-                                stderr=subprocess.PIPE, start_new_session=True)
-        relay = threading.Thread(target=self._relay, args=(proc.stderr,), daemon=True)
-        relay.start()
-        code = wait_group([proc], timeout_s)
-        relay.join(timeout=5)
-        return code
-
-    def _relay(self, stream) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace")
-            self.said.append(line.rstrip("\n"))
-            try:
-                sys.stderr.write(line)
-                sys.stderr.flush()
-            except (OSError, ValueError):  # our stderr gone or its disk full: keep draining
-                pass
-        stream.close()
 
     def fault(self) -> str | None:
         nodes = []
