@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
-from benchmarks.errors import EXIT_ENVIRONMENT, UsageError
+from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.processes import host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
@@ -296,6 +296,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+        if record is not None and record["status"] != "ok" and not interrupted:
+            code = EXIT_CODE_BY_STATUS.get(record["status"], code)  # horovodrun and mpirun say 1 for any rank's end
         if interrupted and code != 0:
             code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
         return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
