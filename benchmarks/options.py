@@ -85,7 +85,8 @@ class Option:
         return "--" + self.dest.replace("_", "-")
 
     def default_from(self, environ) -> Any:
-        return environ.get(self.env, self.default) if self.env else self.default
+        """An empty variable is no value (the Horovod images set BENCH_FRAMEWORK= : --framework is needed)."""
+        return (environ.get(self.env) or self.default) if self.env else self.default
 
     def help_text(self) -> str:
         text = self.help % {"default": "none" if self.default is None else _shown(self.default),
