@@ -152,6 +152,6 @@ def test_help_text_fills_defaults_and_choices_from_the_table():
 def test_an_empty_environment_default_is_no_value():
     """The Horovod images set BENCH_FRAMEWORK= (no default framework): bench must ask for --framework
     in its own words, not refuse the framework ''."""
-    framework = next(o for o in OPTIONS if o.dest == "framework")
+    framework = OPTIONS["framework"]
     assert framework.default_from({"BENCH_FRAMEWORK": ""}) is None
     assert framework.default_from({"BENCH_FRAMEWORK": "torch"}) == "torch"
