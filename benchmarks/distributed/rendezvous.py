@@ -29,6 +29,7 @@ from typing import Callable
 RETRY_S = 0.2
 LOST_REPORT_WAIT_S = 5.0  # a vanished rank's own report (its supervisor's) wins if it comes within this
 GONE_CHECK_S = 1.0  # how often a rank waiting in a gather is checked for a closed connection
+BYE = "bye"  # a rank closing its connection on purpose; one that closes without it died
 DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
 
 
@@ -90,6 +91,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 if message["op"] == "fail":
                     if board.on_failure:
                         board.on_failure(message)  # must not raise: the run's outcome rides on it
+                    continue
+                if message["op"] == BYE:  # its part is done: leaving now is no failure
+                    finished = True
                     continue
                 rank, tag, finished = message["rank"], message["tag"], False
                 board.put(tag, rank, message["value"])
@@ -202,6 +206,10 @@ class Rendezvous:
             self._server.shutdown()
             self._server.server_close()
         if self._sock is not None:
+            try:
+                _send(self._sock, {"op": BYE, "rank": self.rank, "run": self.run_token})
+            except OSError:
+                pass  # process 0 is gone already
             self._lines.close()  # the socket's file object holds it open too
             self._sock.close()
 
