@@ -17,7 +17,7 @@ or by the collective failing: BOUND_KILL_S. At start-up, before the rank has met
 can tell it is gone but the launcher, which stops process 0 3 x STOP_GRACE_S after the rank died
 (process 0 may still be importing its framework): BOUND_STARTUP_S. A stopped rank answers nothing; `--timeout T` ends the
 run at T (plus the supervisor's grace); without it the collectives' own timeout (bench's
---rendezvous-timeout default, 300 s) does: `--long` runs that one.
+wait without --timeout, RENDEZVOUS_TIMEOUT_S = 300 s) does: `--long` runs that one.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.options import RENDEZVOUS_TIMEOUT_S  # noqa: E402
 from benchmarks.processes import STOP_GRACE_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,6 @@ BOUND_KILL_S = 30.0
 BOUND_STARTUP_S = 5.0 * STOP_GRACE_S  # the launcher's 3 x grace, then process 0's stop (SIGTERM, 2 x grace)
 STOP_TIMEOUT_S = 45  # --timeout of the SIGSTOP row that has one
 GRACE_S = 2.0 * STOP_GRACE_S  # the supervisor's stop grace (SIGTERM, then SIGKILL) and the record's write
-DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 PHASES = {  # bench's progress lines (stderr) that say a phase has begun, and how long after them to act
     "startup": (re.compile(r"meeting at "), 0.0),
     "warmup": (re.compile(r"\(warmup\)|warmup: \d+ batches"), 0.0),
@@ -96,7 +96,7 @@ def fault_rows(case: str, long: bool) -> list[dict]:
                  "extra": ["--timeout", str(STOP_TIMEOUT_S)], "bound_s": STOP_TIMEOUT_S + GRACE_S})
     if long:
         rows.append({"fault": "stop-rank", "phase": loop, "rank": rank, "signal": "STOP", "extra": [],
-                     "bound_s": DEFAULT_COLLECTIVE_TIMEOUT_S + GRACE_S})
+                     "bound_s": RENDEZVOUS_TIMEOUT_S + GRACE_S})
     return rows
 
 
