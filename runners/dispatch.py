@@ -260,6 +260,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         deadline = host_deadline(request.timeout_s)
         if deadline is not None:
             deadline += client.setup_s
+        spec.stop_grace_s += client.setup_s  # a stopped rank's client removes its container before it ends
         interrupted = []
 
         def on_stop(signum, frame):
@@ -276,7 +277,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             if launcher_name(request, runtime) is None:
                 argv = [*spec.bench, *spec.bench_args]
                 proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
-                code = wait_group([proc], deadline)
+                code = wait_group([proc], deadline, spec.stop_grace_s)
             else:
                 launcher = launchers.get(launcher_name(request, runtime))
                 argv = launcher.command(spec)

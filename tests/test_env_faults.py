@@ -32,14 +32,15 @@ LONG = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--b
         "--num-warmup-batches", "1", "--num-batches", "5000", "--num-threads", "1", "--display-every", "1"]
 
 
-def wait_for(condition, timeout: float, what: str, step: float = 0.05):
+def wait_for(condition, timeout: float, what: str, step: float = 0.05, seen=lambda: ""):
+    """condition()'s first true value; else AssertionError naming `what` and what `seen()` says was there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(step)
-    raise AssertionError(f"{what}: not within {timeout:g} s")
+    raise AssertionError(f"{what}: not within {timeout:g} s\n{seen()}")
 
 
 def read_until(stream, text: str, timeout: float) -> str:
@@ -219,8 +220,12 @@ def test_docker_daemon_stopped_mid_sweep_the_sweep_goes_on(private_dockerd, dlbe
     sweep = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         logs = tmp_path / "sweep.jsonl.logs"
-        wait_for(lambda: any("bench: step " in p.read_text(errors="replace") for p in logs.glob("*.log")),
-                 300, "the first point's progress", step=0.2)
+        wait_for(lambda: sweep.poll() is not None or any("bench: step " in p.read_text(errors="replace")
+                                                         for p in logs.glob("*.log")),
+                 300, "the first point's progress", step=0.2,
+                 seen=lambda: "logs:\n" + "\n".join(f"{p.name}: {p.read_text(errors='replace')[-1500:]}"
+                                                     for p in logs.glob("*.log")))
+        assert sweep.poll() is None, f"the sweep ended ({sweep.returncode}) before its 1st point ran: {sweep.stderr.read()}"
         private_dockerd.kill(signal.SIGTERM)
         out, err = sweep.communicate(timeout=300)
     finally:

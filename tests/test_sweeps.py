@@ -186,6 +186,18 @@ def test_dry_run_lists_commands_and_runs_nothing(tmp_path, capsys):
     assert not store_path.exists() and not (tmp_path / "sweep.jsonl.logs").exists()
 
 
+@pytest.mark.parametrize("runtime", ["docker", "apptainer", "udocker"])
+def test_a_container_runtime_plan_is_checked_and_shown_with_its_mounts(runtime, tmp_path, capsys):
+    """A point's check plans its run (the mounts must exist to be checked) without writing anything: a
+    relative placeholder once refused every container point ("invalid mount source 'record.jsonl'")."""
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(runtime=[runtime], image=["dlbench-torch:0.1.0"]))
+    assert cli.main(["sweep", str(plan), "--store", str(tmp_path / "sweep.jsonl"), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "1 to run" in err
+    assert "/tmp/RESULTS:/results" in out and "benchrun-dry-run-" not in out
+    assert not (tmp_path / "sweep.jsonl").exists()
+
+
 # --- real sweeps -------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -95,7 +95,7 @@ def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str |
         if not (runtimes.uses_image(v["runtime"]) and message.startswith("framework ") and "not installed" in message):
             return f"{label}: point [{point.label()}]: {message}"
     try:
-        dispatch.command(request, Path("record.jsonl"))
+        dispatch.dry_run_text(request)  # planned as it would run (mounts checked); nothing written
     except (ValueError, UsageError) as error:
         return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
     if point.launcher is not None and not launchers.get(point.launcher).available():
@@ -311,8 +311,8 @@ def _dry_run(console, args, points, skipped, requests, store_path: Path) -> int:
     _announce(console, args, points, skipped, todo, store_path)
     for point in points:
         state = "done" if point.config_hash in done else "run"
-        command = dispatch.command(requests[point.config_hash], Path("<record>"))
-        print(f"{point.config_hash}  {state:4}  {point.label()}\n    {shlex.join(command)}")
+        text = dispatch.dry_run_text(requests[point.config_hash])  # as `benchrun run --dry-run` shows it
+        print(f"{point.config_hash}  {state:4}  {point.label()}\n" + "".join(f"    {line}\n" for line in text.splitlines()), end="")
     for point, reason in skipped:
         print(f"{point.config_hash}  skip  {point.label()}  ({reason})")
     return EXIT_OK

@@ -36,6 +36,7 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)  # extra variables for every rank
     extra: list[str] = field(default_factory=list)  # launcher options passed through verbatim
     run_token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # this run's ranks meet only each other
+    stop_grace_s: float = 2 * STOP_GRACE_S  # process 0's time to end after SIGTERM (and its client's, to remove its container)
 
     @property
     def slots_per_host(self) -> int:
@@ -111,7 +112,7 @@ class Launcher(ABC):
         self.said = collections.deque(maxlen=SAID_LINES)
         relay = threading.Thread(target=_relay, args=(proc.stderr, self.said), daemon=True)
         relay.start()
-        code = wait_group([proc], timeout_s)
+        code = wait_group([proc], timeout_s, spec.stop_grace_s)
         relay.join(timeout=5)
         return code
 
@@ -138,18 +139,20 @@ def how_it_ended(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def wait_group(procs: list[subprocess.Popen], timeout_s: float | None) -> int:
+def wait_group(procs: list[subprocess.Popen], timeout_s: float | None, grace_s: float = 2 * STOP_GRACE_S) -> int:
     """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code."""
-    return wait_ranks(procs, timeout_s)[0]
+    return wait_ranks(procs, timeout_s, grace_s)[0]
 
 
-def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None) -> tuple[int, str | None]:
+def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
+               grace_s: float = 2 * STOP_GRACE_S) -> tuple[int, str | None]:
     """`wait_group`, and what a record cannot say because process 0 never wrote it: that process 0 was
     killed, or that a rank died and process 0, waiting for it where nobody can tell (meeting at start-up),
     had to be stopped. procs[i] is rank i.
 
     A rank other than 0 that fails makes process 0 record the failure and exit
     (bench's rendezvous); if process 0 does not within 3 x STOP_GRACE_S, it is stopped too.
+    A stopped process 0 gets grace_s after SIGTERM before its group is killed.
     """
     import time
 
@@ -175,7 +178,7 @@ def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None) -> tuple[
         if procs[0].poll() is None:
             procs[0].send_signal(signal.SIGTERM)  # lets bench write an 'interrupted'/'timeout' record
             try:
-                procs[0].wait(timeout=2 * STOP_GRACE_S)
+                procs[0].wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
         for proc in procs:

@@ -37,7 +37,7 @@ class LocalLauncher(Launcher):
             )
             for rank in range(spec.processes)
         ]
-        code, why = wait_ranks(procs, timeout_s)
+        code, why = wait_ranks(procs, timeout_s, spec.stop_grace_s)
         self._fault = None if why is None else f"{why} (on {socket.gethostname()})"
         return code
 

@@ -165,7 +165,7 @@ class Client:
     the signal itself (the Docker/Podman clients forward it, so bench records 'interrupted')."""
 
     shared: bool = False  # the node's ranks share one container the runtime names; the wrapper execs the command
-    setup_s: float = 0  # seconds a run may spend around bench (creating, removing its container): added to the host's grace
+    setup_s: float = 0  # seconds a run may spend around bench (creating, removing its container): added to every grace
 
     def start(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
         return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))  # the launcher's descriptors kept open

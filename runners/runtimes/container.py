@@ -97,7 +97,7 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
         if proc is not None and proc.poll() is None:
             client.stop(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
             try:
-                proc.wait(timeout=CLIENT_GRACE_S)  # then the container is removed by force
+                proc.wait(timeout=CLIENT_GRACE_S + client.setup_s)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
                 client.stop(proc, signal.SIGKILL)
         return 130

@@ -63,10 +63,38 @@ def _fmt(seconds: float) -> str:
     return f"{seconds:8.1f}s" if seconds < 600 else f"{seconds / 60:7.1f}min"
 
 
+KEPT = 20  # summaries kept in CACHE/test-phases: a CI run's, whose printed tail may be cut, read afterwards
+
+
 def pytest_terminal_summary(terminalreporter):
     if not _by_module:
         return
-    write = terminalreporter.write_line
+    said = []
+
+    def write(line: str) -> None:
+        terminalreporter.write_line(line)
+        said.append(line)
+
+    try:
+        _summary(terminalreporter, write)
+    finally:
+        _keep(said)
+
+
+def _keep(said: list[str]) -> None:
+    from .cache import CACHE
+
+    folder = CACHE / "test-phases"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / time.strftime("%Y%m%dT%H%M%S.txt")).write_text("\n".join(said) + "\n")
+        for old in sorted(folder.glob("*.txt"))[:-KEPT]:
+            old.unlink()
+    except OSError:  # a read-only or full cache: the summary was printed all the same
+        pass
+
+
+def _summary(terminalreporter, write) -> None:
     wall = time.monotonic() - _started
     totals = {phase: sum(m[phase] for m in _by_module.values()) for phase in PHASES}
     terminalreporter.section("time per phase (tests/infra/phases.py)")
@@ -79,7 +107,7 @@ def pytest_terminal_summary(terminalreporter):
         write(f"{module:44} {_tests[module]:5d} {_fmt(phases['setup'])} {_fmt(phases['call'])} "
               f"{_fmt(phases['teardown'])} {_fmt(sum(phases.values()))}")
     write("slowest tests:")
-    for nodeid, seconds in sorted(_calls.items(), key=lambda item: -item[1])[:12]:
+    for nodeid, seconds in sorted(_calls.items(), key=lambda item: -item[1])[:25]:
         write(f"  {nodeid[:90]:90} {_fmt(seconds)}")
     slow = [(name, s) for name, s in sorted(_fixtures.items(), key=lambda item: -item[1]) if s >= 1.0][:12]
     if slow:
