@@ -1,5 +1,5 @@
-"""Process control, stated once: stopping a process group, dying with a parent, reading
-/proc, turning a wait status into an exit code, and the grace ladder.
+"""Process control, stated once: stopping a process group, dying with a parent, finding
+processes (psutil), turning a wait status into an exit code, and the grace ladder.
 
 The grace ladder for a run with a time limit T (each layer gives the one below it
 time to stop by itself and write its record before stopping it):
@@ -8,8 +8,8 @@ time to stop by itself and write its record before stopping it):
     the host       (runners.dispatch) stops the launcher or container at T + HOST_GRACE_S;
     a sweep        stops the point's process at T + SWEEP_GRACE_S.
 
-Standard library only: bench, the launchers and the sweep all import it, and the
-launchers must not pull in pydantic for it.
+The standard library and psutil (imported where used) only: bench, the launchers and the
+sweep all import it, and the launchers must not pull in pydantic for it.
 """
 
 from __future__ import annotations
@@ -79,68 +79,75 @@ def become_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    """Fields of /proc/PID/stat after the command name: [state, ppid, ...]; None if gone."""
+def _process(pid: int):
+    import psutil  # lazily: bench --help stays light
+
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+        return psutil.Process(pid)
+    except psutil.Error:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return fields if len(fields) >= 2 else None
+
+
+def _live(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE  # a zombie is dead, only waiting to be reaped
+    except psutil.Error:
+        return False
 
 
 def alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] != b"Z"  # a zombie is dead, only waiting to be reaped
+    proc = _process(pid)
+    return proc is not None and _live(proc)
 
 
 def parent(pid: int) -> int | None:
-    fields = _stat(pid)
-    return None if fields is None else int(fields[1])
+    import psutil
+
+    proc = _process(pid)
+    try:
+        return None if proc is None else proc.ppid()
+    except psutil.Error:
+        return None
 
 
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+def descendants(pid: int | None = None, recursive: bool = True) -> list[int]:
+    """Every live descendant of pid (default: this process); only its children if not recursive."""
+    import psutil
 
-
-def _children_by_parent() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for pid in _pids():
-        fields = _stat(pid)
-        if fields is not None and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(pid)
-    return children
+    proc = _process(os.getpid() if pid is None else pid)
+    try:
+        found = [] if proc is None else proc.children(recursive=recursive)
+    except psutil.Error:
+        return []
+    return [child.pid for child in found if _live(child)]
 
 
 def children(pid: int | None = None) -> list[int]:
-    """The live children of pid (default: this process), from /proc."""
-    return _children_by_parent().get(os.getpid() if pid is None else pid, [])
+    """The live children of pid (default: this process)."""
+    return descendants(pid, recursive=False)
 
 
-def descendants(pid: int | None = None) -> list[int]:
-    """Every live descendant of pid (default: this process), from /proc."""
-    by_parent = _children_by_parent()
-    out, todo = [], [os.getpid() if pid is None else pid]
-    while todo:
-        for child in by_parent.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+def command_lines() -> dict[int, list[str]]:
+    """Every process's argv (those it may read)."""
+    import psutil
+
+    return {proc.pid: proc.info["cmdline"] for proc in psutil.process_iter(["cmdline"]) if proc.info["cmdline"]}
 
 
-def command_lines() -> dict[int, list[bytes]]:
-    """Every process's argv (those it may read), from /proc/PID/cmdline."""
-    argvs = {}
-    for pid in _pids():
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group `pgid`."""
+    import psutil
+
+    members = []
+    for proc in psutil.process_iter():
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")[:-1]
-        except OSError:
+            if os.getpgid(proc.pid) == pgid and _live(proc):
+                members.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
             continue
-        if argv:
-            argvs[pid] = argv
-    return argvs
+    return members
 
 
 def signal_all(pids: list[int], sig: int) -> list[int]:

@@ -188,10 +188,9 @@ def exec_session_processes(container_id: str) -> list[int]:
     conmon (`conmon -c CONTAINER_ID ... --exec-process-spec FILE`; the container's own has no such file).
     Found on the host, as the container's own view cannot tell them apart: podman-hpc's MPI modules run
     the shared container in the host's PID namespace (--pid=host), where `podman top` lists every process."""
-    cid = container_id.encode()
     sessions = [pid for pid, argv in command_lines().items()
-                if os.path.basename(argv[0]) == b"conmon" and b"--exec-process-spec" in argv
-                and any(flag in (b"-c", b"--cid") and value == cid for flag, value in zip(argv, argv[1:]))]
+                if os.path.basename(argv[0]) == "conmon" and "--exec-process-spec" in argv
+                and any(flag in ("-c", "--cid") and value == container_id for flag, value in zip(argv, argv[1:]))]
     return [pid for session in sessions for pid in children(session)]
 
 

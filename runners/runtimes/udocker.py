@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
+from benchmarks.processes import group_members
 
 from .base import Client, Command, Invocation, Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
 
@@ -60,21 +61,6 @@ def tags_in(tar: Path) -> list[str]:
         return [tag for entry in manifest for tag in entry.get("RepoTags") or []]
     except (OSError, KeyError, ValueError, TypeError, AttributeError, tarfile.TarError):
         return []
-
-
-def group_members(pgid: int) -> list[int]:
-    """The processes of process group `pgid` (from /proc: no dependency for a user's own venv)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path("/proc", entry, "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-            if int(fields[2]) == pgid:
-                members.append(int(entry))
-    return members
 
 
 @dataclass(frozen=True)

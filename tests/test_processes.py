@@ -1,0 +1,39 @@
+"""benchmarks.processes finds a real process tree (psutil): children, descendants, parents, a group's
+members and argv; a zombie counts as gone; a stopped group leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from benchmarks import processes
+
+PARENT = ("import subprocess, sys, time\n"
+          "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+          "print(child.pid, flush=True)\n"
+          "time.sleep(60)\n")
+
+
+def test_a_process_tree_is_found_and_a_zombie_is_gone():
+    top = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        leaf = int(top.stdout.readline())
+        assert processes.children(top.pid) == [leaf]
+        assert {top.pid, leaf} <= set(processes.descendants())
+        assert top.pid in processes.children()  # of this process
+        assert processes.parent(leaf) == top.pid and processes.alive(leaf)
+        assert sorted(processes.group_members(top.pid)) == sorted([top.pid, leaf])
+        assert processes.command_lines()[top.pid][:2] == [sys.executable, "-c"]
+        os.kill(leaf, signal.SIGKILL)  # not reaped by its parent: a zombie, which is dead
+        deadline = time.monotonic() + 10
+        while processes.alive(leaf) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not processes.alive(leaf) and processes.children(top.pid) == []
+        assert processes.group_members(top.pid) == [top.pid]
+    finally:
+        processes.stop_process_group(top, grace_s=5)
+    assert top.returncode == -signal.SIGTERM and not processes.alive(top.pid)
+    assert processes.parent(top.pid) is None and processes.descendants(top.pid) == []
