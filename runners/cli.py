@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         check_working_directory()
         args = parser().parse_args(argv)
         return args.run(args)
-    except (UsageError, ValueError) as error:  # ValueError: a launcher or runtime refusing a combination
+    except UsageError as error:  # a refusal says so; any other exception is a bug (below), never "bad input"
         print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OutputError as error:

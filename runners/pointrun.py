@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
             outcome = run(request)
             result = {"record": outcome.record, "exit_code": outcome.exit_code, "command": outcome.command,
                       "error": outcome.fault if outcome.record is None else None}
-        except (ValueError, UsageError) as error:  # dispatch refusing the request (runtime not available, ...)
+        except UsageError as error:  # dispatch refusing the request (runtime not available, ...)
             result = {"record": None, "exit_code": 2, "command": [], "error": str(error).splitlines()[0]}
         sys.stdout.flush()
         sys.stderr.flush()

@@ -22,6 +22,12 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from benchmarks.errors import UsageError
+
+
+class CorruptStore(UsageError):
+    """A line that is not a JSON object, before the last: the user's file, named with its line (exit 2)."""
+
 
 class StoreWarning(UserWarning):
     """A store's incomplete last line was skipped (or cut off by `repair_tail`)."""
@@ -61,9 +67,9 @@ def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator
                         warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning,
                                       stacklevel=3)
                         return
-                    raise ValueError(f"{path}: line {number} is not valid JSON: {error}") from None
+                    raise CorruptStore(f"{path}: line {number} is not valid JSON: {error}") from None
                 if not isinstance(obj, dict):
-                    raise ValueError(f"{path}: line {number} is not a JSON object")
+                    raise CorruptStore(f"{path}: line {number} is not a JSON object")
                 yield number, obj
         if carry.strip():  # bytes after the last newline: a write cut short
             warnings.warn(f"{path}: line {number + 1} is incomplete (torn write): skipped", StoreWarning, stacklevel=3)

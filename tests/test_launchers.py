@@ -7,6 +7,7 @@ import pytest
 
 from infra.helpers import ROOT
 from infra.slurm import require_mpich
+from benchmarks.errors import UsageError
 from runners import launchers
 from runners.cli import main
 
@@ -37,7 +38,7 @@ def test_torchrun_argv():
     assert argv("torchrun")[1:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "4", "--no-python",
                                     "bench", *SPEC["bench_args"]]
     assert argv("torchrun", bench=[sys.executable, "-m", "benchmarks"])[6:8] == ["-m", "benchmarks"]
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError, match="torchrun starts one node per invocation"):
         argv("torchrun", hosts=["a", "b"])
 
 

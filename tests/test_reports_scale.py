@@ -149,13 +149,13 @@ def test_chunked_store_lines(tmp_path, monkeypatch, block):
         assert [r["run_id"] for r in store.iter_records(path, mentioning=b'"comm"')] == ["a", "c"]
     assert [str(w.message) for w in caught] == [f"{path}: line 6 is not valid JSON (torn write?): skipped"]
     path.write_text('{"run_id": "a"}\n{"run_id": "x", "kind": "comm"\n' + "\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"s.jsonl: line 2 is not valid JSON: Expecting ',' delimiter: line 2 column 1"):
+    with pytest.raises(store.CorruptStore, match=r"s.jsonl: line 2 is not valid JSON: Expecting ',' delimiter: line 2 column 1"):
         list(store.iter_records(path, mentioning=b'"comm"'))
     # a bad line without the bytes looked for is not read at all
     path.write_text('{"run_id": "a"}\n{"run_id": "x", "kind": \n' + "\n".join(lines) + "\n")
     assert [r["run_id"] for r in store.iter_records(path, mentioning=b'"comm"')] == ["a", "c"]
     path.write_text('{"run_id": "a"}\n[1, 2]\n')
-    with pytest.raises(ValueError, match="line 2 is not a JSON object"):
+    with pytest.raises(store.CorruptStore, match="line 2 is not a JSON object"):
         list(store.iter_records(path))
 
 

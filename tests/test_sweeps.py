@@ -163,7 +163,7 @@ def test_iter_records_reads_plain_and_envelopes_and_skips_a_torn_tail(tmp_path):
     assert path.read_text().endswith('"error": "boom"}\n')
     assert not store.repair_tail(path)
     path.write_text('{"a": 1}\nnot json\n{"b": 2}\n')
-    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+    with pytest.raises(store.CorruptStore, match="line 2 is not valid JSON"):
         list(store.iter_records(path))
 
 

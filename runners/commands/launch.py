@@ -14,7 +14,7 @@ import argparse
 import shlex
 import sys
 
-from benchmarks.errors import choices
+from benchmarks.errors import UsageError, choices
 from benchmarks.processes import host_deadline
 
 from .. import launchers
@@ -41,7 +41,11 @@ def add_parser(sub) -> None:
 
 def launch_spec(args) -> launchers.LaunchSpec:
     bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    return launchers.launch_spec(shlex.split(args.bench_command), bench_args, args.num_workers, args.num_ps,
+    try:
+        bench = shlex.split(args.bench_command)
+    except ValueError as error:  # "No closing quotation"
+        raise UsageError(f"--bench-command {args.bench_command!r}: {error}") from None
+    return launchers.launch_spec(bench, bench_args, args.num_workers, args.num_ps,
                                  args.timeout, [h for h in args.hosts.split(",") if h], args.launcher_arg)
 
 

@@ -96,7 +96,7 @@ def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str |
             return f"{label}: point [{point.label()}]: {message}"
     try:
         dispatch.dry_run_text(request)  # planned as it would run (mounts checked); nothing written
-    except (ValueError, UsageError) as error:
+    except UsageError as error:
         return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
     if point.launcher is not None and not launchers.get(point.launcher).available():
         binary = launchers.get(point.launcher).binary
@@ -113,7 +113,7 @@ def read_store(path: Path) -> list[dict]:
         warnings.simplefilter("always", store.StoreWarning)
         try:
             entries = list(store.iter_entries(path))
-        except ValueError as error:
+        except store.CorruptStore as error:
             raise UsageError(f"--store {error}") from None
     for warning in caught:
         print(f"benchrun: warning: {warning.message}", file=sys.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from benchmarks.errors import UsageError
+
 from .base import LaunchSpec, Launcher
 
 
@@ -13,7 +15,7 @@ class TorchrunLauncher(Launcher):
 
     def command(self, spec: LaunchSpec) -> list[str]:
         if spec.hosts:
-            raise ValueError("torchrun starts one node per invocation: run it under srun for several hosts")
+            raise UsageError("torchrun starts one node per invocation: run it under srun for several hosts")
         argv = [self.executable(), "--standalone", "--nnodes", "1", "--nproc-per-node", str(spec.processes), *spec.extra]
         bench = spec.bench
         if bench[:3] == [sys.executable, "-m", "benchmarks"]:

@@ -206,8 +206,6 @@ def _parsed(path, warn: Callable[[str], None], mentioning: bytes | None = None) 
         warnings.simplefilter("always", store.StoreWarning)
         try:
             found = list(store.iter_records(path, mentioning=mentioning))
-        except ValueError as error:
-            raise UsageError(str(error)) from None
         except OSError as error:
             raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
     for warning in caught:

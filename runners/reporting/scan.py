@@ -206,13 +206,10 @@ def _load_file(con, index: int, path: Path, paths: list[str], select: list[str],
     if bad:
         import warnings
 
-        try:  # where and why, in runners.store's words
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", store.StoreWarning)
-                for _ in store.iter_entries(path):
-                    pass
-        except ValueError as error:
-            raise UsageError(str(error)) from None
+        with warnings.catch_warnings():  # where and why, in runners.store's words (CorruptStore)
+            warnings.simplefilter("ignore", store.StoreWarning)
+            for _ in store.iter_entries(path):
+                pass
     if bad or unlike:
         raise UsageError(f"{str(path)!r} holds a JSON line that is not a dlbench record "
                          "(needs run_id, status, config.framework, config.model)")
