@@ -101,7 +101,7 @@ def _value_type(option: Option):
     return Annotated[(base, *rules)] if rules else base
 
 
-class Matrix(_Model):
+class _Matrix(_Model):
     framework: Axis(_value_type(OPTIONS["framework"]))
     model: Axis(_value_type(OPTIONS["model"]))
     batch_size: Axis(_value_type(OPTIONS["batch_size"]))
@@ -112,6 +112,10 @@ class Matrix(_Model):
     runtime: Axis(Name) = [runtimes.DEFAULT]
     image: Axis(Optional[Name]) = [None]
 
+    def varied(self) -> dict[str, list]:
+        """The bench options given as axes (seed, lr_rule, ...): each point gets one value of each as a bench option."""
+        return {name: values for name, values in self.model_dump().items() if name not in AXES and values is not None}
+
 
 def _number_not_bool(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -119,7 +123,11 @@ def _number_not_bool(value):
     return value
 
 
-MATRIX_OPTIONS = ("framework", "model", "batch_size", "strategy", "num_ps", "data_dir")  # the matrix's axes
+MATRIX_OPTIONS = ("framework", "model", "batch_size", "strategy", "num_ps", "data_dir")  # the matrix's own axes
+BENCH_AXES = [o for o in CONFIG_OPTIONS if o.dest not in MATRIX_OPTIONS]  # bench options: a `bench:` value or an axis
+
+# Any bench option may also be an axis (`seed: [1, 2, 3]`); the nine above are the matrix's own.
+Matrix = create_model("Matrix", __base__=_Matrix, **{o.dest: (Optional[Axis(_value_type(o))], None) for o in BENCH_AXES})
 
 
 class _BenchOptions(_Model):
@@ -132,7 +140,7 @@ class _BenchOptions(_Model):
 
 # bench flags given to every run: the run configuration's options the matrix does not own.
 BenchOptions = create_model("BenchOptions", __base__=_BenchOptions, **{
-    o.dest: (Optional[_value_type(o)], None) for o in CONFIG_OPTIONS if o.dest not in MATRIX_OPTIONS})
+    o.dest: (Optional[_value_type(o)], None) for o in BENCH_AXES})
 
 
 def _positive_number(value: Union[int, float]) -> float:
@@ -195,7 +203,7 @@ def parse_plan(data: Any, label: str) -> Plan:
     if not isinstance(data, dict):
         raise PlanError([f"{label}: must be a YAML mapping with a 'matrix' key, got {type(data).__name__}"])
     try:
-        return Plan.model_validate(data)
+        plan = Plan.model_validate(data)
     except ValidationError as error:
         lines, seen = [], set()
         for item in error.errors():
@@ -204,6 +212,10 @@ def parse_plan(data: Any, label: str) -> Plan:
                 seen.add(line)
                 lines.append(line)
         raise PlanError(lines) from None
+    both = [name for name in plan.matrix.varied() if name in plan.bench.given()]
+    if both:
+        raise PlanError([f"{label}: matrix.{name}: also given in bench (one value: bench; several: matrix)" for name in both])
+    return plan
 
 
 def load_plan(path: str | os.PathLike) -> Plan:
@@ -234,6 +246,7 @@ class Point:
     bench: dict  # the plan's bench options that were given
     launcher: str | None  # None: one process, no launcher
     launcher_args: list[str] = field(default_factory=list)
+    varied: tuple[str, ...] = ()  # the bench options the plan's matrix varies: named in the label
 
     @property
     def processes(self) -> int:
@@ -263,6 +276,7 @@ class Point:
             parts.append(f"runtime={v['runtime']}")
         if v["image"]:
             parts.append(f"image={v['image']}")
+        parts += [f"{name}={self.bench[name]}" for name in self.varied]
         return " ".join(parts)
 
     def bench_args(self) -> list[str]:
@@ -293,17 +307,21 @@ def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
     host, once, with image null.
     """
     m = plan.matrix
-    bench = plan.bench.given()
+    varied = m.varied()
     run, skipped, seen = [], [], set()
-    for framework, model, batch_size, ranks, num_ps, strategy, data, runtime, image in itertools.product(
-        m.framework, m.model, m.batch_size, m.ranks, m.num_ps, m.strategy, m.data, m.runtime, m.image
+    for *axes, options_given in itertools.product(
+        m.framework, m.model, m.batch_size, m.ranks, m.num_ps, m.strategy, m.data, m.runtime, m.image,
+        itertools.product(*varied.values())
     ):
+        framework, model, batch_size, ranks, num_ps, strategy, data, runtime, image = axes
         if not runtimes.uses_image(runtime):
             image = None
         values = dict(framework=framework, model=model, batch_size=batch_size, ranks=ranks, num_ps=num_ps,
                       strategy=strategy, data=data, runtime=runtime, image=image)
+        bench = {**plan.bench.given(), **dict(zip(varied, options_given))}
         multi = strategies.get(strategy).processes(ranks, num_ps) > 1
-        point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [])
+        point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [],
+                      tuple(varied))
         if point.config_hash in seen:
             continue
         seen.add(point.config_hash)

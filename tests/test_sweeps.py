@@ -122,6 +122,30 @@ def test_product_order_and_skip_rules():
                                    "--strategy", "none"]
 
 
+def test_any_bench_option_is_an_axis_the_innermost():
+    """Seeds and learning-rate rules (a time-to-accuracy study) vary like the matrix's own axes: each point
+    gets one value of each as its bench option, named in its label and covered by its hash."""
+    plan = parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": [32, 512],
+                                  "seed": [1, 2, 3], "lr_rule": ["none", "linear"]},
+                       "bench": {"target_accuracy": 0.8, "image_size": 28}}, "p")
+    run, skipped = expand(plan)
+    assert len(run) == 2 * 3 * 2 and not skipped and len({p.config_hash for p in run}) == 12
+    assert [(p.values["batch_size"], p.bench["seed"], p.bench["lr_rule"]) for p in run[:3]] == [
+        (32, 1, "none"), (32, 1, "linear"), (32, 2, "none")]
+    assert run[1].label() == "torch smallcnn bs=32 ranks=1 seed=1 lr_rule=linear"
+    assert run[1].bench == {"target_accuracy": 0.8, "image_size": 28, "seed": 1, "lr_rule": "linear"}
+    args = run[1].bench_args()
+    assert args[args.index("--seed") + 1] == "1" and args[args.index("--lr-rule") + 1] == "linear"
+    same = parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": [32, 512]},
+                       "bench": {"target_accuracy": 0.8, "image_size": 28, "seed": 1, "lr_rule": "linear"}}, "p")
+    assert expand(same)[0][0].config_hash == run[1].config_hash  # one value as an axis or in bench: one point
+    with pytest.raises(PlanError, match=r"p: matrix.seed: also given in bench \(one value: bench; several: matrix\)"):
+        parse_plan({"matrix": {"framework": "torch", "model": "alexnet", "batch_size": 2, "seed": [1, 2]},
+                    "bench": {"seed": 3}}, "p")
+    with pytest.raises(PlanError, match=r"p: matrix.lr_rule\[1\]: unknown value 'cosine' \(choices: none, linear, sqrt, lars\)"):
+        parse_plan({"matrix": {"framework": "torch", "model": "alexnet", "batch_size": 2, "lr_rule": ["none", "cosine"]}}, "p")
+
+
 def test_config_hash_is_stable():
     base = {"matrix": {"framework": ["torch"], "model": ["alexnet"], "batch_size": [2]},
             "bench": {"image_size": 64, "num_batches": 1}}
