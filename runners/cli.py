@@ -9,11 +9,8 @@ import argparse
 import importlib
 import sys
 
-from benchmarks.durable import OutputError
 from benchmarks.errors import (EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError,
                                check_working_directory, debug_enabled, report_internal_error)
-
-from .mlflow_export import TrackingError
 
 COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
 
@@ -35,6 +32,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        return _main(argv)
+    except KeyboardInterrupt:  # also while the modules below are imported (a Ctrl-C right after the start)
+        print("benchrun: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
+    from benchmarks.durable import OutputError
+
+    from .mlflow_export import TrackingError
+
+    try:
         check_working_directory()
         args = parser().parse_args(argv)
         return args.run(args)
@@ -48,9 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     except TrackingError as error:  # an MLflow tracking store unreachable or refusing a write
         print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
-    except KeyboardInterrupt:
-        print("benchrun: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except Exception as error:  # noqa: BLE001 - a bug: one line and a log, unless --debug
         if debug_enabled(argv[:argv.index("--")] if "--" in argv else argv):
             raise
