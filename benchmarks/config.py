@@ -12,6 +12,7 @@ from typing import Optional
 
 from .dataset import validate_data_dir
 from .distributed import strategies
+from . import framework_specs
 from .errors import UsageError, choices
 from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
 from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
@@ -19,9 +20,6 @@ from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST
 
 FRAMEWORKS = choices_of("framework")
 FRAMEWORK_ALIASES = OPTIONS["framework"].aliases
-# Modules whose presence (not import) tells whether a framework is installed.
-FRAMEWORK_MODULES = {"torch": ("torch", "torchvision"), "tensorflow": ("tensorflow",)}
-NATIVE_DATA_FORMAT = {"torch": "channels_first", "tensorflow": "channels_last"}
 
 STRATEGIES = strategies.NAMES  # each one's frameworks, processes and roles: distributed/strategies/
 PS_PLACEMENTS = choices_of("ps_placement")
@@ -68,9 +66,10 @@ def resolve_framework(name: str | None) -> str:
 
 
 def require_installed(framework: str) -> None:
-    missing = [m for m in FRAMEWORK_MODULES[framework] if importlib.util.find_spec(m) is None]
+    missing = [m for m in framework_specs.FRAMEWORKS[framework].modules if importlib.util.find_spec(m) is None]
     if missing:
-        installed = [f for f in FRAMEWORKS if all(importlib.util.find_spec(m) for m in FRAMEWORK_MODULES[f])]
+        installed = [name for name, spec in framework_specs.FRAMEWORKS.items()
+                     if all(importlib.util.find_spec(m) for m in spec.modules)]
         raise UsageError(
             f"framework {framework!r} is not installed in this environment (missing: {choices(missing)}; "
             f"installed: {choices(installed) or 'none'})"
@@ -101,18 +100,21 @@ def build_config(
     framework = resolve_framework(framework)
     check_values({"model": model, "image_size": image_size, "data_format": data_format, **options})
     image_size = image_size_for(model, image_size)
-    if options.get("xla") and framework != "tensorflow":
-        raise UsageError("--xla applies to --framework tensorflow only")
-    if options.get("compile") is not None and framework != "torch":
-        raise UsageError("--compile applies to --framework torch only (TensorFlow compiles its step with --xla)")
+    spec = framework_specs.FRAMEWORKS[framework]
+    for flag in ("xla", "compile"):  # off: False or None
+        owner = framework_specs.owner_of(flag)
+        if options.get(flag) not in (None, False) and owner is not spec:
+            raise UsageError(f"--{flag} applies to --framework {owner.name} only "
+                             f"({spec.title} compiles its step with --{spec.own_flags[0]})")
     if options.get("device") == "cpu":  # --device auto on a CPU-only host: the backend refuses the same way
         from .precision import plan
 
         plan(options.get("precision", DEFAULTS["precision"]), "cpu")
     validate_strategy(framework, options)
     validate_accuracy(options)
-    if framework == "tensorflow" and data_format == "channels_first" and options.get("device") == "cpu":
-        raise UsageError("--data-format channels_first: TensorFlow's CPU convolutions support only channels_last")
+    if data_format and data_format not in spec.cpu_data_formats and options.get("device") == "cpu":
+        raise UsageError(f"--data-format {data_format}: {spec.title}'s CPU convolutions support only "
+                         f"{choices(spec.cpu_data_formats)}")
     data_dir = options.get("data_dir")
     if data_dir is not None:
         options["data_dir"] = str(validate_data_dir(data_dir))
@@ -120,7 +122,7 @@ def build_config(
         framework=framework,
         model=model,
         image_size=image_size,
-        data_format=data_format or NATIVE_DATA_FORMAT[framework],
+        data_format=data_format or spec.data_format,
         **options,
     )
     if installed_here:

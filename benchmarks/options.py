@@ -20,6 +20,7 @@ from .comm import BACKENDS
 from .compilation import COMPILE_MODES
 from .distributed import strategies
 from .errors import UsageError, choices
+from .framework_specs import ALIASES, FRAMEWORKS
 from .models import MODELS
 from .precision import PRECISIONS
 
@@ -156,7 +157,7 @@ def _table(*options: Option) -> dict[str, Option]:
 OPTIONS: dict[str, Option] = _table(
     # what to train
     Option("framework", str, None, "%(choices)s; default: $BENCH_FRAMEWORK, set in each image", "what",
-           choices=("torch", "tensorflow"), aliases={"tf": "tensorflow", "pytorch": "torch"}, noun="framework",
+           choices=tuple(FRAMEWORKS), aliases=ALIASES, noun="framework",
            env="BENCH_FRAMEWORK", commands=BOTH, config=True),
     Option("model", str, "resnet50", "%(choices)s (default: %(default)s)", "what", tuple(MODELS), noun="model",
            commands=BOTH, config=True),

@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
@@ -41,15 +42,13 @@ from .launchers.base import wait_group
 from .runtimes.base import RunPlan
 from .runtimes.container import ContainerSpec, argv_for
 
-IMAGES = {"tensorflow": "dlbench-tensorflow:latest", "tf": "dlbench-tensorflow:latest",
-          "torch": "dlbench-torch:latest", "pytorch": "dlbench-torch:latest"}
 
 
 @dataclass
 class RunRequest:
     bench_args: list[str]
     runtime: str = runtimes.DEFAULT
-    image: str | None = None  # None: the framework's image (IMAGES), for container runtimes
+    image: str | None = None  # None: the framework's image (its FrameworkSpec's), for container runtimes
     launcher: str | None = None  # None: one process, no launcher
     num_workers: int = 1
     num_ps: int = 0
@@ -79,9 +78,10 @@ def default_image(request: RunRequest) -> str:
     if request.image:
         return request.image
     framework = bench_arguments(request.bench_args).framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
-    if framework not in IMAGES:
-        raise UsageError(f"no default image for --framework {framework!r}: give --image")
-    return IMAGES[framework]
+    try:
+        return framework_specs.spec_of(framework).image
+    except KeyError:
+        raise UsageError(f"no default image for --framework {framework!r}: give --image") from None
 
 
 def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:

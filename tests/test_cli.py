@@ -15,7 +15,7 @@ FAST = ["--framework", "torch", "--model", "resnet50"]
     "args, env, expected",
     [
         (["--model", "resnet50"], {}, "no framework given"),
-        (["--framework", "mxnet"], {}, "unknown framework 'mxnet' (choices: torch, tensorflow, tf, pytorch)"),
+        (["--framework", "mxnet"], {}, "unknown framework 'mxnet' (choices: torch, tensorflow, pytorch, tf)"),
         (["--model", "resnet50"], {"BENCH_FRAMEWORK": "caffe2"}, "unknown framework 'caffe2'"),
         (["--framework", "torch", "--model", "vgg16"], {}, "unknown model 'vgg16' (choices: alexnet, resnet50"),
         (FAST + ["--batch-size", "0"], {}, "--batch-size must be a positive integer"),

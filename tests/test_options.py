@@ -155,3 +155,24 @@ def test_an_empty_environment_default_is_no_value():
     framework = OPTIONS["framework"]
     assert framework.default_from({"BENCH_FRAMEWORK": ""}) is None
     assert framework.default_from({"BENCH_FRAMEWORK": "torch"}) == "torch"
+
+
+def test_each_framework_fact_is_stated_once_and_names_real_options():
+    """benchmarks.framework_specs is where --framework's choices, aliases, layouts, own flags, backend and
+    image come from: each entry names options, layouts and a backend that exist."""
+    from benchmarks import framework_specs
+    from benchmarks.frameworks import BACKENDS
+    from benchmarks.options import OPTIONS
+    from runners.dispatch import RunRequest, default_image
+
+    specs = framework_specs.FRAMEWORKS
+    assert OPTIONS["framework"].choices == tuple(specs) and list(BACKENDS) == list(specs)
+    layouts = OPTIONS["data_format"].choices
+    for name, spec in specs.items():
+        assert spec.data_format in layouts and set(spec.cpu_data_formats) <= set(layouts)
+        assert all(flag in OPTIONS and framework_specs.owner_of(flag) is spec for flag in spec.own_flags)
+        assert BACKENDS[name] == spec.backend and spec.backend.startswith("benchmarks.frameworks.")
+        for alias in (name, *spec.aliases):
+            assert OPTIONS["framework"].resolved(alias) == name
+            assert default_image(RunRequest(["--framework", alias])) == spec.image
+    assert not set(framework_specs.ALIASES) & set(specs)

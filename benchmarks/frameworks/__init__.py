@@ -1,17 +1,15 @@
 """Framework backends, loaded by name only when a run needs one.
 
-Adding a framework = one module with a `Framework` subclass + one line here.
+Adding a framework = one module with a `Framework` subclass + its entry in benchmarks/framework_specs.py.
 """
 
 from __future__ import annotations
 
+from ..framework_specs import FRAMEWORKS
 from ..registry import Registry, load_target
 from .base import Framework
 
-BACKENDS = Registry("framework", {
-    "torch": "benchmarks.frameworks.torch_backend:TorchFramework",
-    "tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowFramework",
-})
+BACKENDS = Registry("framework", {name: spec.backend for name, spec in FRAMEWORKS.items()})
 
 
 def load(name: str, strategy=None) -> type[Framework]:

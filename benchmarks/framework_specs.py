@@ -1,0 +1,43 @@
+"""What the host knows of each framework without importing it: one entry per framework, from which
+the --framework choices and aliases, the installed check, the default layout, the framework-only
+flags, the backend's registry line and benchrun's default image are all derived.
+
+A new framework is one backend module (benchmarks/frameworks/) plus one entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    name: str
+    title: str  # as its users write it, in messages
+    aliases: tuple[str, ...]
+    modules: tuple[str, ...]  # found (not imported): the framework is installed
+    data_format: str  # its native layout: the default --data-format
+    cpu_data_formats: tuple[str, ...]  # the layouts its CPU convolutions support
+    own_flags: tuple[str, ...]  # bench options only this framework takes
+    backend: str  # "module:Class" of its Framework backend
+    image: str  # the Docker image `benchrun` runs it in unless --image says otherwise
+
+
+FRAMEWORKS = {spec.name: spec for spec in (
+    FrameworkSpec("torch", "PyTorch", ("pytorch",), ("torch", "torchvision"), "channels_first",
+                  ("channels_first", "channels_last"), ("compile",),
+                  "benchmarks.frameworks.torch_backend:TorchFramework", "dlbench-torch:latest"),
+    FrameworkSpec("tensorflow", "TensorFlow", ("tf",), ("tensorflow",), "channels_last", ("channels_last",), ("xla",),
+                  "benchmarks.frameworks.tf_backend:TensorFlowFramework", "dlbench-tensorflow:latest"),
+)}
+ALIASES = {alias: spec.name for spec in FRAMEWORKS.values() for alias in spec.aliases}
+
+
+def spec_of(name: str) -> FrameworkSpec:
+    """The spec of a framework named by its name or an alias (KeyError for neither)."""
+    return FRAMEWORKS[ALIASES.get(name, name)]
+
+
+def owner_of(flag: str) -> FrameworkSpec | None:
+    """The framework a framework-only option belongs to."""
+    return next((spec for spec in FRAMEWORKS.values() if flag in spec.own_flags), None)
