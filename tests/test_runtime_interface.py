@@ -45,9 +45,9 @@ DRY_RUNS = {
     "pyxis": "TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --container-image=dlbench-torch:latest "
              f"--container-name=dlbench-abc --no-container-entrypoint --container-mounts={MOUNT} --container-workdir=/results bench {TAIL}",
     "cscs-ce": f"TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --environment=/tmp/RESULTS/dlbench-abc.toml bench {TAIL}",
-    "udocker": "UDOCKER_DEFAULT_EXECUTION_MODE=P1 udocker --allow-root run --rm --name=dlbench-abc --pull=never --nobanner "
+    "udocker": "UDOCKER_DEFAULT_EXECUTION_MODE=P1 udocker --allow-root run --name=dlbench-abc --pull=never --nobanner "
                f"--user=root -v {MOUNT} -w /results --entrypoint=bench dlbench-torch:latest {TAIL}",
-    "udocker-runc": "UDOCKER_DEFAULT_EXECUTION_MODE=R1 udocker --allow-root run --rm --name=dlbench-abc --pull=never --nobanner "
+    "udocker-runc": "UDOCKER_DEFAULT_EXECUTION_MODE=R1 udocker --allow-root run --name=dlbench-abc --pull=never --nobanner "
                     f"--user=root -v {MOUNT} -w /results --entrypoint=bench dlbench-torch:latest {TAIL}",
     "podman-hpc": f"podman-hpc run --rm --gpu --nccl --mpi -v {MOUNT} -w /results --label dlbench.run=dlbench-abc "
                   f"--entrypoint= dlbench-torch:latest bench {TAIL}",

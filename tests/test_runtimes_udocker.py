@@ -39,7 +39,7 @@ def test_udocker_argv(dirs, monkeypatch):
     root = ["--allow-root"] if os.geteuid() == 0 else []
     assert name == f"dlbench-abc-r1-{os.getpid()}"
     assert [os.path.basename(cmd[0]), *cmd[1:]] == [
-        "udocker", *root, "run", "--rm", f"--name={name}", "--pull=never", "--nobanner", "--user=root",
+        "udocker", *root, "run", f"--name={name}", "--pull=never", "--nobanner", "--user=root",
         "-e", "RANK=1", "-e", "DLBENCH_X=1", "-v", f"{results}:/results", "-v", f"{data}:/data", "-w", "/results",
         "--entrypoint=bench", "dlbench-torch:latest", "--model", "alexnet"]
     assert runtimes.get("udocker").host_env() == {"UDOCKER_DEFAULT_EXECUTION_MODE": "P1"}

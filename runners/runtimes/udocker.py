@@ -5,12 +5,13 @@ temporary tarball, `udocker load -i TAR`, the tarball deleted); a `.tar` made by
 elsewhere is loaded as it is (the unprivileged case: no Docker access needed). Each rank then
 runs in its own container, created from the loaded image and removed when it ends:
 
-    [UDOCKER_DEFAULT_EXECUTION_MODE=R1] udocker run --rm --name=NAME --pull=never --nobanner \\
+    [UDOCKER_DEFAULT_EXECUTION_MODE=R1] udocker run --name=NAME --pull=never --nobanner \\
         --user=root -e K=V -v /host/results:/results -v /host/data:/data -w /results \\
         --entrypoint=bench IMAGE ARGS...
 
-(`--pull=never`: never a registry; a container a killed rank left is removed by name with
-`udocker rm -f`). udocker passes no host environment: each rank variable's value is set with -e.
+(`--pull=never`: never a registry), then `udocker rm -f ID`, by the id its name had. Not `run --rm`:
+udocker deletes a container's names before its files, so a removal cut short (or failing on one
+file) left a nameless ~1.4 GB container nobody could tell was ours; seen under load in CI. udocker passes no host environment: each rank variable's value is set with -e.
 `--user=root` runs bench as the caller (proot fakes root; rootless runc maps the caller to root),
 so the results directory needs no opening. **Read-only data cannot be enforced**: udocker has no
 read-only volume option, proot binds read-write, and udocker's runc spec binds every `-v`
@@ -42,6 +43,7 @@ from .base import Client, Command, Invocation, Mount, Runtime, docker_image_id, 
 
 STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
 LOAD_TIMEOUT_S = 3600
+REMOVE_TRIES = 3  # `udocker rm -f ID` again while the id is still listed
 
 
 def repository() -> Path:
@@ -99,7 +101,7 @@ class UdockerRuntime(Runtime):
     name = "udocker"
     binary = "udocker"
     removes_container = True
-    subcommand = ("run", "--rm")
+    subcommand = ("run",)  # the wrapper removes the container (clean_up), by id
     execmode = "P1"  # proot
 
     def root_option(self) -> list[str]:
@@ -155,17 +157,34 @@ class UdockerRuntime(Runtime):
     def client(self, spec) -> Client:
         return UdockerClient()
 
-    def clean_up(self, name: str, prefix: bool = False) -> None:
-        """`udocker rm -f` this rank's container (or every dlbench one starting so) if a killed run left it."""
+    def containers(self) -> dict[str, list[str]]:
+        """Container id -> its names, from `udocker ps`."""
+        found = {}
         for line in self.udocker("ps").stdout.splitlines()[1:]:  # CONTAINER-ID P M ['NAME', ...] IMAGE
-            if "[" not in line:
-                continue
-            try:
-                names = ast.literal_eval(line[line.index("["):line.index("]") + 1])
-            except (ValueError, SyntaxError):
-                continue
-            if any(n == name or (prefix and n.startswith(name)) for n in names):
-                self.udocker("rm", "-f", line.split()[0])
+            names = []
+            if "[" in line:
+                try:
+                    names = ast.literal_eval(line[line.index("["):line.index("]") + 1])
+                except (ValueError, SyntaxError):
+                    pass
+            if line.split():
+                found[line.split()[0]] = names
+        return found
+
+    def clean_up(self, name: str, prefix: bool = False) -> None:
+        """Remove this rank's container (or every one whose name starts so), by id: `udocker rm -f`
+        drops the names first, so a removal that stops half-way is tried again by the id."""
+        ids = [cid for cid, names in self.containers().items()
+               if any(n == name or (prefix and n.startswith(name)) for n in names)]
+        for _ in range(REMOVE_TRIES):
+            for cid in ids:
+                try:
+                    self.udocker("rm", "-f", cid, timeout=300)
+                except subprocess.TimeoutExpired:  # tried again, by its id
+                    pass
+            ids = [cid for cid in ids if cid in self.containers()]
+            if not ids:
+                return
 
     # ---- the command line ----------------------------------------------------------
     def slots(self, run: Invocation) -> Command:
