@@ -11,7 +11,6 @@ record itself from bench's arguments, so that a sweep stores a result like any o
 from __future__ import annotations
 
 import os
-import socket
 
 from benchmarks.errors import UsageError
 
@@ -34,6 +33,8 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
     from benchmarks import record as records
     from benchmarks.cli import bench_arguments, config_of
     from benchmarks.distributed import strategies
+    from benchmarks.distributed.session import world_section
+    from benchmarks.distributed.world import World
     from benchmarks.provenance import host_provenance
 
     try:
@@ -48,9 +49,8 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
         return None
     strategy = strategies.get(config.strategy)
     processes = strategy.processes(request.num_workers, request.num_ps)
-    world = {"rank": 0, "processes": processes, "workers": strategy.workers(processes, config.num_ps),
-             "num_ps": config.num_ps, "strategy": config.strategy, "launcher": launcher or "none",
-             "nodes": 1, "processes_per_node": processes, "hosts": [socket.gethostname()]}
+    world = world_section(World(size=processes, local_size=processes, launcher=launcher or "none"),
+                          config.strategy, config.num_ps)
     base = {"run_id": records.new_run_id(), "timestamp_utc": started_utc,
             "provenance": {**host_provenance(), "requested_runtime": request.runtime, "image": request.image,
                            "command": command}}

@@ -103,13 +103,14 @@ def main(args, argv: list[str]) -> int:
     options = options_from(args)
     from .. import provenance, record
     from ..delivery import deliver
+    from ..supervisor import supervise
     from . import table
-    from .measure import run_comm
+    from .measure import comm_job
 
     base = {"run_id": record.new_run_id(), "timestamp_utc": record.utc_now(),
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]}}
-
-    def write(result: dict) -> int | None:
-        return deliver(result, args.output, args.json, lambda: table.render(result, sys.stderr if args.json else sys.stdout))
-
-    return run_comm(options, base, write)
+    report = sys.stderr if args.json else sys.stdout
+    result, code = supervise(comm_job(options, base), report=report, timeout_s=options.timeout)
+    if result is None or result["world"]["rank"] != 0:  # process 0 writes the run's one record
+        return code
+    return deliver(result, args.output, args.json, lambda: table.render(result, report)) or code
