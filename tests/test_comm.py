@@ -173,6 +173,24 @@ def test_reports_keep_comm_and_training_records_apart(tmp_path):
     assert [r["run_id"] for r in load.load([store], kind="comm")] == ["c"]
 
 
+def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
+    """benchrun's record of a `bench comm` run whose process 0 was killed (runners.faults) is a comm
+    record with the run's world; before, there was none ("no record could be made")."""
+    from benchmarks.record import utc_now
+    from runners import faults
+    from runners.dispatch import RunRequest
+
+    request = RunRequest(["--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K"], launcher="local",
+                         num_workers=2)
+    reason = "process 0 was killed by SIGKILL before it wrote a record (on vm)"
+    record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"])
+    jsonschema.validate(record, COMM_SCHEMA)
+    assert (record["kind"], record["status"], record["error"]["kind"]) == ("comm", "failed", "environment")
+    assert record["error"]["message"] == reason and record["config"]["backend"] == "gloo"
+    assert (record["world"]["processes"], record["world"]["launcher"]) == (2, "benchrun-local")
+    assert faults.blame(record, "node2 failed", 6)["error"]["message"] == "node2 failed"
+
+
 def run_launch(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "runners", "launch", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)

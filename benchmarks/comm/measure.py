@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from ..distributed import world as worlds
-from ..distributed.session import RankSession
+from ..distributed.session import RankSession, world_section
 from ..errors import Stopped
 from ..frameworks.base import framework_section
 from ..supervisor import Job
@@ -253,13 +253,8 @@ class CommMeasurement(RankSession):
                 framework = None
         with self.lock:
             rows = list(self.rows)
-        return comm_record.validate({
-            "run_id": self.base["run_id"], "timestamp_utc": self.base["timestamp_utc"], "status": status,
-            "error": error, "config": self.options.as_dict(), "world": self.world_section(), "results": rows,
-            "gradients": self.gradients, "placement": self.placement, "correct": not self.wrong_messages and status == "ok",
-            "duration_s": time.monotonic() - self.started,
-            "provenance": {**self.base["provenance"], "framework": framework},
-        })
+        return comm_record.build(self.options, self.base, status, error, time.monotonic() - self.started,
+                                 self.world_section(), framework, rows, self.gradients, self.placement)
 
 
 def comm_job(options: CommOptions, base: dict) -> Job:
@@ -267,9 +262,8 @@ def comm_job(options: CommOptions, base: dict) -> Job:
     still ends as a record, made from the options and the launcher's world."""
 
     def lost(status: str, error: dict, duration_s: float) -> dict:
-        measurement = CommMeasurement(options, base)
-        measurement.world, measurement.started = worlds.detect(), time.monotonic() - duration_s
-        return measurement.finish(status, error)
+        world = world_section(worlds.detect(), options.strategy, options.num_ps)
+        return comm_record.build(options, base, status, error, duration_s, world)
 
     spec = {"measurement": "benchmarks.comm.measure:CommMeasurement", "options": dataclasses.asdict(options), "base": base}
     return Job(spec, options.rendezvous_port, lost)

@@ -73,7 +73,7 @@ class Gradients(_Model):
 
 
 class CommError(_Model):
-    kind: Literal["incorrect", "oom", "crash", "timeout", "interrupted"]
+    kind: Literal["incorrect", "oom", "crash", "timeout", "interrupted", "environment"]
     message: str
     exit_code: Optional[int] = Field(default=None, description="the worker's exit code, when it died without a record (1.5)")
     signal: Optional[str] = Field(default=None, description="the signal that ended or stopped the worker (1.5)")
@@ -98,6 +98,18 @@ class CommRecord(_Model):
 
 def validate(record: dict) -> dict:
     return CommRecord.model_validate(record).model_dump(mode="json")
+
+
+def build(options, base: dict, status: str, error: dict | None, duration_s: float, world: dict,
+          framework: dict | None = None, results: list[dict] = (), gradients: dict | None = None,
+          placement: list[dict] | None = None) -> dict:
+    """A validated comm record (`options`: a CommOptions); a run that wrote none gets only its config and world."""
+    return validate({
+        "run_id": base["run_id"], "timestamp_utc": base["timestamp_utc"], "status": status, "error": error,
+        "config": options.as_dict(), "world": world, "results": list(results), "gradients": gradients,
+        "placement": placement, "correct": status == "ok", "duration_s": duration_s,
+        "provenance": {**base["provenance"], "framework": framework},
+    })
 
 
 def json_schema() -> dict:
