@@ -149,9 +149,7 @@ class Measurement(RankSession):
         progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
-            if self.trace is not None:
-                self._serve_trace()
-            self.serve_until_done(dist.role)
+            self.serve_until_done(dist.role, self._serve_trace if self.trace is not None else None)
             return None
         device = self.backend.device_info()
         monitor = memory.DeviceMemoryMonitor(device.ordinals if device.kind == "gpu" else (), os.environ)

@@ -111,9 +111,12 @@ class RankSession:
         values = self.rendezvous.allgather(tag, value)
         return values if self.world.rank == 0 else None
 
-    def serve_until_done(self, role) -> None:
-        """A process that only serves (a parameter server, a PS worker) waits here for the chief."""
+    def serve_until_done(self, role, serving=None) -> None:
+        """A process that only serves (a parameter server, a PS worker) waits here for the chief, doing
+        its part of the chief's work (`serving()`) first."""
         self.progress(f"{role.kind} {role.index}: serving until the chief finishes")
+        if serving is not None:
+            serving()
         self.rendezvous.allgather(DONE, None, wait_forever=True)
 
     def leave(self) -> None:
