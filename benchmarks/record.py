@@ -398,17 +398,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def launcher_world(config) -> dict:
-    """The world section from the launcher's variables alone (no rank has met the others)."""
+def build(config, base: dict, status: str, error: dict | None, duration_s: float,
+          framework: dict | None = None, world: dict | None = None, **result) -> dict:
+    """A validated record; `result` supplies the measured sections an `ok` run has; `world` by default
+    from the launcher's variables alone (no rank has met the others)."""
     from .distributed.session import world_section
     from .distributed.world import detect
 
-    return world_section(detect(), config.strategy, config.num_ps)
-
-
-def build(config, base: dict, status: str, error: dict | None, duration_s: float,
-          framework: dict | None = None, world: dict | None = None, **result) -> dict:
-    """A validated record; `result` supplies the measured sections an `ok` run has."""
     return validate(
         {
             "run_id": base["run_id"],
@@ -423,7 +419,7 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
             "repeats": [],
             "memory": None,
             "final_loss": None,
-            "world": world or launcher_world(config),
+            "world": world or world_section(detect(), config.strategy, config.num_ps),
             "ranks": [],
             "replicas": None,
             "placement": None,

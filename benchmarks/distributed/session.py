@@ -70,9 +70,6 @@ class RankSession:
     def progress(self, message: str) -> None:
         print(f"{self.program}: {message}", file=sys.stderr, flush=True)
 
-    def finish(self, status: str, error: dict | None) -> dict:
-        raise NotImplementedError
-
     # -- meeting the other ranks -----------------------------------------------------------------
 
     def meet(self, config: dict, tf_ports: tuple[int, int] | None) -> Distributed:

@@ -46,16 +46,9 @@ class DeviceInfo:
 
 def framework_section(name: str, version: str, device: DeviceInfo) -> dict:
     """The record's provenance.framework, for training and `bench comm` alike."""
-    return {
-        "name": name,
-        "version": version,
-        "device_kind": device.kind,
-        "device_name": device.name,
-        "device_count": device.count,
-        "visible_gpus": device.visible_gpus,
-        "cuda_version": device.cuda_version,
-        "cudnn_version": device.cudnn_version,
-    }
+    return {"name": name, "version": version, "device_kind": device.kind, "device_name": device.name,
+            "device_count": device.count, "visible_gpus": device.visible_gpus, "cuda_version": device.cuda_version,
+            "cudnn_version": device.cudnn_version}
 
 
 @dataclass
