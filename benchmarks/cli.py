@@ -121,7 +121,7 @@ def run_benchmark(argv: list[str]) -> int:
                   f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
     from .delivery import deliver
-    from .supervisor import supervise
+    from .supervisor import supervise, training_job
 
     report = sys.stderr if args.json else sys.stdout
 
@@ -132,10 +132,10 @@ def run_benchmark(argv: list[str]) -> int:
             "timestamp_utc": record.utc_now(),
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
         }
-        result, exit_code = supervise(config, base, mllog=args.mllog, report=report, timeout_s=timeout_s, data_scan=data_scan,
-                                      display_every=args.display_every,
-                                      tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
-                                      trace={"dir": str(Path(args.trace).resolve()), "steps": args.trace_steps} if args.trace else None)
+        job = training_job(config, base, mllog=args.mllog, data_scan=data_scan, display_every=args.display_every,
+                           tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
+                           trace={"dir": str(Path(args.trace).resolve()), "steps": args.trace_steps} if args.trace else None)
+        result, exit_code = supervise(job, report=report, timeout_s=timeout_s, display_every=args.display_every)
         if result is None:
             return None, exit_code
         if result["world"]["rank"] != 0:  # process 0 writes the run's one record

@@ -32,6 +32,14 @@ class UsageError(Exception):
     """Invalid input: reported as one line `bench: error: ...` with exit code 2."""
 
 
+class Stopped(Exception):
+    """A run stopped from outside (a signal): its record keeps what was measured, with this status."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 def debug_enabled(argv=()) -> bool:
     """Tracebacks for users only on request: --debug or DLBENCH_DEBUG=1."""
     return "--debug" in argv or os.environ.get("DLBENCH_DEBUG", "") not in ("", "0")

@@ -10,25 +10,19 @@ and multi-rank totals computed from every rank's own loop (aggregate()).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
 from . import energy, flops, frameworks, memory, record, stats, timing
 from .config import BenchConfig
-from .distributed import cluster, strategies
-from .distributed import world as worlds
-from .distributed.rendezvous import DONE, Rendezvous
-from .errors import UsageError
-from .frameworks.base import Distributed, Framework
+from .distributed import strategies
+from .distributed.session import RankSession
+from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
-
-PEER_REPORT_GRACE_S = 10.0  # how long process 0 waits for a failed peer's report before blaming itself (busy hosts are slow)
 
 
 def progress(message: str) -> None:
@@ -36,17 +30,7 @@ def progress(message: str) -> None:
 
 
 def framework_info(backend: Framework) -> dict:
-    device = backend.device_info()
-    return {
-        "name": backend.name,
-        "version": backend.version(),
-        "device_kind": device.kind,
-        "device_name": device.name,
-        "device_count": device.count,
-        "visible_gpus": device.visible_gpus,
-        "cuda_version": device.cuda_version,
-        "cudnn_version": device.cudnn_version,
-    }
+    return framework_section(backend.name, backend.version(), backend.device_info())
 
 
 def loop_payload(loop: timing.TimedLoop) -> dict:
@@ -126,83 +110,28 @@ def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -
     return rows
 
 
-def config_digest(config: BenchConfig) -> str:
-    return hashlib.sha256(json.dumps(config.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
-
-class Measurement:
-    """Holds what is known so far, so a failure at any point still yields a full record."""
+class Measurement(RankSession):
+    """A training run's measurement; the session (meeting, peer failures, the world) is RankSession's."""
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
                  tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0,
                  trace: dict | None = None):
+        super().__init__(base, config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
+                         on_peer_failure)
         self.config = config
-        self.strategy = strategies.get(config.strategy)
-        self.base = base  # run_id, timestamp, provenance from the supervisor
         self.mllog = mllog
         self.backend: Framework | None = None
-        self.world = worlds.World()
-        self.peers: list[dict] = []
-        self.rendezvous: Rendezvous | None = None
-        self.on_peer_failure = on_peer_failure
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
         self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
         self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
-        self.peer_failed = threading.Event()
-        self.peer_record: dict | None = None  # a failed peer's report, as this run's record (process 0)
-        self._outcome = threading.Lock()  # who writes the record when a peer fails: see _peer_failed, failure
-        self._failing = False  # the main thread is in failure(): it writes the peer's record itself
-        self.started = time.monotonic()
-        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
-    # -- meeting the other ranks -----------------------------------------------------------------
-
-    def _meet(self) -> Distributed:
-        cfg = self.config
-        self.world = world = worlds.detect()
-        role = self.strategy.role(world.rank, world.size, cfg.num_ps)
-        coordinator = worlds.coordinator_host(world)
-        me = {
-            "address": cluster.my_address(world),
-            "host": self.host,
-            "role": role.as_dict(),
-            "config": config_digest(cfg),
-            "run_id": self.base["run_id"],  # process 0's names the run's --trace directory
-        }
-        if world.size > 1:
-            progress(f"rank {world.rank}/{world.size} ({role.kind} {role.index}): meeting at {coordinator}:{cfg.rendezvous_port}")
-            self.rendezvous = Rendezvous(
-                world.rank, world.size, coordinator, cfg.rendezvous_port, cfg.rendezvous_timeout,
-                on_failure=self._peer_failed, run_token=worlds.run_token(),
-            )
-            self.peers = self.rendezvous.allgather("hello", me)
-        else:
-            self.peers = [me]
-        if len({peer["config"] for peer in self.peers}) > 1:
-            raise UsageError("ranks were started with different bench arguments")
-        if cfg.framework == "tensorflow" and self.strategy.tf_cluster:
-            # Must precede TensorFlow's import (frameworks.load below).
-            os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config(self.peers, world.rank, cfg.worker_port, cfg.ps_port))
-        return Distributed(world, role, coordinator, self.peers)
-
-    def _peer_failed(self, message: dict) -> None:
-        """Process 0 learns that another rank failed: that is this run's outcome. The main thread writes
-        it when it is failing too (failure() waits for it); else it may be stuck in a collective with
-        the dead rank, and on_peer_failure writes the record and ends the process from here."""
-        remote = message["record"]
-        rank = message["rank"]
-        error = dict(remote.get("error") or {"kind": "crash"})
-        error["message"] = f"rank {rank} on {self._host_of(rank)}: {error.get('message', remote['status'])}"
-        peer_record = self.finish(remote["status"], error, memory=memory.host_only())
-        with self._outcome:  # held while on_peer_failure writes and exits: failure() cannot write beside it
-            self.peer_record = self.peer_record or peer_record
-            self.peer_failed.set()
-            if not self._failing and self.on_peer_failure is not None:
-                self.on_peer_failure(peer_record)
-
-    def _host_of(self, rank: int) -> str:
-        return self.peers[rank]["host"] if rank < len(self.peers) else "?"
+    @classmethod
+    def from_spec(cls, spec: dict, on_peer_failure) -> Measurement:
+        """The worker's run, as supervisor.training_job wrote it."""
+        return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
+                   tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
+                   trace=spec["trace"])
 
     # -- the measurement -------------------------------------------------------------------------
 
@@ -210,7 +139,8 @@ class Measurement:
         """The record (process 0), or None for the other ranks once their part is done."""
         cfg = self.config
         self.mllog.start("init_start")
-        dist = self._meet()
+        tf_cluster = cfg.framework == "tensorflow" and self.strategy.tf_cluster
+        dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if tf_cluster else None)
         self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
         self.backend.keep_losses = self.tensorboard is not None
         if self.data_scan is not None:
@@ -219,10 +149,7 @@ class Measurement:
         progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
-            progress(f"{dist.role.kind} {dist.role.index}: serving until the chief finishes")
-            if self.trace is not None:
-                self._serve_trace()
-            self.rendezvous.allgather(DONE, None, wait_forever=True)
+            self.serve_until_done(dist.role, self._serve_trace if self.trace is not None else None)
             return None
         device = self.backend.device_info()
         monitor = memory.DeviceMemoryMonitor(device.ordinals if device.kind == "gpu" else (), os.environ)
@@ -231,12 +158,7 @@ class Measurement:
         finally:
             monitor.close()
             self.backend.close()
-        # Only after success: on a failure the rendezvous must stay open so a failed peer's
-        # report still reaches process 0 (failure() waits for it); the process then exits.
-        if self.rendezvous is not None:
-            if self.strategy.gathers_at_chief:  # release the processes that only serve, which wait for this
-                self.rendezvous.allgather(DONE, None)
-            self.rendezvous.close()
+        self.leave()
         return result
 
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
@@ -300,8 +222,8 @@ class Measurement:
             memories = [local["memory"]]
             traces = local.get("trace")  # one per worker (--trace), in worker order
         else:
-            everyone = self.rendezvous.allgather("result", local) if self.rendezvous else [local]
-            if self.world.rank != 0:
+            everyone = self.gather("result", local)
+            if everyone is None:
                 return None
             per_rank = [peer["loops"] for peer in everyone]
             ranks = list(range(len(everyone)))
@@ -439,35 +361,15 @@ class Measurement:
     # -- records ---------------------------------------------------------------------------------
 
     def failure(self, status: str, kind: str, message: str) -> dict:
-        """This rank's failure as the record; on process 0 a failed peer's report wins (it says which
-        rank failed first: this error is often only the collective noticing it), waited for at most
-        PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that)."""
         self.mllog.end("run_stop", status="aborted")
-        if self.world.rank == 0 and self.world.size > 1:
-            with self._outcome:
-                self._failing = True
-            if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
-                return self.peer_record
-        return self.finish(status, {"kind": kind, "message": message}, memory=memory.host_only())
-
-    def world_section(self) -> dict:
-        hosts = sorted({peer["host"] for peer in self.peers}) or [socket.gethostname()]
-        per_host = [sum(1 for peer in self.peers if peer["host"] == host) for host in hosts]
-        return {
-            "rank": self.world.rank,
-            "processes": self.world.size,
-            "workers": self._num_workers(),
-            "num_ps": self.config.num_ps,
-            "strategy": self.config.strategy,
-            "launcher": self.world.launcher,
-            "nodes": len(hosts),
-            "processes_per_node": max(per_host or [1]),
-            "hosts": hosts,
-        }
+        return super().failure(status, kind, message)
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
+        """The record; a failed run's memory is the host's alone."""
         from .dataset import skipped_section
 
+        if status != "ok":
+            result.setdefault("memory", memory.host_only())
         framework, model = None, None
         if self.backend is not None and hasattr(self.backend, "model"):
             try:

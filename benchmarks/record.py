@@ -400,7 +400,11 @@ def utc_now() -> str:
 
 def build(config, base: dict, status: str, error: dict | None, duration_s: float,
           framework: dict | None = None, world: dict | None = None, **result) -> dict:
-    """A validated record; `result` supplies the measured sections an `ok` run has."""
+    """A validated record; `result` supplies the measured sections an `ok` run has; `world` by default
+    from the launcher's variables alone (no rank has met the others)."""
+    from .distributed.session import world_section
+    from .distributed.world import detect
+
     return validate(
         {
             "run_id": base["run_id"],
@@ -415,7 +419,7 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
             "repeats": [],
             "memory": None,
             "final_loss": None,
-            "world": world or single_world(config),
+            "world": world or world_section(detect(), config.strategy, config.num_ps),
             "ranks": [],
             "replicas": None,
             "placement": None,
@@ -424,22 +428,6 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
             "provenance": {**base["provenance"], "framework": framework},
         }
     )
-
-
-def single_world(config, world=None) -> dict:
-    """World section from the launcher's variables alone: for records written before the
-    ranks met, or by the supervisor after its worker died."""
-    import socket
-
-    from .distributed.world import detect
-
-    world = world or detect()
-    return {
-        "rank": world.rank, "processes": world.size,
-        "workers": strategies.get(config.strategy).workers(world.size, config.num_ps),
-        "num_ps": config.num_ps, "strategy": config.strategy, "launcher": world.launcher,
-        "nodes": world.num_nodes, "processes_per_node": world.local_size, "hosts": [socket.gethostname()],
-    }
 
 
 def validate(record: dict) -> dict:

@@ -17,8 +17,9 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from . import record
 from .config import BenchConfig
@@ -166,38 +167,39 @@ class _StopSignals:
         self.armed = True
 
 
-def supervise(
-    config: BenchConfig,
-    base: dict,
-    *,
-    mllog: bool,
-    report: TextIO,
-    timeout_s: float | None,
-    tensorboard: str | None = None,
-    data_scan: dict | None = None,
-    display_every: int = 0,
-    trace: dict | None = None,
-) -> tuple[dict | None, int]:
+def _stop(proc: subprocess.Popen, stop_path: Path, status: str, error: dict) -> None:
+    """Stop the worker, saying why first: a worker that keeps its results when stopped (`bench comm`'s
+    rows) records them with this status."""
+    stop_path.write_text(json.dumps({"status": status, "error": error}))
+    stop_process_group(proc)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the worker runs, and what the supervisor needs when the worker writes no record."""
+
+    spec: dict  # the worker's: "measurement" ("module:Class", whose from_spec reads the rest) and its inputs
+    rendezvous_port: int  # where a rank that failed tells process 0
+    record: Callable[[str, dict, float], dict]  # (status, error, duration_s) -> the record the supervisor writes
+
+
+def training_job(config: BenchConfig, base: dict, *, mllog: bool, tensorboard: str | None = None,
+                 data_scan: dict | None = None, display_every: int = 0, trace: dict | None = None) -> Job:
+    kind = "benchmarks.accuracy:AccuracyMeasurement" if config.accuracy_mode else "benchmarks.measurement:Measurement"
+    spec = {"measurement": kind, "config": {k: v for k, v in config.as_dict().items() if k != "data"}, "base": base,
+            "mllog": mllog, "tensorboard": tensorboard, "data_scan": data_scan, "display_every": display_every,
+            "trace": trace}
+    return Job(spec, config.rendezvous_port, lambda status, error, duration: record.build(config, base, status, error, duration))
+
+
+def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_every: int = 0) -> tuple[dict | None, int]:
     """Run one benchmark: (record, exit code). The record is None after a usage error
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
-        spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
-        spec_path.write_text(
-            json.dumps(
-                {
-                    "config": {k: v for k, v in config.as_dict().items() if k != "data"},
-                    "base": base,
-                    "mllog": mllog,
-                    "tensorboard": tensorboard,
-                    "data_scan": data_scan,
-                    "display_every": display_every,
-                    "trace": trace,
-                    "result_path": str(result_path),
-                    "parent_pid": os.getpid(),
-                }
-            )
-        )
+        spec_path, result_path, stop_path = Path(tmp, "spec.json"), Path(tmp, "result.json"), Path(tmp, "stop.json")
+        spec_path.write_text(json.dumps({**job.spec, "result_path": str(result_path), "stop_path": str(stop_path),
+                                         "parent_pid": os.getpid()}))
         # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
         signals = _StopSignals()
         previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -232,13 +234,13 @@ def supervise(
             signals.armed = False
         except subprocess.TimeoutExpired:
             signals.armed = False
-            stop_process_group(proc)
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
+            _stop(proc, stop_path, status, error)
         except Interrupted as interrupted:
-            stop_process_group(proc)
             status = "interrupted"
             error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
+            _stop(proc, stop_path, status, error)
         finally:
             signals.armed = False
             for sig, handler in previous.items():
@@ -259,15 +261,13 @@ def supervise(
                 during = None if after is None or oom_kills_before is None else after - oom_kills_before
                 status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit, during)
             error.setdefault("exit_code", None)
-            result = record.build(
-                config, base, status, error, time.monotonic() - started, world=record.single_world(config, world)
-            )
+            result = job.record(status, error, time.monotonic() - started)
         if result is None:
             return None, 0
         if result["status"] != "ok" and world.rank != 0:
             # Process 0 writes the run's record; tell it why this rank stopped.
             try:
-                report_failure(worlds.coordinator_host(world), config.rendezvous_port, world.rank, result, worlds.run_token())
+                report_failure(worlds.coordinator_host(world), job.rendezvous_port, world.rank, result, worlds.run_token())
             except UsageError:
                 pass  # no address for process 0: the worker already said so
         return result, EXIT_CODE_BY_STATUS[result["status"]]

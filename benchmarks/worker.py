@@ -8,6 +8,7 @@ killer, an abort in native code or a timeout still ends as a written record
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import signal
@@ -16,9 +17,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .config import BenchConfig
-from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, UsageError, debug_enabled
-from .mllog import MLLogger
+from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
 from .processes import die_with_parent
 
 STACKS_SIGNAL = signal.SIGUSR1  # every thread's Python stack to stderr (relayed by bench), the run goes on
@@ -65,13 +64,10 @@ def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     if not die_with_parent(spec["parent_pid"]):  # the supervisor is already gone
         os._exit(1)
-    config = BenchConfig(**spec["config"])
     # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
-    if config.accuracy_mode:
-        from .accuracy import AccuracyMeasurement as Measurement
-    else:
-        from .measurement import Measurement
+    module, _, name = spec["measurement"].partition(":")
+    kind = getattr(importlib.import_module(module), name)
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a
@@ -81,14 +77,17 @@ def main(spec_path: str) -> int:
         sys.stderr.flush()
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
-    measurement = Measurement(config, spec["base"], MLLogger(spec["mllog"], sys.stdout), peer_failed,
-                              tensorboard=spec.get("tensorboard"), data_scan=spec.get("data_scan"),
-                              display_every=spec.get("display_every", 0), trace=spec.get("trace"))
+    measurement = kind.from_spec(spec, peer_failed)
     try:
         result = measurement.run()
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
+    except Stopped as stop:  # a SIGTERM (the supervisor's says why) to a measurement that keeps its results so far
+        stopped = Path(spec["stop_path"])
+        why = json.loads(stopped.read_text()) if stopped.exists() else {
+            "status": stop.status, "error": {"kind": stop.status, "message": stop.message}}
+        result = measurement.finish(why["status"], why["error"])
     except BaseException as error:  # noqa: BLE001 - every failure must become a record
         backend = measurement.backend
         if isinstance(error, MemoryError) or (backend is not None and backend.is_out_of_memory(error)):

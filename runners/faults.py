@@ -11,7 +11,6 @@ record itself from bench's arguments, so that a sweep stores a result like any o
 from __future__ import annotations
 
 import os
-import socket
 
 from benchmarks.errors import UsageError
 
@@ -23,8 +22,10 @@ def error_info(reason: str, exit_code: int) -> dict:
 def blame(record: dict, reason: str, exit_code: int) -> dict:
     """bench's own record, ended by the environment: status failed, the fault as its error."""
     from benchmarks import record as records
+    from benchmarks.comm import record as comm_records
 
-    return records.validate({**record, "status": "failed", "error": error_info(reason, exit_code)})
+    validate = comm_records.validate if comm_records.is_comm(record) else records.validate
+    return validate({**record, "status": "failed", "error": error_info(reason, exit_code)})
 
 
 def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,
@@ -33,25 +34,32 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
     (None when they do not parse here)."""
     from benchmarks import record as records
     from benchmarks.cli import bench_arguments, config_of
+    from benchmarks.comm import record as comm_records
+    from benchmarks.comm.cli import options_from
     from benchmarks.distributed import strategies
+    from benchmarks.distributed.session import world_section
+    from benchmarks.distributed.world import World
     from benchmarks.provenance import host_provenance
 
     try:
         args = bench_arguments(request.bench_args)
-        if args.command is not None:  # `bench comm`: its record is not a training record
-            return None
         args.framework = args.framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
-        args.data_dir = args.data_dir or request.data_dir  # the host's path, not the container's
         args.num_ps = args.num_ps or request.num_ps  # benchrun's option, given to bench by the launch
-        config = config_of(args, installed_here=False)
+        if args.command == "comm":
+            config = options_from(args, installed_here=False)
+        else:
+            args.data_dir = args.data_dir or request.data_dir  # the host's path, not the container's
+            config = config_of(args, installed_here=False)
     except UsageError:
         return None
     strategy = strategies.get(config.strategy)
     processes = strategy.processes(request.num_workers, request.num_ps)
-    world = {"rank": 0, "processes": processes, "workers": strategy.workers(processes, config.num_ps),
-             "num_ps": config.num_ps, "strategy": config.strategy, "launcher": launcher or "none",
-             "nodes": 1, "processes_per_node": processes, "hosts": [socket.gethostname()]}
+    world = world_section(World(size=processes, local_size=processes, launcher=launcher or "none"),
+                          config.strategy, config.num_ps)
     base = {"run_id": records.new_run_id(), "timestamp_utc": started_utc,
             "provenance": {**host_provenance(), "requested_runtime": request.runtime, "image": request.image,
                            "command": command}}
-    return records.build(config, base, "failed", error_info(reason, exit_code), duration_s, world=world)
+    error = error_info(reason, exit_code)
+    if args.command == "comm":
+        return comm_records.build(config, base, "failed", error, duration_s, world)
+    return records.build(config, base, "failed", error, duration_s, world=world)

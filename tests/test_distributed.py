@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from infra.helpers import ROOT, benchrun, ports, validate_record
+from infra.helpers import ROOT, benchrun, ports, rank_processes, validate_record
 
 TINY = ["--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 pytestmark = pytest.mark.slow
@@ -90,23 +90,6 @@ def endless_ddp_run(output) -> subprocess.Popen:
          "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-
-
-def rank_processes(root: psutil.Process, rank: int) -> tuple[psutil.Process, psutil.Process]:
-    """(bench, its worker) of `rank`, once both exist."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        found = {}
-        for child in root.children(recursive=True):
-            try:
-                if child.environ().get("RANK") == str(rank):
-                    found["worker" if "benchmarks.worker" in " ".join(child.cmdline()) else "bench"] = child
-            except psutil.Error:
-                pass
-        if len(found) == 2:
-            return found["bench"], found["worker"]
-        time.sleep(0.5)
-    raise AssertionError(f"rank {rank} never started")
 
 
 def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):

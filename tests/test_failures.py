@@ -116,30 +116,41 @@ def test_sigusr1_shows_the_workers_stacks_and_the_run_goes_on(tmp_path):
     assert validate_record(json.loads(output.read_text()))["status"] == "ok"
 
 
+def _comm_record(record: dict) -> dict:
+    from benchmarks.comm import record as comm_record
+
+    assert record["kind"] == "comm"
+    return comm_record.validate(record)
+
+
 @pytest.mark.slow
-def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path):
+@pytest.mark.parametrize("args, started, validate", [
+    (["--model", "resnet50", "--image-size", "64", *SMALL[:2], "--num-batches", "100000"], "warmup", validate_record),
+    (["comm", "--ops", "allreduce", "--max-bytes", "4K", "--iters", "100000000"], "allreduce:", _comm_record),
+], ids=["training", "comm"])
+def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path, args, started, validate):
     """kill -9 of the worker, the kernel's OOM-kill count unmoved: `failed` (a sweep retries it), not
-    `oom` (a sweep takes that as the answer). Before, every SIGKILL was recorded as out of memory."""
+    `oom` (a sweep takes that as the answer). Before, every SIGKILL was recorded as out of memory,
+    and a `bench comm` worker (then bench itself) killed wrote no record at all."""
     from benchmarks.supervisor import oom_kills
 
     if oom_kills() is None:
         pytest.skip("this kernel keeps no count of OOM kills (/proc/vmstat oom_kill)")
     output = tmp_path / "runs.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "resnet50",
-         "--image-size", "64", *SMALL[:2], "--num-batches", "100000", "--output", str(output)],
+        [sys.executable, "-m", "benchmarks", "--framework", "torch", *args, "--output", str(output)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 120
-    while "warmup" not in (proc.stderr.readline() or "warmup") and time.monotonic() < deadline:
+    while started not in (proc.stderr.readline() or started) and time.monotonic() < deadline:
         pass
     before = oom_kills()
     worker = next(p for p in parent.children() if "benchmarks.worker" in " ".join(p.cmdline()))
     worker.kill()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err[-2000:]
-    record = validate_record(json.loads(output.read_text()))
+    record = validate(json.loads(output.read_text()))
     if oom_kills() != before:
         pytest.skip("the OOM killer struck elsewhere on this host during the test: the count cannot tell")
     assert (record["status"], record["error"]["kind"], record["error"]["signal"]) == ("failed", "crash", "SIGKILL")

@@ -287,3 +287,15 @@ def test_a_rank_that_leaves_after_its_part_is_not_reported(unused_port, monkeypa
     time.sleep(1)
     assert reports == []
     rank0.close()
+
+
+def test_world_section_counts_the_hosts_that_met_else_reads_the_launcher():
+    """The record's one `world` builder (training, `bench comm`, the supervisor's and the host's records).
+    Before the ranks meet it reads the launcher (it said 0 processes per node on a record written then)."""
+    from benchmarks.distributed.session import world_section
+
+    world = World(rank=0, size=4, local_size=2, num_nodes=2, launcher="srun")
+    met = world_section(world, "ddp", 0, ["b", "a", "a", "a"])
+    assert (met["nodes"], met["processes_per_node"], met["hosts"], met["workers"]) == (2, 3, ["a", "b"], 4)
+    before = world_section(world, "ps", 1)
+    assert (before["nodes"], before["processes_per_node"], before["workers"], len(before["hosts"])) == (2, 2, 2, 1)

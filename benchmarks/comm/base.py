@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from ..frameworks.base import DeviceInfo, Distributed
+from ..frameworks.base import DeviceInfo, Distributed, looks_like_oom
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,9 @@ class CommBackend(ABC):
 
     def close(self) -> None:
         """Tear down process groups (MPI_Finalize under Horovod)."""
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return looks_like_oom(str(error))
 
 
 def _one():

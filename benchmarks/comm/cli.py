@@ -50,7 +50,9 @@ def _cuda_visible() -> bool:
     return torch.cuda.is_available()
 
 
-def options_from(args):
+def options_from(args, installed_here: bool = True):
+    """`installed_here=False`: the framework runs elsewhere (a container), as for a record the host writes
+    for a run it lost; the default backend then follows --device alone."""
     from .base import CommOptions
 
     framework = resolve_framework(args.framework)
@@ -61,7 +63,8 @@ def options_from(args):
     if not strategy.supports(framework):
         raise UsageError(f"--strategy {args.strategy} applies to --framework {choices(strategy.frameworks)} only")
     strategy.check_num_ps(args.num_ps)
-    backend = args.backend or default_backend(framework, args.strategy, args.device, _cuda_visible)
+    has_gpu = _cuda_visible if installed_here else lambda: args.device == "gpu"
+    backend = args.backend or default_backend(framework, args.strategy, args.device, has_gpu)
     if BACKENDS[backend][0] != framework:
         valid = [b for b, (fw, _) in BACKENDS.items() if fw == framework]
         raise UsageError(f"--backend {backend} is not a {framework} backend (choices: {choices(valid)})")
@@ -78,7 +81,8 @@ def options_from(args):
     image_size = image_size_for(args.model, args.image_size)
     if args.min_bytes > args.max_bytes:
         raise UsageError(f"--min-bytes {args.min_bytes} is above --max-bytes {args.max_bytes}")
-    require_installed(framework)
+    if installed_here:
+        require_installed(framework)
     return CommOptions(framework=framework, backend=backend, ops=ops, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, step_factor=args.step_factor, warmup_iters=args.warmup_iters,
                        iters=args.iters, model=args.model, image_size=image_size, device=args.device, strategy=args.strategy,
@@ -103,13 +107,14 @@ def main(args, argv: list[str]) -> int:
     options = options_from(args)
     from .. import provenance, record
     from ..delivery import deliver
+    from ..supervisor import supervise
     from . import table
-    from .measure import run_comm
+    from .measure import comm_job
 
     base = {"run_id": record.new_run_id(), "timestamp_utc": record.utc_now(),
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]}}
-
-    def write(result: dict) -> int | None:
-        return deliver(result, args.output, args.json, lambda: table.render(result, sys.stderr if args.json else sys.stdout))
-
-    return run_comm(options, base, write)
+    report = sys.stderr if args.json else sys.stdout
+    result, code = supervise(comm_job(options, base), report=report, timeout_s=options.timeout)
+    if result is None or result["world"]["rank"] != 0:  # process 0 writes the run's one record
+        return code
+    return deliver(result, args.output, args.json, lambda: table.render(result, report)) or code

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
-COMM_SCHEMA_VERSION = "1.4"
+COMM_SCHEMA_VERSION = "1.5"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
 KIND = "comm"
 
@@ -73,16 +73,18 @@ class Gradients(_Model):
 
 
 class CommError(_Model):
-    kind: Literal["incorrect", "crash", "timeout", "interrupted"]
+    kind: Literal["incorrect", "oom", "crash", "timeout", "interrupted", "environment"]
     message: str
+    exit_code: Optional[int] = Field(default=None, description="the worker's exit code, when it died without a record (1.5)")
+    signal: Optional[str] = Field(default=None, description="the signal that ended or stopped the worker (1.5)")
 
 
 class CommRecord(_Model):
-    schema_version: Literal["1.4"] = COMM_SCHEMA_VERSION
+    schema_version: Literal["1.5"] = COMM_SCHEMA_VERSION
     kind: Literal["comm"] = KIND
     run_id: str
     timestamp_utc: str
-    status: Literal["ok", "failed", "timeout", "interrupted"]
+    status: Literal["ok", "failed", "oom", "timeout", "interrupted"]
     error: Optional[CommError]
     config: CommConfig
     world: WorldInfo
@@ -96,6 +98,18 @@ class CommRecord(_Model):
 
 def validate(record: dict) -> dict:
     return CommRecord.model_validate(record).model_dump(mode="json")
+
+
+def build(options, base: dict, status: str, error: dict | None, duration_s: float, world: dict,
+          framework: dict | None = None, results: list[dict] = (), gradients: dict | None = None,
+          placement: list[dict] | None = None) -> dict:
+    """A validated comm record (`options`: a CommOptions); a run that wrote none gets only its config and world."""
+    return validate({
+        "run_id": base["run_id"], "timestamp_utc": base["timestamp_utc"], "status": status, "error": error,
+        "config": options.as_dict(), "world": world, "results": list(results), "gradients": gradients,
+        "placement": placement, "correct": status == "ok", "duration_s": duration_s,
+        "provenance": {**base["provenance"], "framework": framework},
+    })
 
 
 def json_schema() -> dict:

@@ -44,6 +44,13 @@ class DeviceInfo:
     ordinals: tuple[int, ...] = ()  # CUDA ordinals of the GPUs it trains on: what NVML must sample
 
 
+def framework_section(name: str, version: str, device: DeviceInfo) -> dict:
+    """The record's provenance.framework, for training and `bench comm` alike."""
+    return {"name": name, "version": version, "device_kind": device.kind, "device_name": device.name,
+            "device_count": device.count, "visible_gpus": device.visible_gpus, "cuda_version": device.cuda_version,
+            "cudnn_version": device.cudnn_version}
+
+
 @dataclass
 class AllocatorPeaks:
     allocated: int | None = None

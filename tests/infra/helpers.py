@@ -131,3 +131,22 @@ class Started:
         for reader in self._readers:
             reader.join(timeout=10)
         return "".join(self.out), "".join(self.err)
+
+
+def rank_processes(root, rank: int):
+    """(bench, its worker) of `rank` under a launcher process `root` (psutil), once both exist."""
+    import psutil
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        found = {}
+        for child in root.children(recursive=True):
+            try:
+                if child.environ().get("RANK") == str(rank):
+                    found["worker" if "benchmarks.worker" in " ".join(child.cmdline()) else "bench"] = child
+            except psutil.Error:
+                pass
+        if len(found) == 2:
+            return found["bench"], found["worker"]
+        time.sleep(0.5)
+    raise AssertionError(f"rank {rank} never started")

@@ -1,0 +1,158 @@
+"""A rank's session, written once for training runs and `bench comm`: meet the other ranks, gather
+on process 0, learn that a peer failed, serve until the chief is done, and say who took part.
+
+Both measurements derive from RankSession, so a fault ends the same way in either: a failed
+peer's report becomes process 0's record (it names the rank that failed first; this rank's own
+error is often only the collective noticing it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+from ..errors import UsageError
+from ..frameworks.base import Distributed
+from . import cluster, strategies
+from . import world as worlds
+from .rendezvous import DONE, Rendezvous
+
+PEER_REPORT_GRACE_S = 10.0  # how long process 0 waits for a failed peer's report before blaming itself (busy hosts are slow)
+
+
+def world_section(world: worlds.World, strategy: str, num_ps: int, hosts: list[str] | None = None) -> dict:
+    """The record's `world`: counted from the hosts of the ranks that met, else (a record written
+    before they met, or by the supervisor after its worker died) from the launcher's variables."""
+    if hosts:
+        names = sorted(set(hosts))
+        nodes, per_node = len(names), max(hosts.count(host) for host in names)
+    else:
+        names, nodes, per_node = [socket.gethostname()], world.num_nodes, world.local_size
+    return {
+        "rank": world.rank, "processes": world.size,
+        "workers": strategies.get(strategy).workers(world.size, num_ps), "num_ps": num_ps, "strategy": strategy,
+        "launcher": world.launcher, "nodes": nodes, "processes_per_node": per_node, "hosts": names,
+    }
+
+
+def config_digest(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RankSession:
+    """What is known of the run so far, so a failure at any point still yields a full record.
+    Subclasses measure (run) and make the record (finish(status, error))."""
+
+    program = "bench"  # names the command in progress lines and errors
+
+    def __init__(self, base: dict, strategy: str, num_ps: int, rendezvous_port: int, rendezvous_timeout: float,
+                 on_peer_failure=None):
+        self.base = base  # run_id, timestamp, provenance from the supervisor
+        self.strategy = strategies.get(strategy)
+        self.num_ps = num_ps
+        self.rendezvous_port, self.rendezvous_timeout = rendezvous_port, rendezvous_timeout
+        self.on_peer_failure = on_peer_failure  # writes a failed peer's record and ends the process
+        self.world = worlds.World()
+        self.peers: list[dict] = []
+        self.rendezvous: Rendezvous | None = None
+        self.peer_failed = threading.Event()
+        self.peer_record: dict | None = None  # a failed peer's report, as this run's record (process 0)
+        self._outcome = threading.Lock()  # who writes the record when a peer fails: see _peer_failed, failure
+        self._failing = False  # the main thread is in failure(): it writes the peer's record itself
+        self.started = time.monotonic()
+        self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+    def progress(self, message: str) -> None:
+        print(f"{self.program}: {message}", file=sys.stderr, flush=True)
+
+    # -- meeting the other ranks -----------------------------------------------------------------
+
+    def meet(self, config: dict, tf_ports: tuple[int, int] | None) -> Distributed:
+        """Every rank's address, host and role; `tf_ports` (worker, PS): TensorFlow's cluster spec is
+        set from them, which must precede TensorFlow's import."""
+        self.world = world = worlds.detect()
+        role = self.strategy.role(world.rank, world.size, self.num_ps)
+        coordinator = worlds.coordinator_host(world)
+        me = {
+            "address": cluster.my_address(world),
+            "host": self.host,
+            "role": role.as_dict(),
+            "config": config_digest(config),
+            "run_id": self.base["run_id"],  # process 0's names the run's --trace directory
+        }
+        if world.size > 1:
+            self.progress(f"rank {world.rank}/{world.size} ({role.kind} {role.index}): "
+                          f"meeting at {coordinator}:{self.rendezvous_port}")
+            self.rendezvous = Rendezvous(
+                world.rank, world.size, coordinator, self.rendezvous_port, self.rendezvous_timeout,
+                on_failure=self._peer_failed, run_token=worlds.run_token(),
+            )
+            self.peers = self.rendezvous.allgather("hello", me)
+        else:
+            self.peers = [me]
+        if len({peer["config"] for peer in self.peers}) > 1:
+            raise UsageError(f"ranks were started with different {self.program} arguments")
+        if tf_ports is not None:
+            os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config(self.peers, world.rank, *tf_ports))
+        return Distributed(world, role, coordinator, self.peers)
+
+    def gather(self, tag: str, value) -> list | None:
+        """Every rank's value on process 0; None on the others."""
+        if self.rendezvous is None:
+            return [value]
+        values = self.rendezvous.allgather(tag, value)
+        return values if self.world.rank == 0 else None
+
+    def serve_until_done(self, role, serving=None) -> None:
+        """A process that only serves (a parameter server, a PS worker) waits here for the chief, doing
+        its part of the chief's work (`serving()`) first."""
+        self.progress(f"{role.kind} {role.index}: serving until the chief finishes")
+        if serving is not None:
+            serving()
+        self.rendezvous.allgather(DONE, None, wait_forever=True)
+
+    def leave(self) -> None:
+        """After success only: on a failure the rendezvous stays open so that a failed peer's report
+        still reaches process 0 (failure() waits for it); the process then exits."""
+        if self.rendezvous is not None:
+            if self.strategy.gathers_at_chief:  # release the processes that only serve, which wait for this
+                self.rendezvous.allgather(DONE, None)
+            self.rendezvous.close()
+
+    def _peer_failed(self, message: dict) -> None:
+        """Process 0 learns that another rank failed: that is this run's outcome. The main thread writes
+        it when it is failing too (failure() waits for it); else it may be stuck in a collective with
+        the dead rank, and on_peer_failure writes the record and ends the process from here."""
+        remote = message["record"]
+        rank = message["rank"]
+        error = dict(remote.get("error") or {"kind": "crash"})
+        error["message"] = f"rank {rank} on {self.host_of(rank)}: {error.get('message', remote['status'])}"
+        peer_record = self.finish(remote["status"], error)
+        with self._outcome:  # held while on_peer_failure writes and exits: failure() cannot write beside it
+            self.peer_record = self.peer_record or peer_record
+            self.peer_failed.set()
+            if not self._failing and self.on_peer_failure is not None:
+                self.on_peer_failure(peer_record)
+
+    def host_of(self, rank: int) -> str:
+        return self.peers[rank]["host"] if rank < len(self.peers) else "?"
+
+    # -- the record ------------------------------------------------------------------------------
+
+    def failure(self, status: str, kind: str, message: str) -> dict:
+        """This rank's failure as the record; on process 0 a failed peer's report wins, waited for at
+        most PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that)."""
+        if self.world.rank == 0 and self.world.size > 1:
+            with self._outcome:
+                self._failing = True
+            if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
+                return self.peer_record
+        return self.finish(status, {"kind": kind, "message": message})
+
+    def world_section(self) -> dict:
+        return world_section(self.world, self.strategy.name, self.num_ps, [peer["host"] for peer in self.peers])
