@@ -127,7 +127,7 @@ class DlbenchTrain(DlbenchBase):
             # ReFrame starts the container itself (the partition's container_platforms entry)
             self.container_platform = platform
             self.container_platform.image = self.extra('images', {}).get(self.runtime, {}).get(
-                self.framework, lib.IMAGES[self.framework])
+                self.framework, lib.default_image(self.framework))
             self.container_platform.pull_image = False
             self.container_platform.options = lib.PLATFORM_OPTIONS.get(self.runtime, []) + \
                 self.extra('container_options', {}).get(self.runtime, [])

@@ -14,7 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dlbenc
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from runners.dispatch import IMAGES  # noqa: E402,F401 - the framework's image, as benchrun picks it
+from benchmarks.framework_specs import spec_of  # noqa: E402
+
+
+def default_image(framework: str) -> str:
+    """The framework's image, as benchrun picks it."""
+    return spec_of(framework).image
+
 
 MiB = 1024 * 1024
 EXIT_REFERENCES = 2  # the references file is wrong: `dlbench: error: ...` on stderr, no test run
