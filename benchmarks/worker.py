@@ -8,7 +8,6 @@ killer, an abort in native code or a timeout still ends as a written record
 from __future__ import annotations
 
 import faulthandler
-import importlib
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
 from .processes import die_with_parent
+from .registry import load_target
 
 STACKS_SIGNAL = signal.SIGUSR1  # every thread's Python stack to stderr (relayed by bench), the run goes on
 
@@ -66,8 +66,7 @@ def main(spec_path: str) -> int:
         os._exit(1)
     # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
-    module, _, name = spec["measurement"].partition(":")
-    kind = getattr(importlib.import_module(module), name)
+    kind = load_target(spec["measurement"])
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a
