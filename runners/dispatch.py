@@ -43,7 +43,6 @@ from .runtimes.base import RunPlan
 from .runtimes.container import ContainerSpec, argv_for
 
 
-
 @dataclass
 class RunRequest:
     bench_args: list[str]

@@ -103,7 +103,14 @@ def test_single_node_srun(slurm_single):
 
 @pytest.mark.slow
 def test_sinfo_shows_idle_node(slurm_single):
-    out = run(["sinfo", "-h", "-N", "-o", "%N %t %c"], slurm_single["env"]).stdout.split("\n")
+    """The node, its 2 CPUs, idle: once the job an earlier test ran on this cluster has finished
+    completing (`comp` for a moment after it ends)."""
+    deadline = time.monotonic() + 60
+    while True:
+        out = run(["sinfo", "-h", "-N", "-o", "%N %t %c"], slurm_single["env"]).stdout.split("\n")
+        if "node1 idle 2" in out or time.monotonic() > deadline or out[0] != "node1 comp 2":
+            break
+        time.sleep(0.5)
     assert "node1 idle 2" in out
 
 
