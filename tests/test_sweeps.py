@@ -212,8 +212,8 @@ def test_dry_run_lists_commands_and_runs_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("runtime", ["docker", "apptainer", "udocker"])
 def test_a_container_runtime_plan_is_checked_and_shown_with_its_mounts(runtime, tmp_path, capsys):
-    """A point's check plans its run (the mounts must exist to be checked) without writing anything: a
-    relative placeholder once refused every container point ("invalid mount source 'record.jsonl'")."""
+    """A container point's check plans its run as it would run (its mounts must exist to be checked) and
+    writes nothing; the dry run shows the runtime's own command."""
     plan = write_plan(tmp_path / "plan.yaml", tiny_plan(runtime=[runtime], image=["dlbench-torch:0.1.0"]))
     assert cli.main(["sweep", str(plan), "--store", str(tmp_path / "sweep.jsonl"), "--dry-run"]) == 0
     out, err = capsys.readouterr()

@@ -9,9 +9,10 @@ runs in its own container, created from the loaded image and removed when it end
         --user=root -e K=V -v /host/results:/results -v /host/data:/data -w /results \\
         --entrypoint=bench IMAGE ARGS...
 
-(`--pull=never`: never a registry), then `udocker rm -f ID`, by the id its name had. Not `run --rm`:
-udocker deletes a container's names before its files, so a removal cut short (or failing on one
-file) left a nameless ~1.4 GB container nobody could tell was ours; seen under load in CI. udocker passes no host environment: each rank variable's value is set with -e.
+(`--pull=never`: never a registry), then `udocker rm -f ID` by the id its name had, not `run --rm`:
+udocker drops a container's names before its files, so a removal cut short would leave a nameless
+container nobody could tell was ours (docs/runtimes.md). udocker passes no host environment: each
+rank variable's value is set with -e.
 `--user=root` runs bench as the caller (proot fakes root; rootless runc maps the caller to root),
 so the results directory needs no opening. **Read-only data cannot be enforced**: udocker has no
 read-only volume option, proot binds read-write, and udocker's runc spec binds every `-v`
