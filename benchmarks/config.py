@@ -101,11 +101,11 @@ def build_config(
     check_values({"model": model, "image_size": image_size, "data_format": data_format, **options})
     image_size = image_size_for(model, image_size)
     spec = framework_specs.FRAMEWORKS[framework]
-    for flag in ("xla", "compile"):  # off: False or None
-        owner = framework_specs.owner_of(flag)
-        if options.get(flag) not in (None, False) and owner is not spec:
-            raise UsageError(f"--{flag} applies to --framework {owner.name} only "
-                             f"({spec.title} compiles its step with --{spec.own_flags[0]})")
+    for owner in framework_specs.FRAMEWORKS.values():
+        for flag in owner.own_flags:
+            if owner is not spec and options.get(flag) not in (None, False):  # off: False or None
+                raise UsageError(f"--{flag} applies to --framework {owner.name} only "
+                                 f"({spec.title} compiles its step with --{spec.own_flags[0]})")
     if options.get("device") == "cpu":  # --device auto on a CPU-only host: the backend refuses the same way
         from .precision import plan
 

@@ -36,8 +36,3 @@ ALIASES = {alias: spec.name for spec in FRAMEWORKS.values() for alias in spec.al
 def spec_of(name: str) -> FrameworkSpec:
     """The spec of a framework named by its name or an alias (KeyError for neither)."""
     return FRAMEWORKS[ALIASES.get(name, name)]
-
-
-def owner_of(flag: str) -> FrameworkSpec | None:
-    """The framework a framework-only option belongs to."""
-    return next((spec for spec in FRAMEWORKS.values() if flag in spec.own_flags), None)
