@@ -115,9 +115,9 @@ class Measurement(RankSession):
 
     def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
                  tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0,
-                 trace: dict | None = None):
+                 trace: dict | None = None, on_silence=None):
         super().__init__(base, config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
-                         on_peer_failure)
+                         on_peer_failure, on_silence)
         self.config = config
         self.mllog = mllog
         self.backend: Framework | None = None
@@ -127,11 +127,11 @@ class Measurement(RankSession):
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
 
     @classmethod
-    def from_spec(cls, spec: dict, on_peer_failure) -> Measurement:
+    def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
         """The worker's run, as supervisor.training_job wrote it."""
         return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
                    tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
-                   trace=spec["trace"])
+                   trace=spec["trace"], on_silence=on_silence)
 
     # -- the measurement -------------------------------------------------------------------------
 

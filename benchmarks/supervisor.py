@@ -25,12 +25,15 @@ from . import record
 from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
+from .distributed.session import silent_ranks_text
 from .memory import PeakSampler
 from .processes import stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
 
 STDERR_TAIL_LINES = 200
+STOP_FILE = "stop.json"  # why the supervisor stopped the worker
+SILENCE_FILE = "silent.json"  # process 0's worker: the ranks it no longer hears from (RankSession.silent)
 AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 
 
@@ -167,10 +170,17 @@ class _StopSignals:
         self.armed = True
 
 
-def _stop(proc: subprocess.Popen, stop_path: Path, status: str, error: dict) -> None:
+def _stop(proc: subprocess.Popen, tmp: Path, status: str, error: dict) -> None:
     """Stop the worker, saying why first: a worker that keeps its results when stopped (`bench comm`'s
-    rows) records them with this status."""
-    stop_path.write_text(json.dumps({"status": status, "error": error}))
+    rows) records them with this status. Ranks process 0 no longer hears from are named: they are why a
+    run hangs."""
+    try:
+        silent = json.loads((tmp / SILENCE_FILE).read_text())
+    except (OSError, ValueError):
+        silent = {}
+    if silent:
+        error["message"] += f"; {silent_ranks_text(silent, time.time())}"
+    (tmp / STOP_FILE).write_text(json.dumps({"status": status, "error": error}))
     stop_process_group(proc)
 
 
@@ -197,9 +207,9 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
     (exit 2) and for ranks other than 0 that finished their part (exit 0)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
-        spec_path, result_path, stop_path = Path(tmp, "spec.json"), Path(tmp, "result.json"), Path(tmp, "stop.json")
-        spec_path.write_text(json.dumps({**job.spec, "result_path": str(result_path), "stop_path": str(stop_path),
-                                         "parent_pid": os.getpid()}))
+        spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
+        spec_path.write_text(json.dumps({**job.spec, "result_path": str(result_path), "stop_path": str(Path(tmp, STOP_FILE)),
+                                         "silence_path": str(Path(tmp, SILENCE_FILE)), "parent_pid": os.getpid()}))
         # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
         signals = _StopSignals()
         previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -236,11 +246,11 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             signals.armed = False
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
-            _stop(proc, stop_path, status, error)
+            _stop(proc, Path(tmp), status, error)
         except Interrupted as interrupted:
             status = "interrupted"
             error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
-            _stop(proc, stop_path, status, error)
+            _stop(proc, Path(tmp), status, error)
         finally:
             signals.armed = False
             for sig, handler in previous.items():

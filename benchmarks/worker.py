@@ -51,12 +51,17 @@ def show_crash(error: BaseException) -> None:
     print(f"bench: run failed: {first_line(error)} ({where})", file=sys.stderr, flush=True)
 
 
-def write_result(path: str, record: dict | None) -> None:
-    """{"record": ...}; record is null for ranks other than 0 that finished their part."""
+def write_json(path: str, value) -> None:
+    """Whole or not at all: the supervisor may read it at any moment."""
     target = Path(path)
     partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps({"record": record}))
+    partial.write_text(json.dumps(value))
     os.replace(partial, target)
+
+
+def write_result(path: str, record: dict | None) -> None:
+    """{"record": ...}; record is null for ranks other than 0 that finished their part."""
+    write_json(path, {"record": record})
 
 
 def main(spec_path: str) -> int:
@@ -76,7 +81,7 @@ def main(spec_path: str) -> int:
         sys.stderr.flush()
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
-    measurement = kind.from_spec(spec, peer_failed)
+    measurement = kind.from_spec(spec, peer_failed, lambda silent: write_json(spec["silence_path"], silent))
     try:
         result = measurement.run()
     except UsageError as error:

@@ -222,9 +222,8 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
         problems.append("no record")
     elif record.get("status") == "ok" and not complete:
         problems.append("record ok")
-    elif row["signal"] == "KILL" and not re.search(rf"(rank {row['rank']}|process 0) .*\bon \S", message):
-        problems.append("the record does not name the rank and its host")
-    # A stopped rank is not named: every rank waits in the same collective, and a stopped one says nothing.
+    elif not re.search(rf"(rank {row['rank']}|process 0) .*\bon \S", message):
+        problems.append("the record does not name the rank and its host")  # a stopped one: by its silence
     if left or container:
         problems.append(f"{len(left)} processes and {len(container)} containers left")
     return {**result, "victims": len(victims), "ended_s": round(ended_s, 1), "exit": proc.returncode,

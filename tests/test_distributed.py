@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,12 +83,12 @@ def test_tf_parameter_server_placements_differ_and_greedy_balances():
     assert imbalance["greedy"] < 1.5 < imbalance["round-robin"], loads
 
 
-def endless_ddp_run(output) -> subprocess.Popen:
-    """A 2-rank DDP run that trains until stopped (or its 120 s timeout)."""
+def endless_ddp_run(output, timeout_s: int = 120) -> subprocess.Popen:
+    """A 2-rank DDP run that trains until stopped (or its timeout)."""
     return subprocess.Popen(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
          "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-         "--num-batches", "100000", "--num-threads", "1", "--timeout", "120", "--output", str(output), *ports()],
+         "--num-batches", "100000", "--num-threads", "1", "--timeout", str(timeout_s), "--output", str(output), *ports()],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -155,6 +156,35 @@ def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):
     assert record["status"] == "failed"
     assert record["error"]["message"].startswith("rank 1 on "), record["error"]["message"]
     assert "went away" in record["error"]["message"]
+    time.sleep(1)
+    alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not alive
+
+
+def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
+    """SIGSTOP of rank 1's worker (a hung node: alive, silent): the run ends at its --timeout (or at the
+    collective's, which is the same) and process 0's record names rank 1 and its host as not heard from,
+    not only "run exceeded --timeout"; nothing is left."""
+    output = tmp_path / "runs.jsonl"
+    proc = endless_ddp_run(output, timeout_s=40)
+    root = psutil.Process(proc.pid)
+    _, victim = rank_processes(root, 1)
+    time.sleep(8)  # into the training loop
+    everyone = [p.pid for p in root.children(recursive=True)]
+    victim.suspend()
+    stopped = time.monotonic()
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        try:
+            victim.resume()  # a stopped process must not outlive the test
+        except psutil.Error:
+            pass
+    assert time.monotonic() - stopped < 40 + 30, "the run outlived its --timeout and the stop grace"
+    assert proc.returncode != 0, stderr[-3000:]
+    record = validate_record(json.loads(output.read_text()))
+    message = record["error"]["message"]
+    assert record["status"] in ("timeout", "failed") and re.search(r"rank 1 on \S+ not heard from for \d+ s", message), message
     time.sleep(1)
     alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not alive

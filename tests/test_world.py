@@ -299,3 +299,42 @@ def test_world_section_counts_the_hosts_that_met_else_reads_the_launcher():
     assert (met["nodes"], met["processes_per_node"], met["hosts"], met["workers"]) == (2, 3, ["a", "b"], 4)
     before = world_section(world, "ps", 1)
     assert (before["nodes"], before["processes_per_node"], before["workers"], len(before["hosts"])) == (2, 2, 2, 1)
+
+
+def test_a_stopped_rank_is_named_silent_and_heard_again_when_it_goes_on(unused_port):
+    """Beats on their own connection: a SIGSTOPped rank (alive, saying nothing) is named by process 0,
+    named no longer once it goes on, and one that is killed is not silent (it is gone: reported apart)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    changes = []
+    rank0 = Rendezvous(0, 2, "127.0.0.1", unused_port, 10, run_token="t", on_silence=changes.append)
+    rank1 = subprocess.Popen([sys.executable, "-c", (
+        "import time; from benchmarks.distributed.rendezvous import Rendezvous; "
+        f"Rendezvous(1, 2, '127.0.0.1', {unused_port}, 10, run_token='t').allgather('hello', 1); time.sleep(120)")])
+
+    def wait_for(check, within_s):
+        deadline = time.monotonic() + within_s
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return check()
+
+    try:
+        assert rank0.allgather("hello", 0) == [0, 1]
+        time.sleep(3)
+        assert changes == []  # beating: not silent
+        os.kill(rank1.pid, signal.SIGSTOP)
+        assert wait_for(lambda: changes, 15), "a stopped rank was never named"
+        assert list(changes[0]) == [1] and changes[0][1] > 5
+        os.kill(rank1.pid, signal.SIGCONT)
+        assert wait_for(lambda: len(changes) == 2, 10) and changes[1] == {}
+        rank1.kill()
+        rank1.wait()
+        time.sleep(7)
+        assert len(changes) == 2, changes  # its beat connection closed: gone, not silent
+    finally:
+        rank1.kill()
+        rank0.close()

@@ -36,9 +36,9 @@ def _raise_stopped(signum, _frame):
 class CommMeasurement(RankSession):
     program = "bench comm"
 
-    def __init__(self, options: CommOptions, base: dict, on_peer_failure=None):
+    def __init__(self, options: CommOptions, base: dict, on_peer_failure=None, on_silence=None):
         super().__init__(base, options.strategy, options.num_ps, options.rendezvous_port, options.rendezvous_timeout,
-                         on_peer_failure)
+                         on_peer_failure, on_silence)
         self.options = options
         self.backend: CommBackend | None = None
         self.rows: list[dict] = []  # process 0: finished rows
@@ -48,8 +48,9 @@ class CommMeasurement(RankSession):
         self.lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec: dict, on_peer_failure) -> CommMeasurement:
-        return cls(CommOptions(**{**spec["options"], "ops": tuple(spec["options"]["ops"])}), spec["base"], on_peer_failure)
+    def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> CommMeasurement:
+        return cls(CommOptions(**{**spec["options"], "ops": tuple(spec["options"]["ops"])}), spec["base"], on_peer_failure,
+                   on_silence)
 
     # -- the run ---------------------------------------------------------------------------------
 

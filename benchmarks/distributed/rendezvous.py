@@ -10,6 +10,11 @@ A rank whose connection closes before the end without a report (killed with its 
 node gone) is reported for it LOST_REPORT_WAIT_S later, so process 0 ends wherever it is (building,
 in a collective) instead of waiting for the launcher to stop it.
 
+Every rank but process 0 also beats: one line a second on a connection of its own, so process 0
+can name a rank that is alive but says nothing (SIGSTOPped, its host hung) when the run is stopped
+or its collective times out; a closed beat connection is not silence (a killed rank is reported
+as gone, above).
+
 Every message carries the run's token (world.run_token): process 0 answers a rank of another run
 that reached its port with an error naming both runs, and ignores failures reported by one, so
 two runs given the same port fail in one line instead of joining each other.
@@ -31,6 +36,9 @@ LOST_REPORT_WAIT_S = 5.0  # a vanished rank's own report (its supervisor's) wins
 GONE_CHECK_S = 1.0  # how often a rank waiting in a gather is checked for a closed connection
 BYE = "bye"  # a rank closing its connection on purpose; one that closes without it died
 DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
+BEAT = "beat"  # a rank is alive, on its beat connection
+BEAT_S = 1.0
+SILENT_AFTER_S = 5.0  # a rank's beats can lag on a loaded host; one not heard from for longer is silent
 
 
 class RendezvousError(RuntimeError):
@@ -50,6 +58,12 @@ class _Board:
         self.closing = False
         self.cond = threading.Condition()
         self.on_failure = on_failure
+        self.heard: dict[int, float] = {}  # rank -> its last beat (monotonic), while its beat connection is open
+
+    def silent(self) -> dict[int, float]:
+        """Ranks not heard from for SILENT_AFTER_S: rank -> seconds since their last beat."""
+        now = time.monotonic()
+        return {rank: now - last for rank, last in list(self.heard.items()) if now - last > SILENT_AFTER_S}
 
     def put(self, tag: str, rank: int, value) -> None:
         with self.cond:
@@ -81,6 +95,7 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         board: _Board = self.server.board  # type: ignore[attr-defined]
         rank, finished = None, False  # whose connection this is, once it has spoken; whether it saw "done"
+        beating = None  # the rank whose beat connection this is
         try:
             for line in self.rfile:
                 message = json.loads(line)
@@ -91,6 +106,10 @@ class _Handler(socketserver.StreamRequestHandler):
                 if message["op"] == "fail":
                     if board.on_failure:
                         board.on_failure(message)  # must not raise: the run's outcome rides on it
+                    continue
+                if message["op"] == BEAT:
+                    beating = message["rank"]
+                    board.heard[beating] = time.monotonic()
                     continue
                 if message["op"] == BYE:  # its part is done: leaving now is no failure
                     finished = True
@@ -108,6 +127,8 @@ class _Handler(socketserver.StreamRequestHandler):
                 finished = tag == DONE  # answered at "done", it may leave
         except OSError:
             pass  # reset by a dying peer: noted below like a close
+        if beating is not None:
+            board.heard.pop(beating, None)
         if rank is not None and not finished and not board.closing and board.on_failure:
             # its supervisor reports why within moments; killed with it, nobody does
             timer = threading.Timer(LOST_REPORT_WAIT_S, board.report_if_open, args=(rank,))
@@ -153,7 +174,10 @@ class Rendezvous:
         timeout_s: float,
         on_failure: Callable[[dict], None] | None = None,
         run_token: str | None = None,
+        on_silence: Callable[[dict[int, float]], None] | None = None,
     ):
+        """`on_silence` (process 0): called with {rank: seconds since its last beat} whenever the set of
+        silent ranks changes."""
         self.rank, self.size, self.timeout_s, self.run_token = rank, size, timeout_s, run_token
         self.where = f"{host}:{port}"
         self._server = self._sock = self._board = None
@@ -171,9 +195,32 @@ class Rendezvous:
                                       "give each concurrent run its own --rendezvous-port") from None
             self._server.board = self._board
             threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
+            if on_silence is not None:
+                threading.Thread(target=self._watch, args=(on_silence,), name="rendezvous-silence", daemon=True).start()
         else:
             self._sock = _connect(host, port, timeout_s)
             self._lines = self._sock.makefile("r")
+            self._left = threading.Event()
+            threading.Thread(target=self._beat, args=(host, port), name="rendezvous-beat", daemon=True).start()
+
+    def _beat(self, host: str, port: int) -> None:
+        try:
+            with socket.create_connection((host, port), timeout=self.timeout_s) as sock:
+                while True:
+                    _send(sock, {"op": BEAT, "rank": self.rank, "run": self.run_token})
+                    if self._left.wait(BEAT_S):
+                        return
+        except OSError:
+            return  # process 0 is gone: the gathers say so
+
+    def _watch(self, on_silence: Callable[[dict[int, float]], None]) -> None:
+        named: set[int] = set()
+        while not self._board.closing:
+            time.sleep(BEAT_S)
+            silent = self._board.silent()
+            if set(silent) != named:
+                named = set(silent)
+                on_silence(silent)
 
     def allgather(self, tag: str, value, wait_forever: bool = False) -> list:
         """Every rank's value for `tag`, in rank order; raises RendezvousError on timeout.
@@ -206,6 +253,7 @@ class Rendezvous:
             self._server.shutdown()
             self._server.server_close()
         if self._sock is not None:
+            self._left.set()
             try:
                 _send(self._sock, {"op": BYE, "rank": self.rank, "run": self.run_token})
             except OSError:

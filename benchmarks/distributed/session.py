@@ -40,6 +40,12 @@ def world_section(world: worlds.World, strategy: str, num_ps: int, hosts: list[s
     }
 
 
+def silent_ranks_text(silent: dict, now: float) -> str:
+    """The ranks process 0 stopped hearing from ({rank: {"host", "since"}}, as RankSession keeps them)."""
+    return "; ".join(f"rank {rank} on {info['host']} not heard from for {now - info['since']:.0f} s (stopped, or its host hangs)"
+                     for rank, info in sorted(silent.items(), key=lambda item: int(item[0])))
+
+
 def config_digest(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -51,12 +57,14 @@ class RankSession:
     program = "bench"  # names the command in progress lines and errors
 
     def __init__(self, base: dict, strategy: str, num_ps: int, rendezvous_port: int, rendezvous_timeout: float,
-                 on_peer_failure=None):
+                 on_peer_failure=None, on_silence=None):
         self.base = base  # run_id, timestamp, provenance from the supervisor
         self.strategy = strategies.get(strategy)
         self.num_ps = num_ps
         self.rendezvous_port, self.rendezvous_timeout = rendezvous_port, rendezvous_timeout
         self.on_peer_failure = on_peer_failure  # writes a failed peer's record and ends the process
+        self.on_silence = on_silence  # hands the silent ranks to the supervisor, which names them if it stops the run
+        self.silent: dict[int, dict] = {}  # process 0: ranks alive but not heard from -> {"host", "since" (epoch s)}
         self.world = worlds.World()
         self.peers: list[dict] = []
         self.rendezvous: Rendezvous | None = None
@@ -90,7 +98,7 @@ class RankSession:
                           f"meeting at {coordinator}:{self.rendezvous_port}")
             self.rendezvous = Rendezvous(
                 world.rank, world.size, coordinator, self.rendezvous_port, self.rendezvous_timeout,
-                on_failure=self._peer_failed, run_token=worlds.run_token(),
+                on_failure=self._peer_failed, run_token=worlds.run_token(), on_silence=self._silence,
             )
             self.peers = self.rendezvous.allgather("hello", me)
         else:
@@ -139,6 +147,12 @@ class RankSession:
             if not self._failing and self.on_peer_failure is not None:
                 self.on_peer_failure(peer_record)
 
+    def _silence(self, seconds: dict[int, float]) -> None:
+        now = time.time()
+        self.silent = {rank: {"host": self.host_of(rank), "since": now - quiet} for rank, quiet in seconds.items()}
+        if self.on_silence is not None:
+            self.on_silence(self.silent)
+
     def host_of(self, rank: int) -> str:
         return self.peers[rank]["host"] if rank < len(self.peers) else "?"
 
@@ -146,12 +160,15 @@ class RankSession:
 
     def failure(self, status: str, kind: str, message: str) -> dict:
         """This rank's failure as the record; on process 0 a failed peer's report wins, waited for at
-        most PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that)."""
+        most PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that),
+        and a silent rank is named first (a collective that timed out waiting for it says only that)."""
         if self.world.rank == 0 and self.world.size > 1:
             with self._outcome:
                 self._failing = True
             if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
                 return self.peer_record
+            if self.silent:
+                message = f"{silent_ranks_text(self.silent, time.time())}; {message}"
         return self.finish(status, {"kind": kind, "message": message})
 
     def world_section(self) -> dict:
