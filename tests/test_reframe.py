@@ -124,21 +124,27 @@ def test_slurm_partition_two_ranks(reframe_path, tmp_path, slurm_single):
 
 
 def test_docker_through_reframes_container_platform_and_overhead(reframe_path, tmp_path, dlbench_images):
-    """One rank in Docker started by ReFrame's own Docker platform; the runtime overhead test (one round of
-    compare-runtimes, local against docker) through benchrun."""
+    """One rank in Docker started by ReFrame's own Docker platform; two DDP ranks in Docker through
+    benchrun (ReFrame's platform starts one container: the path of every runtime it has no platform for);
+    the runtime overhead test (one round of compare-runtimes, local against docker) through benchrun."""
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
                    "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=docker$",
+                   "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=docker$",
                    "-n", "DlbenchRuntimeOverhead%runtime=docker%framework=torch",
                    "-S", "DlbenchRuntimeOverhead.model=alexnet", "-S", "DlbenchRuntimeOverhead.rounds=1",
                    "-S", f"DlbenchRuntimeOverhead.bench_options={BENCH_OPTIONS}", "-r", "--performance-report")
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
-    assert "Ran 2/2 test case(s)" in out and "0 failure(s)" in out, out[-3000:]
-    scripts = {p.parent.name.split("_")[0]: p.read_text() for p in (tmp_path / "rfm").rglob("rfm_job.sh")}
-    train = scripts["DlbenchTrain"]
-    assert "docker run --rm" in train and "dlbench-torch:latest bench --framework torch" in train, train
+    assert "Ran 3/3 test case(s)" in out and "0 failure(s)" in out, out[-3000:]
+    scripts = [p.read_text() for p in (tmp_path / "rfm").rglob("rfm_job.sh")]
+    [train] = [script for script in scripts if "docker run --rm" in script]
+    assert "dlbench-torch:latest bench --framework torch" in train, train
     assert "benchrun" not in train and "docker pull" not in train, train
-    assert "compare-runtimes --runtimes local,docker --repeats 1" in scripts["DlbenchRuntimeOverhead"]
+    [ranks] = [script for script in scripts if "run --runtime docker --launcher local -n 2 -- --framework torch" in script]
+    assert "--strategy ddp" in ranks, ranks
+    assert any("compare-runtimes --runtimes local,docker --repeats 1" in script for script in scripts)
+    assert re.search(r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch %model=alexnet %strategy=ddp %ranks=2 %runtime=docker", out), \
+        out[-3000:]
     assert re.search(r"P: runtime_overhead: -?[0-9.]+ %", out), out[-3000:]
     assert re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
     assert subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=dlbench-torch:latest", "--filter", "status=exited"],
