@@ -1,5 +1,6 @@
-"""Process control, stated once: stopping a process group, dying with a parent, finding
-processes (psutil), turning a wait status into an exit code, and the grace ladder.
+"""Process control, stated once: what a stop signal does (StopScope), stopping a process group,
+dying with a parent, finding processes (psutil), turning a wait status into an exit code, and the
+grace ladder.
 
 The grace ladder for a run with a time limit T (each layer gives the one below it
 time to stop by itself and write its record before stopping it):
@@ -19,6 +20,7 @@ import os
 import signal
 import subprocess
 import time
+from typing import Callable
 
 STOP_GRACE_S = 10  # SIGTERM -> SIGKILL when stopping a process group (worker, ranks)
 CLIENT_GRACE_S = 20  # a container client forwarding SIGTERM, a sweep point's children: before SIGKILL
@@ -27,6 +29,51 @@ SWEEP_GRACE_S = 90  # beyond T: the host's grace plus start-up
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopScope:
+    """While in the block, a stop signal is noted (`received`), handed to `then`, and raised as
+    `raise_as(signum)` while armed; the previous handlers come back on exit. `once`: after the first
+    raise a signal is only noted (one arriving while the run is being stopped must not cut that short);
+    `armed=False` until arm(): a signal that comes before the caller can stop anything is raised there."""
+
+    def __init__(self, raise_as: Callable[[int], BaseException] | None = None, *, signals=STOP_SIGNALS,
+                 then: Callable[[int], None] | None = None, once: bool = False, armed: bool = True):
+        self.raise_as, self.signals, self.then, self.once, self.armed = raise_as, signals, then, once, armed
+        self.received: list[int] = []
+        self._previous: dict = {}
+
+    def install(self) -> StopScope:
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in self.signals}
+        return self
+
+    def restore(self) -> None:
+        self.armed = False
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def __enter__(self) -> StopScope:
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _handle(self, signum, _frame) -> None:
+        self.received.append(signum)
+        if self.then is not None:
+            self.then(signum)
+        if self.raise_as is not None and self.armed:
+            self.armed = not self.once
+            raise self.raise_as(signum)
+
+    def arm(self) -> None:
+        if self.received and self.raise_as is not None:
+            raise self.raise_as(self.received[0])
+        self.armed = True
 
 
 def host_deadline(timeout_s: float | None) -> float | None:

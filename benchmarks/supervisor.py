@@ -27,7 +27,7 @@ from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
 from .memory import PeakSampler
-from .processes import stop_process_group
+from .processes import StopScope, stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
 
@@ -149,27 +149,6 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-class _StopSignals:
-    """SIGTERM/SIGINT as a handler: noted until armed, then raised as Interrupted once. A second signal
-    (the launcher's SIGTERM after a user's Ctrl-C, a runtime's after benchrun's) is only noted: raised
-    in the middle of stopping the worker, it would end bench before it writes the record."""
-
-    def __init__(self):
-        self.pending: list[int] = []
-        self.armed = False
-
-    def __call__(self, signum, _frame):
-        self.pending.append(signum)
-        if self.armed:
-            self.armed = False
-            raise Interrupted(signum)
-
-    def arm(self) -> None:
-        if self.pending:
-            raise Interrupted(self.pending[0])
-        self.armed = True
-
-
 def _stop(proc: subprocess.Popen, tmp: Path, status: str, error: dict) -> None:
     """Stop the worker, saying why first: a worker that keeps its results when stopped (`bench comm`'s
     rows) records them with this status. Ranks process 0 no longer hears from are named: they are why a
@@ -210,9 +189,10 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
         spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
         spec_path.write_text(json.dumps({**job.spec, "result_path": str(result_path), "stop_path": str(Path(tmp, STOP_FILE)),
                                          "silence_path": str(Path(tmp, SILENCE_FILE)), "parent_pid": os.getpid()}))
-        # Until the worker exists and the try below can stop it, a signal is only noted (raised there).
-        signals = _StopSignals()
-        previous = {s: signal.signal(s, signals) for s in (signal.SIGTERM, signal.SIGINT)}
+        # Until the worker exists and the try below can stop it, a signal is only noted (raised at arm());
+        # one arriving while it is being stopped (the launcher's SIGTERM after a user's Ctrl-C) too: raised
+        # there, it would end bench before it writes the record.
+        stop = StopScope(Interrupted, once=True, armed=False).install()
         oom_kills_before = oom_kills()
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
@@ -239,11 +219,11 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
         address_space = PeakSampler(lambda: _virtual_size(proc.pid), interval_s=0.05).start() if as_limit else None
         status, error = None, None
         try:
-            signals.arm()
+            stop.arm()
             proc.wait(timeout=timeout_s)
-            signals.armed = False
+            stop.armed = False
         except subprocess.TimeoutExpired:
-            signals.armed = False
+            stop.armed = False
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
             _stop(proc, Path(tmp), status, error)
@@ -252,9 +232,7 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             error = {"kind": "interrupted", "message": f"stopped by {interrupted}", "signal": str(interrupted)}
             _stop(proc, Path(tmp), status, error)
         finally:
-            signals.armed = False
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            stop.restore()
             for relay in relays:
                 relay.join(timeout=5)
             if bar is not None:

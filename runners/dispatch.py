@@ -34,7 +34,7 @@ from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
-from benchmarks.processes import host_deadline
+from benchmarks.processes import STOP_SIGNALS, StopScope, host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
@@ -260,17 +260,12 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         if deadline is not None:
             deadline += client.setup_s
         spec.stop_grace_s += client.setup_s  # a stopped rank's client removes its container before it ends
-        interrupted = []
-
-        def on_stop(signum, frame):
-            interrupted.append(signum)
-            raise KeyboardInterrupt  # wait_group stops the run (SIGTERM, then SIGKILL) and returns
-
         # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
-        # stopped, its record says 'interrupted' and its containers go (a sweep's point process has its own).
+        # stopped (wait_group: SIGTERM, then SIGKILL), its record says 'interrupted' and its containers go
+        # (a sweep's point process has its own).
         sigterm_unhandled = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-        stop_signals = (signal.SIGINT, signal.SIGTERM) if sigterm_unhandled else (signal.SIGINT,)
-        previous = {signum: signal.signal(signum, on_stop) for signum in stop_signals}
+        stop = StopScope(lambda signum: KeyboardInterrupt(),
+                         signals=STOP_SIGNALS if sigterm_unhandled else (signal.SIGINT,)).install()
         launcher = None
         try:
             if launcher_name(request, runtime) is None:
@@ -282,23 +277,22 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
                 argv = launcher.command(spec)
                 code = launcher.run(spec, timeout_s=deadline)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            stop.restore()
             runtime.clean_up(request.container_name, prefix=True)  # whatever a killed rank left behind
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []
         record = json.loads(lines[-1]) if lines else None
         code = client.exit_code(code, record)  # udocker-runc loses bench's exit code: the record's
         fault = None
-        if code != 0 and not interrupted and (record is None or record["status"] != "ok"):
+        if code != 0 and not stop.received and (record is None or record["status"] != "ok"):
             # (a dockerd being stopped closes its API before it stops its containers: asked at once)
             fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
-        if record is not None and record["status"] != "ok" and not interrupted:
+        if record is not None and record["status"] != "ok" and not stop.received:
             code = EXIT_CODE_BY_STATUS.get(record["status"], code)  # horovodrun and mpirun say 1 for any rank's end
-        if interrupted and code != 0:
+        if stop.received and code != 0:
             code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
-        return Outcome(record, code, argv, interrupted=bool(interrupted), fault=fault)
+        return Outcome(record, code, argv, interrupted=bool(stop.received), fault=fault)
 

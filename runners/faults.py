@@ -21,11 +21,9 @@ def error_info(reason: str, exit_code: int) -> dict:
 
 def blame(record: dict, reason: str, exit_code: int) -> dict:
     """bench's own record, ended by the environment: status failed, the fault as its error."""
-    from benchmarks import record as records
-    from benchmarks.comm import record as comm_records
+    from benchmarks.record import validate_either
 
-    validate = comm_records.validate if comm_records.is_comm(record) else records.validate
-    return validate({**record, "status": "failed", "error": error_info(reason, exit_code)})
+    return validate_either({**record, "status": "failed", "error": error_info(reason, exit_code)})
 
 
 def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
+from benchmarks.comm.record import is_comm
 from benchmarks.errors import UsageError
 
 EXPERIMENT = "dlbench"
@@ -113,10 +114,6 @@ def _millis(timestamp: str | None) -> int | None:
         return int(dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
     except (AttributeError, ValueError):
         return None
-
-
-def is_comm(record: dict) -> bool:
-    return record.get("kind") == "comm"
 
 
 def _metrics(record: dict) -> list[tuple[str, float, int]]:

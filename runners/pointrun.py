@@ -21,20 +21,17 @@ import signal
 import sys
 
 from benchmarks.errors import UsageError
-from benchmarks.processes import become_subreaper, die_with_parent, kill_descendants, stop_descendants
-
-
-def _on_term(signum, frame) -> None:
-    # The sweep is going (or is gone): stop the direct children gently, then everything.
-    stop_descendants()
+from benchmarks.processes import StopScope, become_subreaper, die_with_parent, kill_descendants, stop_descendants
 
 
 def main(argv: list[str]) -> int:
     sweep_pid, outcome_fd = int(argv[0]), int(argv[1])
     os.set_inheritable(outcome_fd, False)  # bench must not hold the sweep's pipe open
     become_subreaper()
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, lambda signum, frame: None)  # Ctrl-C: bench records 'interrupted'; we wait for it
+    # For the process's life: SIGTERM (the sweep is going, or is gone) stops the direct children gently,
+    # then everything; Ctrl-C is only noted: bench records 'interrupted', and we wait for it.
+    StopScope(signals=(signal.SIGTERM,), then=lambda signum: stop_descendants()).install()
+    StopScope(signals=(signal.SIGINT,)).install()
     if not die_with_parent(sweep_pid, signal.SIGTERM):  # the sweep died before the death signal was armed
         return 1
     from .dispatch import RunRequest, run

@@ -93,21 +93,36 @@ def endless_ddp_run(output, timeout_s: int = 120) -> subprocess.Popen:
     )
 
 
-def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
+def fault_rank_1(tmp_path, process: int, fault, timeout_s: int = 120):
+    """An endless 2-rank DDP run whose rank 1 gets `fault` (its bench: process 0, its worker: 1) in the
+    training loop: (seconds from the fault to the end, exit code, stderr, record, processes left)."""
     output = tmp_path / "runs.jsonl"
-    proc = endless_ddp_run(output)
+    proc = endless_ddp_run(output, timeout_s)
     root = psutil.Process(proc.pid)
-    _, victim = rank_processes(root, 1)
-    time.sleep(8)  # let it reach the training loop
+    victim = rank_processes(root, 1)[process]
+    time.sleep(8)  # into the training loop
     everyone = [p.pid for p in root.children(recursive=True)]
-    victim.send_signal(signal.SIGSEGV)
-    stdout, stderr = proc.communicate(timeout=90)
-    assert proc.returncode == 1, stderr[-3000:]
-    record = validate_record(json.loads(output.read_text()))
-    assert record["status"] == "failed"
-    assert record["error"]["message"].startswith("rank 1 on ") and "SIGSEGV" in record["error"]["message"]
+    fault(victim)
+    faulted = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=timeout_s + 60)
+    finally:
+        try:
+            victim.resume()  # a stopped process must not outlive the test
+        except psutil.Error:
+            pass
+    ended_s = time.monotonic() - faulted
+    record = validate_record(json.loads(output.read_text())) if output.exists() else None
     time.sleep(1)
     alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    return ended_s, proc.returncode, stderr, record, alive
+
+
+def test_a_crashing_rank_fails_the_run_and_leaves_no_process(tmp_path):
+    _, code, stderr, record, alive = fault_rank_1(tmp_path, 1, lambda victim: victim.send_signal(signal.SIGSEGV))
+    assert code == 1, stderr[-3000:]
+    assert record["status"] == "failed"
+    assert record["error"]["message"].startswith("rank 1 on ") and "SIGSEGV" in record["error"]["message"]
     assert not alive
 
 
@@ -141,23 +156,12 @@ def test_two_runs_given_one_port_never_meet(tmp_path):
 def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):
     """kill -9 of rank 1's bench process (its worker follows it; nobody reports): process 0's record
     names rank 1 and its host, not only gloo's "Read error", within a bound, and nothing is left."""
-    output = tmp_path / "runs.jsonl"
-    proc = endless_ddp_run(output)
-    root = psutil.Process(proc.pid)
-    victim, _ = rank_processes(root, 1)
-    time.sleep(8)  # into the training loop
-    everyone = [p.pid for p in root.children(recursive=True)]
-    victim.kill()
-    killed = time.monotonic()
-    stdout, stderr = proc.communicate(timeout=90)
-    assert time.monotonic() - killed < 25, "process 0 took too long to end"  # 5 s for a report, then its own record
-    assert proc.returncode == 1, stderr[-3000:]
-    record = validate_record(json.loads(output.read_text()))
+    ended_s, code, stderr, record, alive = fault_rank_1(tmp_path, 0, psutil.Process.kill)
+    assert ended_s < 25, "process 0 took too long to end"  # 5 s for a report, then its own record
+    assert code == 1, stderr[-3000:]
     assert record["status"] == "failed"
     assert record["error"]["message"].startswith("rank 1 on "), record["error"]["message"]
     assert "went away" in record["error"]["message"]
-    time.sleep(1)
-    alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not alive
 
 
@@ -165,26 +169,9 @@ def test_a_stopped_rank_is_named_when_the_run_times_out(tmp_path):
     """SIGSTOP of rank 1's worker (a hung node: alive, silent): the run ends at its --timeout (or at the
     collective's, which is the same) and process 0's record names rank 1 and its host as not heard from,
     not only "run exceeded --timeout"; nothing is left."""
-    output = tmp_path / "runs.jsonl"
-    proc = endless_ddp_run(output, timeout_s=40)
-    root = psutil.Process(proc.pid)
-    _, victim = rank_processes(root, 1)
-    time.sleep(8)  # into the training loop
-    everyone = [p.pid for p in root.children(recursive=True)]
-    victim.suspend()
-    stopped = time.monotonic()
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        try:
-            victim.resume()  # a stopped process must not outlive the test
-        except psutil.Error:
-            pass
-    assert time.monotonic() - stopped < 40 + 30, "the run outlived its --timeout and the stop grace"
-    assert proc.returncode != 0, stderr[-3000:]
-    record = validate_record(json.loads(output.read_text()))
+    ended_s, code, stderr, record, alive = fault_rank_1(tmp_path, 1, psutil.Process.suspend, timeout_s=40)
+    assert ended_s < 40 + 30, "the run outlived its --timeout and the stop grace"
+    assert code != 0, stderr[-3000:]
     message = record["error"]["message"]
     assert record["status"] in ("timeout", "failed") and re.search(r"rank 1 on \S+ not heard from for \d+ s", message), message
-    time.sleep(1)
-    alive = [pid for pid in everyone if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert not alive

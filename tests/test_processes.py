@@ -37,3 +37,38 @@ def test_a_process_tree_is_found_and_a_zombie_is_gone():
         processes.stop_process_group(top, grace_s=5)
     assert top.returncode == -signal.SIGTERM and not processes.alive(top.pid)
     assert processes.parent(top.pid) is None and processes.descendants(top.pid) == []
+
+
+
+def test_stop_scope_raises_notes_and_restores():
+    """The one stop-signal policy: raised while armed (once, if asked), only noted otherwise and raised at
+    arm(), handed to `then`, and the previous handler back on exit."""
+    import pytest
+
+    class Stopped(Exception):
+        pass
+
+    def signal_me(signum):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.1)  # the handler runs at the next bytecode of the main thread
+
+    before = signal.getsignal(signal.SIGTERM)
+    seen = []
+    with pytest.raises(Stopped):
+        with processes.StopScope(Stopped, then=seen.append):
+            signal_me(signal.SIGTERM)
+    assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) == before
+
+    scope = processes.StopScope(Stopped, once=True, armed=False).install()
+    try:
+        signal_me(signal.SIGINT)  # before arm(): only noted, then raised by arm()
+        with pytest.raises(Stopped):
+            scope.arm()
+        scope.armed = True
+        with pytest.raises(Stopped):
+            signal_me(signal.SIGTERM)
+        signal_me(signal.SIGTERM)  # once: a second one is only noted
+        assert scope.received == [signal.SIGINT, signal.SIGTERM, signal.SIGTERM]
+    finally:
+        scope.restore()
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -22,6 +22,7 @@ from ..distributed import world as worlds
 from ..distributed.session import RankSession, world_section
 from ..errors import Stopped
 from ..frameworks.base import framework_section
+from ..processes import StopScope
 from ..supervisor import Job
 from ..timing import clock
 from . import load, metrics
@@ -29,8 +30,8 @@ from . import record as comm_record
 from .base import CommBackend, CommOptions
 
 
-def _raise_stopped(signum, _frame):
-    raise Stopped("interrupted", f"stopped by {signal.Signals(signum).name}")
+def _stopped(signum: int) -> Stopped:
+    return Stopped("interrupted", f"stopped by {signal.Signals(signum).name}")
 
 
 class CommMeasurement(RankSession):
@@ -65,14 +66,10 @@ class CommMeasurement(RankSession):
                 outcome["error"] = error
 
         thread = threading.Thread(target=body, name="bench-comm", daemon=True)
-        previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with StopScope(_stopped):
             thread.start()
             while thread.is_alive():
                 thread.join(0.1)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         if "error" in outcome:
             raise outcome["error"]
         return outcome["record"]

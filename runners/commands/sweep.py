@@ -41,7 +41,7 @@ from pathlib import Path
 
 from benchmarks import durable
 from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
-from benchmarks.processes import sweep_deadline
+from benchmarks.processes import StopScope, sweep_deadline
 
 from .. import dispatch, launchers, mlflow_export, runtimes, store
 from ..sweep import Plan, PlanError, Point, expand, load_plan
@@ -153,24 +153,15 @@ def status_of(entry: dict) -> str:
 
 # --- running one point -------------------------------------------------------------------------
 
-class Stop:
+class Stop(StopScope):
     """Ctrl-C / SIGTERM on the sweep: finish (and store) the run in progress, then stop."""
 
     def __init__(self):
+        super().__init__(then=self._on_stop)
         self.requested = False
         self.child: subprocess.Popen | None = None
-        self._previous = {}
 
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum, frame):
+    def _on_stop(self, signum):
         again = self.requested
         self.requested = True
         # Ctrl-C reaches the whole foreground group (bench records 'interrupted' by itself);

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from benchmarks.errors import EXIT_USAGE, UsageError
-from benchmarks.processes import CLIENT_GRACE_S, exit_code
+from benchmarks.processes import CLIENT_GRACE_S, StopScope, exit_code
 
 from . import get
 from .base import Mount, forwarded_names
@@ -74,10 +74,6 @@ class _Stop(Exception):
     pass
 
 
-def _raise_stop(signum, _frame):
-    raise _Stop(signum)
-
-
 def execute(spec: ContainerSpec, argv: list[str]) -> int:
     """Run argv in the container; the exit code is the container command's (128+N for a signal)."""
     runtime = get(spec.runtime)
@@ -88,7 +84,7 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
         # The node's ranks must have one parent (podman-hpc names the shared container after it);
         # the runtime removes that container, benchrun whatever a killed run left (Runtime.clean_up).
         os.execvpe(command[0], command, env)
-    previous = signal.signal(signal.SIGTERM, _raise_stop)
+    stop = StopScope(_Stop, signals=(signal.SIGTERM,)).install()  # Ctrl-C is Python's KeyboardInterrupt
     proc = None
     try:
         proc = client.start(command, env)
@@ -102,7 +98,7 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
                 client.stop(proc, signal.SIGKILL)
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        stop.restore()
         if name is not None:
             runtime.clean_up(name)
 
