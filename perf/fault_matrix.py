@@ -43,7 +43,7 @@ from benchmarks.processes import STOP_GRACE_S  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_KILL_S = 30.0
 BOUND_STARTUP_S = 5.0 * STOP_GRACE_S  # the launcher's 3 x grace, then process 0's stop (SIGTERM, 2 x grace)
-STOP_TIMEOUT_S = 45  # --timeout of the SIGSTOP row that has one
+STOP_TIMEOUT_S = 45  # --timeout of the SIGSTOP row that has one (--stop-timeout: a loaded machine needs more)
 GRACE_S = 2.0 * STOP_GRACE_S  # the supervisor's stop grace (SIGTERM, then SIGKILL) and the record's write
 PHASES = {  # bench's progress lines (stderr) that say a phase has begun, and how long after them to act
     "startup": (re.compile(r"meeting at "), 0.0),
@@ -82,7 +82,7 @@ def benchrun_argv(case: str, results: Path) -> list[str]:
             "--results", str(results)]
 
 
-def fault_rows(case: str, long: bool) -> list[dict]:
+def fault_rows(case: str, long: bool, stop_timeout_s: float = STOP_TIMEOUT_S) -> list[dict]:
     """The faults of one case: phase to wait for, whom, which signal, bench's extra options, the bound."""
     _, _, rank, chief, ps = CASES[case]
     loop = {"comm": "comm", "tf-ps": "ps-timed"}.get(case, "timed")
@@ -93,7 +93,7 @@ def fault_rows(case: str, long: bool) -> list[dict]:
     if ps is not None:
         rows.append({"fault": "kill-ps", "phase": loop, "rank": ps, "signal": "KILL", "extra": [], "bound_s": BOUND_KILL_S})
     rows.append({"fault": "stop-rank-timeout", "phase": loop, "rank": rank, "signal": "STOP",
-                 "extra": ["--timeout", str(STOP_TIMEOUT_S)], "bound_s": STOP_TIMEOUT_S + GRACE_S})
+                 "extra": ["--timeout", f"{stop_timeout_s:g}"], "bound_s": stop_timeout_s + GRACE_S})
     if long:
         rows.append({"fault": "stop-rank", "phase": loop, "rank": rank, "signal": "STOP", "extra": [],
                      "bound_s": RENDEZVOUS_TIMEOUT_S + GRACE_S})
@@ -237,6 +237,8 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--faults", default="", help="only these faults (names as printed), comma-separated")
     p.add_argument("--long", action="store_true", help="also SIGSTOP without --timeout (5+ min per case)")
+    p.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S,
+                   help=f"--timeout of the SIGSTOP row (default {STOP_TIMEOUT_S}; the run must reach its loop within it)")
     p.add_argument("--out", type=Path, default=ROOT / "perf" / "fault_matrix" / f"{date.today()}.jsonl")
     p.add_argument("--port", type=int, default=4610, help="first rendezvous port (each row takes +0/+10/+20..)")
     args = p.parse_args(argv)
@@ -251,7 +253,7 @@ def main(argv=None) -> int:
     wanted = {f for f in args.faults.split(",") if f}
     failed = 0
     for case in cases:
-        for row in fault_rows(case, args.long):
+        for row in fault_rows(case, args.long, args.stop_timeout):
             if wanted and row["fault"] not in wanted:
                 continue
             result = run_row(case, row, scratch, args.port)

@@ -34,6 +34,7 @@ from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
+from benchmarks.options import FASHION_MNIST_PACKAGE
 from benchmarks.processes import STOP_SIGNALS, StopScope, host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
@@ -88,12 +89,22 @@ def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:
     return request.image or runtime.default_image(default_image(request))
 
 
-def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path, image: str | None) -> ContainerSpec:
-    """What every rank's container gets: the results dir (read-write), the data dir (read-only)."""
-    mounts = [runtimes.Mount(str(results), runtime.results_dir(str(results)), readonly=False)]
+def read_only_inputs(request: RunRequest, runtime: runtimes.Runtime) -> dict[str, str]:
+    """bench's flag -> the host directory mounted read-only for it: --data-dir, or, for a time-to-accuracy
+    run in an image, Fashion-MNIST (Debian's package is installed on the host, not in the images)."""
     if request.data_dir:
-        data = os.path.abspath(request.data_dir)
-        mounts.append(runtimes.Mount(data, runtime.data_dir(data), readonly=True))
+        return {"--data-dir": os.path.abspath(request.data_dir)}
+    args = bench_arguments(request.bench_args)
+    if runtime.uses_image and args.target_accuracy is not None and not args.data_dir:
+        return {"--fashion-mnist-dir": os.path.abspath(args.fashion_mnist_dir)}
+    return {}
+
+
+def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path, image: str | None) -> ContainerSpec:
+    """What every rank's container gets: the results dir (read-write), the data (read-only)."""
+    mounts = [runtimes.Mount(str(results), runtime.results_dir(str(results)), readonly=False)]
+    mounts += [runtimes.Mount(host, runtime.data_dir(host), readonly=True)
+               for host in read_only_inputs(request, runtime).values()]
     if image is None and runtime.uses_image:
         image = requested_image(request, runtime)
     return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
@@ -108,8 +119,8 @@ def container_command(request: RunRequest, results: Path, image: str | None = No
 
 def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> list[str]:
     args = [*request.bench_args, "--output", str(Path(runtime.results_dir(str(results))) / "record.jsonl")]
-    if request.data_dir and "--data-dir" not in args:
-        args += ["--data-dir", runtime.data_dir(request.data_dir)]
+    for flag, host in read_only_inputs(request, runtime).items():
+        args += [flag, runtime.data_dir(host)]  # the last one counts: bench reads the mounted path
     if request.timeout_s is not None and "--timeout" not in args:
         args += ["--timeout", str(request.timeout_s)]
     return args
@@ -186,11 +197,13 @@ def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
     if runtime.launcher not in (None, request.launcher) and request.launcher is not None:
         raise UsageError(f"runtime {request.runtime!r} runs through {runtime.launcher} (a Slurm plugin): "
                          f"use --launcher {runtime.launcher} or none, not {request.launcher!r}")
-    if request.data_dir is not None:
-        if not os.path.isdir(request.data_dir):
-            raise UsageError(f"--data-dir {request.data_dir} is not a directory")
-        if runtime.runs_as_image_user and not runtimes.base.world_readable(request.data_dir):
-            raise UsageError(f"--data-dir {request.data_dir} is not readable by the image's user (uid 1000): "
+    for flag, host in read_only_inputs(request, runtime).items():
+        if not os.path.isdir(host):
+            hint = "" if flag == "--data-dir" else \
+                f" (bench reads Fashion-MNIST from the host: apt-get install {FASHION_MNIST_PACKAGE}, or give --data-dir)"
+            raise UsageError(f"{flag} {host} is not a directory{hint}")
+        if runtime.runs_as_image_user and not runtimes.base.world_readable(host):
+            raise UsageError(f"{flag} {host} is not readable by the image's user (uid 1000): "
                              f"make it and its parents world-readable (chmod o+rX)")
     return runtime
 

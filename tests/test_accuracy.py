@@ -408,3 +408,15 @@ def test_report_has_the_time_to_accuracy_section(tmp_path):
     assert (tmp_path / "report" / "accuracy-1.png").stat().st_size > 1000
     batch_section = text.split("## Throughput and memory vs batch size", 1)[1].split("\n## ", 1)[0]
     assert "smallcnn" not in batch_section  # accuracy runs are not throughput runs
+
+
+@pytest.mark.slow
+def test_a_run_in_docker_reads_the_hosts_fashion_mnist(fashion_mnist, dlbench_images, tmp_path):
+    """The images lack Debian's dataset package: benchrun mounts the host's Fashion-MNIST read-only for a
+    time-to-accuracy run in a container and tells bench where (`--fashion-mnist-dir /data`)."""
+    result = benchrun("run", "--runtime", "docker", "--results", str(tmp_path), "--", "--framework", "torch",
+                      *[arg for arg in FAST if arg != "--json"], "--target-accuracy", "0.7", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = validate_record(json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1]))
+    assert record["provenance"]["requested_runtime"] == "docker" and record["config"]["fashion_mnist_dir"] == "/data"
+    assert_converged_honestly(record["accuracy"], 1)

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -182,6 +183,23 @@ def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
     result = benchrun("run", *args, "--", "--framework", "tensorflow", "--model", "resnet50", env=absent)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("benchrun: error: ") and message in result.stderr
+
+
+def test_fashion_mnist_is_mounted_from_the_host_for_a_time_to_accuracy_run(tmp_path):
+    """The images lack Debian's dataset: a container run to a target reads the host's files, mounted read-only;
+    where the host has none, one line before anything runs."""
+    accuracy = ["--framework", "torch", "--target-accuracy", "0.5", "--fashion-mnist-dir"]
+    shared = tempfile.mkdtemp(prefix="dlbench-fmnist-", dir="/tmp")  # readable by the image's user, as a dataset is
+    os.chmod(shared, 0o755)
+    try:
+        result = benchrun("run", "--runtime", "docker", "--dry-run", "--", *accuracy, shared)
+    finally:
+        os.rmdir(shared)
+    assert result.returncode == 0, result.stderr
+    assert f"-v {shared}:/data:ro" in result.stdout and result.stdout.rstrip().endswith("--fashion-mnist-dir /data")
+    result = benchrun("run", "--runtime", "docker", "--", *accuracy, str(tmp_path / "none"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--fashion-mnist-dir {tmp_path / 'none'} is not a directory (bench reads Fashion-MNIST from the host" in result.stderr
 
 
 def test_missing_image_is_one_line_exit_2():

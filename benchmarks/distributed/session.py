@@ -160,12 +160,14 @@ class RankSession:
 
     def failure(self, status: str, kind: str, message: str) -> dict:
         """This rank's failure as the record; on process 0 a failed peer's report wins, waited for at
-        most PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that),
-        and a silent rank is named first (a collective that timed out waiting for it says only that)."""
+        most PEER_REPORT_GRACE_S (a rank that vanished is reported for it by the rendezvous within that;
+        none is waited for when every other rank is silent), and a silent rank is named first (a collective
+        that timed out waiting for it says only that)."""
         if self.world.rank == 0 and self.world.size > 1:
             with self._outcome:
                 self._failing = True
-            if self.peer_failed.wait(PEER_REPORT_GRACE_S) and self.peer_record is not None:
+            grace_s = 0 if len(self.silent) == self.world.size - 1 else PEER_REPORT_GRACE_S
+            if self.peer_failed.wait(grace_s) and self.peer_record is not None:
                 return self.peer_record
             if self.silent:
                 message = f"{silent_ranks_text(self.silent, time.time())}; {message}"
