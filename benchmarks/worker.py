@@ -81,7 +81,13 @@ def main(spec_path: str) -> int:
         sys.stderr.flush()
         os._exit(EXIT_CODE_BY_STATUS[record["status"]])
 
-    measurement = kind.from_spec(spec, peer_failed, lambda silent: write_json(spec["silence_path"], silent))
+    def ranks_silent(silent: dict) -> None:
+        try:
+            write_json(spec["silence_path"], silent)
+        except OSError:
+            pass  # only a hint for the supervisor's message if it stops the run: the run goes on
+
+    measurement = kind.from_spec(spec, peer_failed, ranks_silent)
     try:
         result = measurement.run()
     except UsageError as error:

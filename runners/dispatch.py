@@ -35,7 +35,7 @@ from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.options import FASHION_MNIST_PACKAGE
-from benchmarks.processes import STOP_SIGNALS, StopScope, host_deadline
+from benchmarks.processes import CLIENT_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
@@ -110,6 +110,13 @@ def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path
     return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
                          mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi,
                          annotations=dict(request.edf_annotations))
+
+
+def stop_grace_s(request: RunRequest) -> float:
+    """SIGTERM to SIGKILL for a run's processes stopped from outside (a sweep's point process): its
+    container client's own time on top (udocker removes its container then)."""
+    runtime = runtimes.get(request.runtime)
+    return CLIENT_GRACE_S + runtime.client(container_spec(request, runtime, Path(tempfile.gettempdir()), "")).setup_s
 
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:

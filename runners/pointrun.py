@@ -7,7 +7,8 @@ launcher starts in their own sessions, and that would otherwise be adopted
 by init when the launcher dies, are adopted by this process instead. It
 dies with the sweep (PR_SET_PDEATHSIG, even on `kill -9` of the sweep): on
 SIGTERM it asks its children to stop (bench records 'interrupted'), then
-after processes.CLIENT_GRACE_S kills every descendant. Before it exits it kills whatever is
+after the run's stop grace (dispatch.stop_grace_s: a udocker client removes its container in it)
+kills every descendant. Before it exits it kills whatever is
 left, always. It calls runners.dispatch.run and writes the Outcome as JSON
 to OUTCOME_FD; bench's own output goes to this process's stdout/stderr
 (the sweep's per-point log file).
@@ -21,7 +22,8 @@ import signal
 import sys
 
 from benchmarks.errors import UsageError
-from benchmarks.processes import StopScope, become_subreaper, die_with_parent, kill_descendants, stop_descendants
+from benchmarks.processes import (CLIENT_GRACE_S, StopScope, become_subreaper, die_with_parent, kill_descendants,
+                                  stop_descendants)
 
 
 def main(argv: list[str]) -> int:
@@ -30,15 +32,17 @@ def main(argv: list[str]) -> int:
     become_subreaper()
     # For the process's life: SIGTERM (the sweep is going, or is gone) stops the direct children gently,
     # then everything; Ctrl-C is only noted: bench records 'interrupted', and we wait for it.
-    StopScope(signals=(signal.SIGTERM,), then=lambda signum: stop_descendants()).install()
+    grace_s = [CLIENT_GRACE_S]  # until the request says which runtime runs it
+    StopScope(signals=(signal.SIGTERM,), then=lambda signum: stop_descendants(grace_s[0])).install()
     StopScope(signals=(signal.SIGINT,)).install()
     if not die_with_parent(sweep_pid, signal.SIGTERM):  # the sweep died before the death signal was armed
         return 1
-    from .dispatch import RunRequest, run
+    from .dispatch import RunRequest, run, stop_grace_s
 
     request = RunRequest(**json.load(sys.stdin))
     try:
         try:
+            grace_s[0] = stop_grace_s(request)
             outcome = run(request)
             result = {"record": outcome.record, "exit_code": outcome.exit_code, "command": outcome.command,
                       "error": outcome.fault if outcome.record is None else None}

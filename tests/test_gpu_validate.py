@@ -29,6 +29,8 @@ def load_validator():
 
 
 gv = load_validator()
+import gpu_checks  # noqa: E402  beside gpu_validate.py, which puts perf/ on sys.path
+import gpu_plan  # noqa: E402
 
 
 def validate(*args, timeout=120):
@@ -79,7 +81,7 @@ def test_device_commands_in_gpu_md_fit_the_device_tool():
         assert "export PYTHONPATH=/tmp/site || exit;" in command
         named = set(re.findall(r"\$OUT/([^\s;|&>]+)", command))
         assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in named), named  # flat, plain names
-        assert len(named | set(gv.OUT_FILES)) <= gv.OUT_MAX_FILES
+        assert len(named | set(gv.OUT_FILES)) <= gpu_checks.OUT_MAX_FILES
 
 
 def test_deadline_starts_nothing_it_would_cut_and_says_so(tmp_path):
@@ -87,10 +89,10 @@ def test_deadline_starts_nothing_it_would_cut_and_says_so(tmp_path):
     result = validate("--cpu-smoke", "--phase", "C", "--deadline-s", "25", "--out", out)
     assert result.returncode == 0, result.stderr[-2000:]
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    planned = gv.Plan(gv.CPU_SMOKE, tmp_path).steps("C")
+    planned = gpu_plan.Plan(gpu_plan.CPU_SMOKE, tmp_path).steps("C")
     assert [s["step"] for s in steps] == [s.name for s in planned]
     assert all(s["status"] == "skip" and "deadline" in s["reason"] for s in steps)
-    assert gv.check_out_dir(out) == [] and sorted(p.name for p in out.iterdir()) == ["steps.jsonl"]
+    assert gpu_checks.check_out_dir(out) == [] and sorted(p.name for p in out.iterdir()) == ["steps.jsonl"]
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):
@@ -110,12 +112,12 @@ MEMORY = {"allocator_peak_bytes": 10, "reserved_peak_bytes": 12, "device_peak_by
 
 
 def test_memory_check_wants_the_four_views_ordered_and_measured():
-    assert gv.memory_problems(MEMORY) == []
-    assert gv.memory_problems({**MEMORY, "reserved_peak_bytes": 16}) == [
+    assert gpu_checks.memory_problems(MEMORY) == []
+    assert gpu_checks.memory_problems({**MEMORY, "reserved_peak_bytes": 16}) == [
         "reserved_peak_bytes 16 > device_peak_bytes 15"]
-    missing = gv.memory_problems({**MEMORY, "device_peak_bytes": None, "device_unavailable_reason": "NVML could not start: X"})
+    missing = gpu_checks.memory_problems({**MEMORY, "device_peak_bytes": None, "device_unavailable_reason": "NVML could not start: X"})
     assert missing == ["memory not measured: device_peak_bytes (NVML could not start: X)"]
-    assert "no reason given" in gv.memory_problems({**MEMORY, "device_total_bytes": None})[0]
+    assert "no reason given" in gpu_checks.memory_problems({**MEMORY, "device_total_bytes": None})[0]
 
 
 @pytest.mark.parametrize("asked, section, problem", [
@@ -130,7 +132,7 @@ def test_memory_check_wants_the_four_views_ordered_and_measured():
 ])
 def test_precision_check_wants_what_was_asked_in_effect(asked, section, problem):
     section = {"tf32_flag": section["tf32_in_effect"], "compute_capability": "9.0", **section}
-    found = gv.precision_problems(section, asked, on_gpu=True)
+    found = gpu_checks.precision_problems(section, asked, on_gpu=True)
     assert (found == []) if problem is None else any(problem in p for p in found), found
 
 
@@ -140,25 +142,25 @@ def test_energy_check_wants_nvml_and_a_plausible_power():
                 "throughput": {"total_wall_time_s": wall},
                 "repeats": [{"device_state": {"power_limit_w": {"min": limit, "max": limit}}}]}
 
-    assert gv.energy_checks(record(3000.0, 450.0, 6.7)) == ([], [])
-    assert gv.energy_checks(record(None, None, 0.3)) == ([], ["energy null: counter idle"])  # too short to count
-    assert gv.energy_checks(record(None, None, 5.0))[0] == ["energy null: counter idle"]
-    assert "outside 20-840 W" in gv.energy_checks(record(9000.0, 1500.0, 6.0))[0][0]
-    assert "energy source rapl" in gv.energy_checks(record(100.0, 100.0, 2.0, source="rapl"))[0][0]
+    assert gpu_checks.energy_checks(record(3000.0, 450.0, 6.7)) == ([], [])
+    assert gpu_checks.energy_checks(record(None, None, 0.3)) == ([], ["energy null: counter idle"])  # too short to count
+    assert gpu_checks.energy_checks(record(None, None, 5.0))[0] == ["energy null: counter idle"]
+    assert "outside 20-840 W" in gpu_checks.energy_checks(record(9000.0, 1500.0, 6.0))[0][0]
+    assert "energy source rapl" in gpu_checks.energy_checks(record(100.0, 100.0, 2.0, source="rapl"))[0][0]
 
 
 def test_out_dir_rules_of_the_device_tool(tmp_path):
-    assert gv.check_out_dir(tmp_path) == []
+    assert gpu_checks.check_out_dir(tmp_path) == []
     for index in range(9):
         (tmp_path / f"f{index}.txt").write_text("x")
-    assert gv.check_out_dir(tmp_path) == ["9 files, at most 8 come back"]
+    assert gpu_checks.check_out_dir(tmp_path) == ["9 files, at most 8 come back"]
     for index in range(2, 9):
         (tmp_path / f"f{index}.txt").unlink()
     (tmp_path / "a b.txt").write_text("x")
     (tmp_path / "d1" / "d2" / "d3").mkdir(parents=True)
     (tmp_path / "d1" / "d2" / "d3" / "deep.txt").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "f0.txt")
-    problems = gv.check_out_dir(tmp_path)
+    problems = gpu_checks.check_out_dir(tmp_path)
     assert any(p.startswith("a b.txt: a name") for p in problems)
     assert any(p.startswith("d1/d2/d3/deep.txt: more than 2 folders down") for p in problems)
     assert any(p.startswith("link: not a plain file") for p in problems)
@@ -166,9 +168,9 @@ def test_out_dir_rules_of_the_device_tool(tmp_path):
 
 def test_bench_options_override_keeps_one_value_per_flag():
     base = ["--model", "resnet50", "--precision", "amp-bf16", "--num-batches", "60"]
-    assert gv._override(base, ("--precision", "tf32")) == ["--model", "resnet50", "--precision", "tf32", "--num-batches", "60"]
-    assert gv._override(base, ("--compile",)) == [*base, "--compile"]
-    assert gv._override(base, ("--compile", "reduce-overhead", "--seed", "3")) == [*base, "--compile", "reduce-overhead", "--seed", "3"]
+    assert gpu_plan._override(base, ("--precision", "tf32")) == ["--model", "resnet50", "--precision", "tf32", "--num-batches", "60"]
+    assert gpu_plan._override(base, ("--compile",)) == [*base, "--compile"]
+    assert gpu_plan._override(base, ("--compile", "reduce-overhead", "--seed", "3")) == [*base, "--compile", "reduce-overhead", "--seed", "3"]
 
 
 @pytest.mark.slow
@@ -188,7 +190,7 @@ def test_cpu_smoke_runs_every_phase_obeys_out_rules_and_reports(tmp_path):
                      "data-dir", "gpu-tests", "speed", "speed-bench-r1", "speed-bare-sync-r2", "speed-bare-fast-r1",
                      "find-max-batch", "comm", "ddp-one-rank", "trace"):
         assert expected in names, expected
-    assert gv.check_out_dir(out) == [] and {p.name for p in out.iterdir()} <= set(gv.OUT_FILES)
+    assert gpu_checks.check_out_dir(out) == [] and {p.name for p in out.iterdir()} <= set(gv.OUT_FILES)
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     summarized = [run["run_id"] for s in steps if s["kind"] == "bench" for run in s.get("summary", [])]
     assert [r["run_id"] for r in records] == summarized and len(records) >= 14  # every bench record, in order

@@ -308,3 +308,15 @@ def test_sif_build_needs_three_times_the_image_on_disk(tmp_path, monkeypatch):
                 singularity.check_room("img:1", tmp_path / "sif")
         else:
             singularity.check_room("img:1", tmp_path / "sif")
+
+
+def test_a_stopped_sweep_point_gives_its_client_time_to_remove_its_container():
+    """pointrun's SIGTERM to SIGKILL: a udocker client removes its container after bench ends (a removal
+    cut short leaves a nameless container), so its stop grace has the client's own time on top."""
+    from benchmarks.processes import CLIENT_GRACE_S
+
+    grace = {name: dispatch.stop_grace_s(dispatch.RunRequest(["--framework", "torch"], runtime=name))
+             for name in ("local", "docker", "udocker")}
+    assert grace == {"local": CLIENT_GRACE_S, "docker": CLIENT_GRACE_S,
+                     "udocker": CLIENT_GRACE_S + runtimes.get("udocker").client(None).setup_s}
+    assert grace["udocker"] >= CLIENT_GRACE_S + 60
