@@ -35,7 +35,7 @@ from benchmarks.cli import bench_arguments
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.options import FASHION_MNIST_PACKAGE
-from benchmarks.processes import CLIENT_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
+from benchmarks.processes import STOP_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
@@ -112,11 +112,18 @@ def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path
                          annotations=dict(request.edf_annotations))
 
 
-def stop_grace_s(request: RunRequest) -> float:
-    """SIGTERM to SIGKILL for a run's processes stopped from outside (a sweep's point process): its
-    container client's own time on top (udocker removes its container then)."""
+def stop_grace_s(runtime: runtimes.Runtime, client) -> float:
+    """SIGTERM to SIGKILL for a stopped run's process 0: bench stopping its worker and writing its record,
+    or in a container the rank wrapper's wait for its client (udocker removes its container in it) and
+    then the wrapper's own clean-up: longer than the wrapper's wait, or its clean-up is cut short."""
+    bench = 2 * STOP_GRACE_S
+    return max(bench, client.stop_grace_s + STOP_GRACE_S) if runtime.uses_image else bench
+
+
+def request_stop_grace_s(request: RunRequest) -> float:
+    """stop_grace_s of a request not yet planned (a sweep's point process, before it runs it)."""
     runtime = runtimes.get(request.runtime)
-    return CLIENT_GRACE_S + runtime.client(container_spec(request, runtime, Path(tempfile.gettempdir()), "")).setup_s
+    return stop_grace_s(runtime, runtime.client(container_spec(request, runtime, Path(tempfile.gettempdir()), "")))
 
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
@@ -279,7 +286,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         deadline = host_deadline(request.timeout_s)
         if deadline is not None:
             deadline += client.setup_s
-        spec.stop_grace_s += client.setup_s  # a stopped rank's client removes its container before it ends
+        spec.stop_grace_s = stop_grace_s(runtime, client)
         # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
         # stopped (wait_group: SIGTERM, then SIGKILL), its record says 'interrupted' and its containers go
         # (a sweep's point process has its own).

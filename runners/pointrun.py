@@ -37,12 +37,12 @@ def main(argv: list[str]) -> int:
     StopScope(signals=(signal.SIGINT,)).install()
     if not die_with_parent(sweep_pid, signal.SIGTERM):  # the sweep died before the death signal was armed
         return 1
-    from .dispatch import RunRequest, run, stop_grace_s
+    from .dispatch import RunRequest, request_stop_grace_s, run
 
     request = RunRequest(**json.load(sys.stdin))
     try:
         try:
-            grace_s[0] = stop_grace_s(request)
+            grace_s[0] = request_stop_grace_s(request)
             outcome = run(request)
             result = {"record": outcome.record, "exit_code": outcome.exit_code, "command": outcome.command,
                       "error": outcome.fault if outcome.record is None else None}

@@ -310,13 +310,15 @@ def test_sif_build_needs_three_times_the_image_on_disk(tmp_path, monkeypatch):
             singularity.check_room("img:1", tmp_path / "sif")
 
 
-def test_a_stopped_sweep_point_gives_its_client_time_to_remove_its_container():
-    """pointrun's SIGTERM to SIGKILL: a udocker client removes its container after bench ends (a removal
-    cut short leaves a nameless container), so its stop grace has the client's own time on top."""
-    from benchmarks.processes import CLIENT_GRACE_S
+def test_a_stopped_run_gives_its_container_client_time_to_remove_its_container():
+    """SIGTERM to SIGKILL for process 0 (the host's, and a sweep point's): a udocker client removes its
+    container after bench ends (a removal cut short leaves a nameless container), so the grace is the rank
+    wrapper's wait for its client plus the wrapper's own clean-up: always longer than the wrapper's wait."""
+    from benchmarks.processes import STOP_GRACE_S
 
-    grace = {name: dispatch.stop_grace_s(dispatch.RunRequest(["--framework", "torch"], runtime=name))
+    grace = {name: dispatch.request_stop_grace_s(dispatch.RunRequest(["--framework", "torch"], runtime=name))
              for name in ("local", "docker", "udocker")}
-    assert grace == {"local": CLIENT_GRACE_S, "docker": CLIENT_GRACE_S,
-                     "udocker": CLIENT_GRACE_S + runtimes.get("udocker").client(None).setup_s}
-    assert grace["udocker"] >= CLIENT_GRACE_S + 60
+    wrapper = {name: runtimes.get(name).client(None).stop_grace_s for name in ("docker", "udocker")}
+    assert grace["local"] == 2 * STOP_GRACE_S
+    assert all(grace[name] >= wait + STOP_GRACE_S for name, wait in wrapper.items()), (grace, wrapper)
+    assert wrapper["udocker"] >= wrapper["docker"] + 60

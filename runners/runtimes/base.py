@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from benchmarks.errors import UsageError
+from benchmarks.processes import CLIENT_GRACE_S
 
 # Image references: docker names (registry/path:tag@digest) or paths to a .sif / tarball / directory.
 _IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
@@ -166,6 +167,12 @@ class Client:
 
     shared: bool = False  # the node's ranks share one container the runtime names; the wrapper execs the command
     setup_s: float = 0  # seconds a run may spend around bench (creating, removing its container): added to every grace
+
+    @property
+    def stop_grace_s(self) -> float:
+        """How long the rank wrapper waits for a client it stopped (it forwards the signal to bench; udocker
+        then removes its container) before it kills it."""
+        return CLIENT_GRACE_S + self.setup_s
 
     def start(self, command: list[str], env: Mapping[str, str]) -> subprocess.Popen:
         return subprocess.Popen(command, env=env, pass_fds=launcher_fds(env))  # the launcher's descriptors kept open

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from benchmarks.errors import EXIT_USAGE, UsageError
-from benchmarks.processes import CLIENT_GRACE_S, StopScope, exit_code
+from benchmarks.processes import StopScope, exit_code
 
 from . import get
 from .base import Mount, forwarded_names
@@ -93,7 +93,7 @@ def execute(spec: ContainerSpec, argv: list[str]) -> int:
         if proc is not None and proc.poll() is None:
             client.stop(proc, signal.SIGTERM)  # the client forwards it: bench records 'interrupted'
             try:
-                proc.wait(timeout=CLIENT_GRACE_S + client.setup_s)  # then the container is removed by force
+                proc.wait(timeout=client.stop_grace_s)  # then the container is removed by force
             except (subprocess.TimeoutExpired, KeyboardInterrupt, _Stop):
                 client.stop(proc, signal.SIGKILL)
         return 130
