@@ -116,8 +116,7 @@ def stop_grace_s(runtime: runtimes.Runtime, client) -> float:
     """SIGTERM to SIGKILL for a stopped run's process 0: bench stopping its worker and writing its record,
     or in a container the rank wrapper's wait for its client (udocker removes its container in it) and
     then the wrapper's own clean-up: longer than the wrapper's wait, or its clean-up is cut short."""
-    bench = 2 * STOP_GRACE_S
-    return max(bench, client.stop_grace_s + STOP_GRACE_S) if runtime.uses_image else bench
+    return client.stop_grace_s + STOP_GRACE_S if runtime.uses_image else 2 * STOP_GRACE_S
 
 
 def request_stop_grace_s(request: RunRequest) -> float:
