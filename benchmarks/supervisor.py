@@ -30,11 +30,13 @@ from .memory import PeakSampler
 from .processes import StopScope, stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
+from .worker import STACKS_SIGNAL
 
 STDERR_TAIL_LINES = 200
 STOP_FILE = "stop.json"  # why the supervisor stopped the worker
 SILENCE_FILE = "silent.json"  # process 0's worker: the ranks it no longer hears from (RankSession.silent)
 AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
+STACKS_WAIT_S = 2.0  # how long a timed-out worker's stack dump is given to reach stderr
 
 
 class Interrupted(Exception):
@@ -149,6 +151,25 @@ def _is_terminal(stream) -> bool:
         return False
 
 
+def _show_stacks(proc: subprocess.Popen, tail: collections.deque) -> None:
+    """Where a timed-out run waited: every thread's Python stack on stderr before it is stopped, so a hang
+    seen once (in CI, in a sweep's log) shows its cause without being reproduced."""
+    def headers() -> int:
+        return sum("most recent call first" in line for line in list(tail))
+
+    before = headers()
+    try:
+        proc.send_signal(STACKS_SIGNAL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + STACKS_WAIT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if headers() > before:
+            time.sleep(0.2)  # the other threads' stacks follow the first header at once
+            return
+        time.sleep(0.05)
+
+
 def _stop(proc: subprocess.Popen, tmp: Path, status: str, error: dict) -> None:
     """Stop the worker, saying why first: a worker that keeps its results when stopped (`bench comm`'s
     rows) records them with this status. Ranks process 0 no longer hears from are named: they are why a
@@ -226,6 +247,7 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             stop.armed = False
             status = "timeout"
             error = {"kind": "timeout", "message": f"run exceeded --timeout {timeout_s:g} s", "signal": None}
+            _show_stacks(proc, tail)
             _stop(proc, Path(tmp), status, error)
         except Interrupted as interrupted:
             status = "interrupted"

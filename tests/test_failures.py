@@ -68,6 +68,8 @@ def test_timeout_records_and_kills_the_whole_worker_group(tmp_path, dataset_dir)
     assert len(seen) >= 3, "expected the worker and its DataLoader workers"
     assert not [pid for pid in seen if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert "status: timeout" in stdout
+    # where it waited, before it was stopped: every thread's Python stack (the timed loop's among them)
+    assert "most recent call first" in stderr and "timing.py" in stderr, stderr[-3000:]
 
 
 @pytest.mark.slow
