@@ -55,6 +55,16 @@ def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = No
                           stdin=subprocess.DEVNULL)
 
 
+def site_settings(tmp_path, edits: str):
+    """A site configuration: the example's, then `edits` (Python; `partitions` is the example system's list)."""
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"""import runpy
+site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
+partitions = site_configuration['systems'][0]['partitions']
+{edits}""")
+    return settings
+
+
 def perflog(tmp_path, partition: str, test: str) -> list[dict]:
     """The rows of ReFrame's perflog for a test (its default handler: '|'-separated, a header line first)."""
     files = list((tmp_path / "perflogs" / SYSTEM / partition).glob(f"{test}*.log"))
@@ -159,10 +169,7 @@ def test_apptainer_through_reframes_container_platform(reframe_path, tmp_path, d
 
     bin_dir = apptainer.install()
     sif = def_sif(bin_dir, "tensorflow", dlbench_images["tensorflow"])
-    settings = tmp_path / "settings.py"
-    settings.write_text(f"""import runpy
-site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
-local = site_configuration['systems'][0]['partitions'][0]
+    settings = site_settings(tmp_path, f"""local = partitions[0]
 local['features'].append('apptainer')
 local['container_platforms'].append({{'type': 'Apptainer'}})
 local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}},
@@ -178,6 +185,63 @@ local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}}
     assert "apptainer exec -B" in script and f"--userns {sif} bench --framework tensorflow" in script, script
     record = json.loads(next((tmp_path / "rfm").rglob("rfm_job.out")).read_text().splitlines()[-1])
     assert record["provenance"]["container_runtime"] == "apptainer"  # detected inside the container
+
+
+def test_sarus_and_shifter_through_reframes_container_platforms(reframe_path, tmp_path):
+    """Sarus and Shifter cannot be installed here (only built from upstream source): the job scripts ReFrame
+    writes with --dry-run (nothing run) for a Sarus partition and a Shifter one. ReFrame's Sarus runs bench
+    as dlbench's `sarus` argv does, its Shifter as dlbench's `shifter-ng` (Shifter-NG's `shifter run`): the
+    same image, the same read-only data mount (a site's container option, spelled as benchrun spells it),
+    `bench` after the image; ReFrame mounts its stage directory at /rfm_workdir (Sarus: `-w /rfm_workdir`)
+    where benchrun mounts a results directory at /results. NERSC's Shifter (`shifter`: no `run` verb) and
+    every multi-rank run go through benchrun."""
+    from runners import runtimes
+    from runners.runtimes.base import Mount
+
+    image = "load/library/dlbench-torch-latest"  # what `sarus load` / `shifter load` named it (benchrun's import)
+    data = Mount(str(tmp_path), "/data")  # read-only
+    read_only = {name: runtimes.get(name).mount_option(data) for name in ("sarus", "shifter-ng")}
+    settings = site_settings(tmp_path, f"""slurm = partitions[1]
+for name, platform, features in (('sarus', 'Sarus', ['sarus']), ('shifter', 'Shifter', ['shifter', 'shifter-ng'])):
+    partitions.append({{**slurm, 'name': name, 'features': features, 'container_platforms': [{{'type': platform}}],
+                        'extras': {{**slurm['extras'], 'dlbench_images': {{'sarus': {{'torch': {image!r}}},
+                                                                           'shifter-ng': {{'torch': {image!r}}}}},
+                                   'dlbench_container_options': {read_only!r}}}}})
+""")
+    selected = [f"{TRAIN}%strategy=none%ranks=1%runtime={name}$" for name in ("sarus", "shifter-ng", "shifter")]
+    done = reframe(reframe_path, tmp_path, "--system", SYSTEM, *[arg for name in selected for arg in ("-n", name)],
+                   "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=sarus$", "--dry-run", settings=settings, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    scripts = {path.parent: path.read_text() for path in (tmp_path / "rfm").rglob("rfm_job.sh")}
+    assert len(scripts) == 4, (scripts, done.stdout[-3000:])
+
+    def job(partition: str, marker: str) -> tuple[str, str]:
+        """The stage directory and job script of the one test on `partition` whose script holds `marker`."""
+        [(stage, script)] = [(str(stage), text) for stage, text in scripts.items()
+                             if stage.parent.parent.name == partition and marker in text]
+        assert "#SBATCH --partition=debug" in script, script
+        return stage, script
+
+    bench = f"{image} bench --framework torch --model alexnet --strategy none {BENCH_OPTIONS}"
+    stage, sarus = job("sarus", "sarus run ")
+    assert f'sarus run --mount=type=bind,source="{stage}",destination="/rfm_workdir" -w /rfm_workdir ' \
+           f'{read_only["sarus"][0]} {bench}' in sarus, sarus
+    assert "sarus pull" not in sarus and "benchrun" not in sarus and "runners" not in sarus, sarus
+    stage, shifter_ng = job("shifter", "shifter run ")
+    assert f'shifter run --mount=type=bind,source="{stage}",destination="/rfm_workdir" ' \
+           f'{read_only["shifter-ng"][0]} {bench}' in shifter_ng, shifter_ng
+    assert "shifter pull" not in shifter_ng and " -w " not in shifter_ng, shifter_ng
+    # dlbench's own argv for the same image and mount: the same program, verb, mount spelling, image and command
+    for name, script in (("sarus", sarus), ("shifter-ng", shifter_ng)):
+        ours = runtimes.get(name).command(image, ["bench", "--json"], mounts=[data])
+        assert [os.path.basename(ours[0]), *ours[1:]] == [name.removesuffix("-ng"), "run", *read_only[name], image,
+                                                          "bench", "--json"]
+        assert script.rstrip().endswith(" --json"), script
+    _, nersc = job("shifter", "run --runtime shifter ")
+    assert "-m runners run --runtime shifter -- --framework torch --model alexnet --strategy none" in nersc, nersc
+    _, ranks = job("sarus", "run --runtime sarus ")
+    assert f"-m runners run --runtime sarus --image {image} --launcher srun -n 2 -- --framework torch --model alexnet " \
+           "--strategy ddp" in ranks, ranks
 
 
 LOCAL_ENTRY = {"match": {"model": "alexnet"}, "system": f"{SYSTEM}:local"}
