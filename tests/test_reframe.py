@@ -1,20 +1,26 @@
 """reframe-checks/ under a real ReFrame (scripts/install-reframe.sh, PyPI, cached): a small subset on
 the local scheduler, on our local Slurm, and in Docker and Apptainer through ReFrame's own container
-platforms; a reference that passes and one that fails, read back from ReFrame's performance report
-and perflog; sanity failing; a wrong references file and an unknown system stop ReFrame with one line."""
+platforms; Sarus and Shifter by the job scripts ReFrame writes for them; a reference that passes and
+one that fails, read back from ReFrame's performance report and perflog; sanity failing (real runs,
+and records made unsound); a wrong references file and an unknown system stop ReFrame with one line.
+podman-hpc through benchrun: tests/test_runtimes_podman_hpc.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import subprocess
 import sys
 
+import jsonschema
 import pytest
 
-from infra.helpers import ROOT, SMALL, ports, python_env
+from infra.helpers import ROOT, SMALL, bench, last_json_line, ports, python_env, validate_record
 from infra.slurm import skip_loudly
+
+from benchmarks.comm import record as comm_record
 
 CHECKS = ROOT / "reframe-checks"  # the folder, as a site points -c at it
 SETTINGS = ROOT / "reframe-checks" / "site" / "settings.py"
@@ -42,14 +48,15 @@ def write_references(path, entries: list[dict]) -> str:
 
 
 def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = None, env: dict | None = None,
-            timeout: float = 900, settings=SETTINGS) -> subprocess.CompletedProcess:
-    """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it and small runs."""
+            timeout: float = 900, settings=SETTINGS, benchrun: str = f"{sys.executable} -m runners"
+            ) -> subprocess.CompletedProcess:
+    """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it (or `benchrun`) and small runs."""
     environment = python_env(env)
     environment["PATH"] = f"{reframe_path}:{environment['PATH']}"
     if references:
         environment["DLBENCH_REFERENCES"] = references
     argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
-            "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={sys.executable} -m runners",
+            "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={benchrun}",
             "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
     return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
@@ -279,10 +286,13 @@ def test_missing_references_file_stops_reframe_with_one_line(reframe_path, tmp_p
 
 
 def test_unknown_system_is_reframes_one_line(reframe_path, tmp_path):
+    """ReFrame's error is one line; its own note of where its log went follows it, nothing else."""
     done = reframe(reframe_path, tmp_path, "--system", "nosuch", "-r", timeout=300)
-    assert done.returncode == 1
-    assert "ERROR: failed to load configuration: could not find a configuration entry for the requested system: " \
-           "'nosuch'" in done.stdout + done.stderr
+    assert done.returncode == 1 and done.stderr == "", done.stderr
+    error, log_note = done.stdout.splitlines()
+    assert error == "ERROR: failed to load configuration: could not find a configuration entry for the requested " \
+                    "system: 'nosuch'"
+    assert re.fullmatch(r"Log file\(s\) saved in '\S+\.log'", log_note), log_note
     assert not (tmp_path / "rfm" / "stage").exists()
 
 
@@ -298,6 +308,48 @@ def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
     assert failures.count("Failing phase: sanity") == 2, failures
     assert "Reason: sanity error: the run printed no record" in failures, failures
     assert re.search(r"Reason: sanity error: record status (timeout|interrupted|failed), expected ok", failures), failures
+
+
+def test_sanity_fails_on_unsound_records(reframe_path, tmp_path, real_record):
+    """A stand-in for benchrun (`-S benchrun=`) prints a record made from a real one: a record that does not
+    validate, a 2-rank DDP record whose replicas ended out of sync (bench keeps status ok there), and a real
+    `bench comm` record turned into one with wrong transfers, as bench writes it (status failed, error kind
+    incorrect, correct false): each fails sanity, saying why."""
+    comm = bench("--framework", "torch", "comm", "--max-bytes", "64", "--step-factor", "4", "--iters", "2",
+                 "--warmup-iters", "1", "--ops", "allreduce", "--json", timeout=120)
+    assert comm.returncode == 0, comm.stderr[-2000:]
+    wrong = last_json_line(comm.stdout)
+    wrong["results"][-1]["wrong"] = 3
+    wrong.update(status="failed", correct=False, error={"kind": "incorrect", "message": "allreduce 64 B: 3 wrong elements",
+                                                        "exit_code": None, "signal": None})
+    jsonschema.validate(wrong, json.loads(comm_record.COMM_SCHEMA_FILE.read_text()))
+    invalid = copy.deepcopy(real_record)
+    invalid["throughput"]["images_per_sec"] = "fast"
+    unsynced = copy.deepcopy(real_record)
+    unsynced["config"]["strategy"] = unsynced["world"]["strategy"] = "ddp"
+    unsynced["world"].update(workers=2, processes=2)
+    unsynced["replicas"] = {"checksums": ["5f1d3a9c", "77e0b2c4"], "in_sync": False, "expected_in_sync": True}
+    validate_record(unsynced)
+    for name, record in (("invalid", invalid), ("unsynced", unsynced), ("comm", wrong)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    stand_in = tmp_path / "benchrun"
+    stand_in.write_text(f"""#!{sys.executable}
+import sys
+name = 'comm' if 'comm' in sys.argv else 'unsynced' if 'ddp' in sys.argv else 'invalid'
+print(open({str(tmp_path)!r} + '/' + name + '.json').read())
+""")
+    stand_in.chmod(0o755)
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local", "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$",
+                   "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=local$", "-n", "DlbenchComm%framework=torch", "-r",
+                   benchrun=str(stand_in), timeout=300)
+    out = done.stdout
+    assert done.returncode == 1 and "Ran 3/3 test case(s)" in out and "3 failure(s)" in out, out[-4000:]
+    failures = out[out.index("SUMMARY OF FAILURES"):]
+    assert failures.count("Failing phase: sanity") == 3, failures
+    assert re.search(r"Reason: sanity error: the record does not validate: throughput(\.images_per_sec)?: .*'fast'",
+                     failures), failures
+    assert "Reason: sanity error: replicas ended out of sync" in failures, failures
+    assert "Reason: sanity error: record status failed, expected ok: allreduce 64 B: 3 wrong elements" in failures, failures
 
 
 def test_every_performance_variable_is_documented_with_its_unit():
