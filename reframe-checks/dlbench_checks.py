@@ -122,12 +122,12 @@ class DlbenchTrain(DlbenchBase):
     @run_before('run')
     def command(self):
         platform = lib.PLATFORMS.get(self.runtime)
+        image = self.extra('images', {}).get(self.runtime, {}).get(self.framework)  # None: dlbench's default
         if platform and self.ranks == 1 and self.reframe_platforms and \
                 platform in self.current_partition.container_environs:
             # ReFrame starts the container itself (the partition's container_platforms entry)
             self.container_platform = platform
-            self.container_platform.image = self.extra('images', {}).get(self.runtime, {}).get(
-                self.framework, lib.default_image(self.framework))
+            self.container_platform.image = image or lib.default_image(self.framework)
             self.container_platform.pull_image = False
             self.container_platform.options = lib.PLATFORM_OPTIONS.get(self.runtime, []) + \
                 self.extra('container_options', {}).get(self.runtime, [])
@@ -135,7 +135,7 @@ class DlbenchTrain(DlbenchBase):
             return
         launcher = self.extra('launcher', 'local') if self.ranks > 1 else None
         self.executable = self.benchrun
-        self.executable_opts = ['run', '--runtime', self.runtime] + \
+        self.executable_opts = ['run', '--runtime', self.runtime] + (['--image', image] if image else []) + \
             (['--launcher', launcher, '-n', str(self.ranks)] if launcher else []) + \
             (['--num-ps', str(lib.NUM_PS)] if strategies.get(self.strategy).uses_ps else []) + \
             ['--', *self.bench_args()]

@@ -44,8 +44,11 @@ MEMORY_VIEWS = {'host_rss_peak': 'host_rss_peak_bytes', 'allocator_peak': 'alloc
 
 # strategies that run only where a partition lists these features (Horovod: its own images, or a site's build)
 STRATEGY_FEATURES = {'horovod': ('horovod',)}
-# runtimes ReFrame starts itself (its container_platform), one rank; the others go through benchrun
-PLATFORMS = {'docker': 'Docker', 'apptainer': 'Apptainer', 'singularity': 'Singularity'}
+# runtimes ReFrame starts itself (its container_platform), one rank; the others go through benchrun.
+# ReFrame's `Shifter` writes Shifter-NG's command line (`shifter run --mount=...`, `shifter pull`): dlbench's
+# shifter-ng. NERSC's Shifter (dlbench's `shifter`: `shifter --image=... --volume=...`) has no `run` verb.
+PLATFORMS = {'docker': 'Docker', 'apptainer': 'Apptainer', 'singularity': 'Singularity', 'sarus': 'Sarus',
+             'shifter-ng': 'Shifter'}
 # the dlbench images' entrypoint is `bench`: Docker gets the command line whole, as the others do
 PLATFORM_OPTIONS = {'docker': ["--entrypoint=''", '--network=host']}
 

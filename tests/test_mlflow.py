@@ -4,7 +4,10 @@ cannot be reached; one line and exit 2 when MLflow is not installed."""
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,8 +15,8 @@ import time
 
 import pytest
 
-from infra.helpers import ROOT, benchrun, python_env
-from infra.mlflow import mlflow_env, mlflow_server, runs  # noqa: F401 - fixtures
+from infra.helpers import ROOT, benchrun, python_env, validate_record
+from infra.mlflow import complete_run_ids, mlflow_env, mlflow_server, runs, served, server_port  # noqa: F401 - fixtures
 from infra.records import RecordFactory
 from runners import mlflow_export
 
@@ -205,23 +208,97 @@ def test_accuracy_curve_is_metrics_at_sample_steps():
     assert m.status == "FAILED" and m.start_ms == 0 and m.name == "tf-resnet50-docker"
 
 
+def test_energy_and_mfu_are_metrics(real_record):
+    """A GPU run's sections (this machine has no GPU: written in, validated): energy and MFU become metrics,
+    the joules of each repeat a metric at the repeat's step; their strings (source, math) are no metric."""
+    record = copy.deepcopy(real_record)
+    record["energy"] = {"source": "nvml-energy-counter", "scope": "gpus", "joules": 1200.0, "average_watts": 300.0,
+                        "images_per_joule": 0.5, "unavailable_reason": None}
+    record["flops"] = {**record["flops"], "math": "tf32", "achieved_flops_per_sec": 1.3e14, "peak_flops_per_sec": 3.12e14,
+                       "peak_source": "NVIDIA A100 datasheet", "devices": 1, "mfu": 0.42, "mfu_unavailable_reason": None}
+    record["repeats"] = [dict(record["repeats"][0], index=0, joules=700.0), dict(record["repeats"][0], index=1, joules=500.0)]
+    validate_record(record)
+    metrics = mlflow_export.mapped(record).metrics
+    assert {("energy.joules", 1200.0, 0), ("energy.average_watts", 300.0, 0), ("energy.images_per_joule", 0.5, 0),
+            ("flops.mfu", 0.42, 0), ("flops.peak_flops_per_sec", 3.12e14, 0), ("flops.achieved_flops_per_sec", 1.3e14, 0),
+            ("flops.devices", 1.0, 0), ("repeat.joules", 700.0, 0), ("repeat.joules", 500.0, 1)} <= set(metrics)
+    assert not [name for name, _, _ in metrics if name in ("energy.source", "energy.scope", "flops.math",
+                                                             "flops.peak_source", "flops.basis")]
+
+
+def test_device_and_runtime_are_tags_and_a_param(real_record):
+    record = copy.deepcopy(real_record)
+    framework = record["provenance"]["framework"]
+    framework.update(device_kind="gpu", device_name="NVIDIA H100 80GB HBM3", device_count=4, cuda_version="12.8")
+    record["provenance"].update(container_runtime="apptainer", requested_runtime="apptainer", runtime_version="1.4.5",
+                                image="/sifs/dlbench-torch.sif")
+    m = mlflow_export.mapped(validate_record(record))
+    assert {key: m.tags[key] for key in m.tags if key.startswith(("provenance.framework.device", "provenance.framework.cuda",
+                                                                  "provenance.container", "provenance.requested",
+                                                                  "provenance.runtime", "provenance.image"))} == {
+        "provenance.framework.device_kind": "gpu", "provenance.framework.device_name": "NVIDIA H100 80GB HBM3",
+        "provenance.framework.device_count": "4", "provenance.framework.cuda_version": "12.8",
+        "provenance.container_runtime": "apptainer", "provenance.requested_runtime": "apptainer",
+        "provenance.runtime_version": "1.4.5", "provenance.image": "/sifs/dlbench-torch.sif"}
+    assert m.params["runtime"] == "apptainer" and m.name.endswith("-apptainer")
+    # bench alone (no runtime asked of benchrun): the runtime it detected; none at all: local
+    for detected, runtime in (("none", "local"), ("docker", "docker")):
+        record["provenance"].update(container_runtime=detected, requested_runtime=None, runtime_version=None)
+        alone = mlflow_export.mapped(validate_record(record))
+        assert alone.params["runtime"] == runtime and alone.tags["provenance.container_runtime"] == detected
+        assert "provenance.requested_runtime" not in alone.tags and "provenance.runtime_version" not in alone.tags
+
+
 @pytest.mark.slow
-def test_sweep_logs_as_it_goes(mlflow_env, tmp_path):
+def test_sweep_logs_each_point_as_it_finishes(mlflow_env, tmp_path):
+    """A sweep logs as it goes, to a real server: point 1's run is complete while point 2 has no record yet
+    (the sweep held there: SIGSTOP); the server is then stopped and the sweep let go: point 2's record is
+    stored all the same, one warning says MLflow is left for the rest of the sweep, and an export once the
+    server is back (the same database) logs the one run missing."""
     from infra.sweeps import lines, tiny_plan, write_plan
 
-    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
-    uri, store_path = str(tmp_path / "mlruns"), tmp_path / "sweep.jsonl"
-    done = benchrun("sweep", str(plan), "--store", str(store_path), "--mlflow", uri, env=mlflow_env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    plan, store_path = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2])), tmp_path / "sweep.jsonl"
+    home, port = tmp_path / "server", server_port()
+    home.mkdir()
+    log = tmp_path / "sweep.log"
+    with served(home, port) as url, open(log, "w") as output:
+        sweep = subprocess.Popen([sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path),
+                                  "--mlflow", url], cwd=ROOT, env=mlflow_env, stdout=output, stderr=output,
+                                 stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while not (logged := complete_run_ids(url)):
+                assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.2)
+            os.kill(sweep.pid, signal.SIGSTOP)  # the sweep logs nothing more until SIGCONT
+            first = lines(store_path)
+            assert len(first) == 1 and sweep.poll() is None, "point 2 was stored before point 1's run was seen"
+            assert logged == [first[0]["record"]["run_id"]]
+        except BaseException:
+            sweep.kill()
+            sweep.wait()
+            raise
+    os.kill(sweep.pid, signal.SIGCONT)  # the server is gone: point 2 ends without it
+    code, err = sweep.wait(timeout=600), log.read_text()
+    assert code == 0, err[-3000:]
     entries = lines(store_path)
-    found = by_run_id(runs(uri, mlflow_env))
-    assert set(found) == {e["record"]["run_id"] for e in entries} and len(found) == 2
+    assert [e["record"]["status"] for e in entries] == ["ok", "ok"]
+    warnings = [line for line in err.splitlines() if line.startswith("benchrun: warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"benchrun: warning: MLflow tracking store {url}: could not "), \
+        err[-3000:]
+    assert warnings[0].endswith(f"; not logging to MLflow for the rest of this sweep (`benchrun export STORE --mlflow "
+                                f"{url}` logs what is missing)"), warnings[0]
+    with served(home, port) as url:
+        caught_up = export(url, [str(store_path)], mlflow_env)
+        assert caught_up.returncode == 0, caught_up.stderr
+        assert caught_up.stdout.startswith("mlflow: 1 runs logged, 1 already there"), caught_up.stdout
+        found = by_run_id(runs(url, mlflow_env))
+    assert set(found) == {e["record"]["run_id"] for e in entries}
     for entry in entries:
         run = found[entry["record"]["run_id"]]
         assert run["tags"]["sweep.config_hash"] == entry["sweep"]["config_hash"] and run["status"] == "FINISHED"
         assert run["params"]["batch_size"] == str(entry["record"]["config"]["batch_size"])
-    again = export(uri, [str(store_path)], mlflow_env)  # the export after a sweep finds them all there
-    assert again.returncode == 0 and again.stdout.startswith("mlflow: 0 runs logged, 2 already there"), again.stdout
+        assert run["tags"][mlflow_export.COMPLETE_TAG] == "complete" and run["record"] == entry["record"]
 
 
 @pytest.mark.slow
@@ -281,7 +358,34 @@ def _documented_names(text: str) -> set[str]:
     return names
 
 
-def test_every_metric_of_a_real_record_is_documented(real_record):
-    documented = _documented_names((ROOT / "docs" / "mlflow.md").read_text())
-    metrics = {name for name, _, _ in mlflow_export.mapped(real_record).metrics}
-    assert metrics and metrics <= documented, sorted(metrics - documented)
+def _section(text: str, heading: str) -> str:
+    """A markdown section's text, from its heading to the next one of its level."""
+    level = heading.split(" ")[0]
+    start = text.index(f"\n{heading}\n")
+    end = text.find(f"\n{level} ", start + 1)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def test_every_metric_param_and_tag_of_a_real_record_is_documented(real_record):
+    """docs/mlflow.md names every metric, param and tag a real record makes (a failed run's and a swept
+    one's too); a `config` param is documented with the config in docs/results.md, a provenance tag by its
+    field in the table's provenance row."""
+    text = (ROOT / "docs" / "mlflow.md").read_text()
+    metrics_doc, params_doc, tags_doc = (_documented_names(_section(text, f"## {name}"))
+                                         for name in ("Metrics", "Params", "Tags"))
+    config_doc = _documented_names(_section((ROOT / "docs" / "results.md").read_text(), "## `config`"))
+    failed = RecordFactory(real_record)(status="failed", error="RuntimeError: boom")
+    sweep = {"config_hash": "abcd", "plan": "p.yaml", "attempt": 1}
+    maps = [mlflow_export.mapped(real_record), mlflow_export.mapped(failed, sweep)]
+    metrics = {name for m in maps for name, _, _ in m.metrics}
+    assert metrics and metrics <= metrics_doc, sorted(metrics - metrics_doc)
+    params = {name for m in maps for name in m.params}
+    missing = {name for name in params if name not in params_doc and
+               not (name in real_record["config"] and name in config_doc)}
+    assert params > {"framework", "runtime", "world.workers"} and not missing, sorted(missing)
+    provenance_row = _documented_names(next(line for line in _section(text, "## Tags").splitlines()
+                                            if line.startswith("| `provenance.FIELD`")))
+    tags = {name for m in maps for name in m.tags}
+    missing = {name for name in tags if name not in tags_doc and
+               not (name.startswith("provenance.") and name.rsplit(".", 1)[1] in provenance_row)}
+    assert {"dlbench.run_id", "error.kind", "sweep.plan", "provenance.hostname"} <= tags and not missing, sorted(missing)

@@ -1,20 +1,26 @@
 """reframe-checks/ under a real ReFrame (scripts/install-reframe.sh, PyPI, cached): a small subset on
 the local scheduler, on our local Slurm, and in Docker and Apptainer through ReFrame's own container
-platforms; a reference that passes and one that fails, read back from ReFrame's performance report
-and perflog; sanity failing; a wrong references file and an unknown system stop ReFrame with one line."""
+platforms; Sarus and Shifter by the job scripts ReFrame writes for them; a reference that passes and
+one that fails, read back from ReFrame's performance report and perflog; sanity failing (real runs,
+and records made unsound); a wrong references file and an unknown system stop ReFrame with one line.
+podman-hpc through benchrun: tests/test_runtimes_podman_hpc.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import subprocess
 import sys
 
+import jsonschema
 import pytest
 
-from infra.helpers import ROOT, SMALL, ports, python_env
+from infra.helpers import ROOT, SMALL, bench, last_json_line, ports, python_env, validate_record
 from infra.slurm import skip_loudly
+
+from benchmarks.comm import record as comm_record
 
 CHECKS = ROOT / "reframe-checks"  # the folder, as a site points -c at it
 SETTINGS = ROOT / "reframe-checks" / "site" / "settings.py"
@@ -42,17 +48,28 @@ def write_references(path, entries: list[dict]) -> str:
 
 
 def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = None, env: dict | None = None,
-            timeout: float = 900, settings=SETTINGS) -> subprocess.CompletedProcess:
-    """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it and small runs."""
+            timeout: float = 900, settings=SETTINGS, benchrun: str = f"{sys.executable} -m runners"
+            ) -> subprocess.CompletedProcess:
+    """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it (or `benchrun`) and small runs."""
     environment = python_env(env)
     environment["PATH"] = f"{reframe_path}:{environment['PATH']}"
     if references:
         environment["DLBENCH_REFERENCES"] = references
     argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
-            "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={sys.executable} -m runners",
+            "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={benchrun}",
             "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
     return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
+
+
+def site_settings(tmp_path, edits: str):
+    """A site configuration: the example's, then `edits` (Python; `partitions` is the example system's list)."""
+    settings = tmp_path / "settings.py"
+    settings.write_text(f"""import runpy
+site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
+partitions = site_configuration['systems'][0]['partitions']
+{edits}""")
+    return settings
 
 
 def perflog(tmp_path, partition: str, test: str) -> list[dict]:
@@ -159,10 +176,7 @@ def test_apptainer_through_reframes_container_platform(reframe_path, tmp_path, d
 
     bin_dir = apptainer.install()
     sif = def_sif(bin_dir, "tensorflow", dlbench_images["tensorflow"])
-    settings = tmp_path / "settings.py"
-    settings.write_text(f"""import runpy
-site_configuration = runpy.run_path({str(SETTINGS)!r})['site_configuration']
-local = site_configuration['systems'][0]['partitions'][0]
+    settings = site_settings(tmp_path, f"""local = partitions[0]
 local['features'].append('apptainer')
 local['container_platforms'].append({{'type': 'Apptainer'}})
 local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}},
@@ -178,6 +192,63 @@ local['extras'].update(dlbench_images={{'apptainer': {{'tensorflow': {sif!r}}}}}
     assert "apptainer exec -B" in script and f"--userns {sif} bench --framework tensorflow" in script, script
     record = json.loads(next((tmp_path / "rfm").rglob("rfm_job.out")).read_text().splitlines()[-1])
     assert record["provenance"]["container_runtime"] == "apptainer"  # detected inside the container
+
+
+def test_sarus_and_shifter_through_reframes_container_platforms(reframe_path, tmp_path):
+    """Sarus and Shifter cannot be installed here (only built from upstream source): the job scripts ReFrame
+    writes with --dry-run (nothing run) for a Sarus partition and a Shifter one. ReFrame's Sarus runs bench
+    as dlbench's `sarus` argv does, its Shifter as dlbench's `shifter-ng` (Shifter-NG's `shifter run`): the
+    same image, the same read-only data mount (a site's container option, spelled as benchrun spells it),
+    `bench` after the image; ReFrame mounts its stage directory at /rfm_workdir (Sarus: `-w /rfm_workdir`)
+    where benchrun mounts a results directory at /results. NERSC's Shifter (`shifter`: no `run` verb) and
+    every multi-rank run go through benchrun."""
+    from runners import runtimes
+    from runners.runtimes.base import Mount
+
+    image = "load/library/dlbench-torch-latest"  # what `sarus load` / `shifter load` named it (benchrun's import)
+    data = Mount(str(tmp_path), "/data")  # read-only
+    read_only = {name: runtimes.get(name).mount_option(data) for name in ("sarus", "shifter-ng")}
+    settings = site_settings(tmp_path, f"""slurm = partitions[1]
+for name, platform, features in (('sarus', 'Sarus', ['sarus']), ('shifter', 'Shifter', ['shifter', 'shifter-ng'])):
+    partitions.append({{**slurm, 'name': name, 'features': features, 'container_platforms': [{{'type': platform}}],
+                        'extras': {{**slurm['extras'], 'dlbench_images': {{'sarus': {{'torch': {image!r}}},
+                                                                           'shifter-ng': {{'torch': {image!r}}}}},
+                                   'dlbench_container_options': {read_only!r}}}}})
+""")
+    selected = [f"{TRAIN}%strategy=none%ranks=1%runtime={name}$" for name in ("sarus", "shifter-ng", "shifter")]
+    done = reframe(reframe_path, tmp_path, "--system", SYSTEM, *[arg for name in selected for arg in ("-n", name)],
+                   "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=sarus$", "--dry-run", settings=settings, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    scripts = {path.parent: path.read_text() for path in (tmp_path / "rfm").rglob("rfm_job.sh")}
+    assert len(scripts) == 4, (scripts, done.stdout[-3000:])
+
+    def job(partition: str, marker: str) -> tuple[str, str]:
+        """The stage directory and job script of the one test on `partition` whose script holds `marker`."""
+        [(stage, script)] = [(str(stage), text) for stage, text in scripts.items()
+                             if stage.parent.parent.name == partition and marker in text]
+        assert "#SBATCH --partition=debug" in script, script
+        return stage, script
+
+    bench = f"{image} bench --framework torch --model alexnet --strategy none {BENCH_OPTIONS}"
+    stage, sarus = job("sarus", "sarus run ")
+    assert f'sarus run --mount=type=bind,source="{stage}",destination="/rfm_workdir" -w /rfm_workdir ' \
+           f'{read_only["sarus"][0]} {bench}' in sarus, sarus
+    assert "sarus pull" not in sarus and "benchrun" not in sarus and "runners" not in sarus, sarus
+    stage, shifter_ng = job("shifter", "shifter run ")
+    assert f'shifter run --mount=type=bind,source="{stage}",destination="/rfm_workdir" ' \
+           f'{read_only["shifter-ng"][0]} {bench}' in shifter_ng, shifter_ng
+    assert "shifter pull" not in shifter_ng and " -w " not in shifter_ng, shifter_ng
+    # dlbench's own argv for the same image and mount: the same program, verb, mount spelling, image and command
+    for name, script in (("sarus", sarus), ("shifter-ng", shifter_ng)):
+        ours = runtimes.get(name).command(image, ["bench", "--json"], mounts=[data])
+        assert [os.path.basename(ours[0]), *ours[1:]] == [name.removesuffix("-ng"), "run", *read_only[name], image,
+                                                          "bench", "--json"]
+        assert script.rstrip().endswith(" --json"), script
+    _, nersc = job("shifter", "run --runtime shifter ")
+    assert "-m runners run --runtime shifter -- --framework torch --model alexnet --strategy none" in nersc, nersc
+    _, ranks = job("sarus", "run --runtime sarus ")
+    assert f"-m runners run --runtime sarus --image {image} --launcher srun -n 2 -- --framework torch --model alexnet " \
+           "--strategy ddp" in ranks, ranks
 
 
 LOCAL_ENTRY = {"match": {"model": "alexnet"}, "system": f"{SYSTEM}:local"}
@@ -215,10 +286,13 @@ def test_missing_references_file_stops_reframe_with_one_line(reframe_path, tmp_p
 
 
 def test_unknown_system_is_reframes_one_line(reframe_path, tmp_path):
+    """ReFrame's error is one line; its own note of where its log went follows it, nothing else."""
     done = reframe(reframe_path, tmp_path, "--system", "nosuch", "-r", timeout=300)
-    assert done.returncode == 1
-    assert "ERROR: failed to load configuration: could not find a configuration entry for the requested system: " \
-           "'nosuch'" in done.stdout + done.stderr
+    assert done.returncode == 1 and done.stderr == "", done.stderr
+    error, log_note = done.stdout.splitlines()
+    assert error == "ERROR: failed to load configuration: could not find a configuration entry for the requested " \
+                    "system: 'nosuch'"
+    assert re.fullmatch(r"Log file\(s\) saved in '\S+\.log'", log_note), log_note
     assert not (tmp_path / "rfm" / "stage").exists()
 
 
@@ -234,6 +308,48 @@ def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
     assert failures.count("Failing phase: sanity") == 2, failures
     assert "Reason: sanity error: the run printed no record" in failures, failures
     assert re.search(r"Reason: sanity error: record status (timeout|interrupted|failed), expected ok", failures), failures
+
+
+def test_sanity_fails_on_unsound_records(reframe_path, tmp_path, real_record):
+    """A stand-in for benchrun (`-S benchrun=`) prints a record made from a real one: a record that does not
+    validate, a 2-rank DDP record whose replicas ended out of sync (bench keeps status ok there), and a real
+    `bench comm` record turned into one with wrong transfers, as bench writes it (status failed, error kind
+    incorrect, correct false): each fails sanity, saying why."""
+    comm = bench("--framework", "torch", "comm", "--max-bytes", "64", "--step-factor", "4", "--iters", "2",
+                 "--warmup-iters", "1", "--ops", "allreduce", "--json", timeout=120)
+    assert comm.returncode == 0, comm.stderr[-2000:]
+    wrong = last_json_line(comm.stdout)
+    wrong["results"][-1]["wrong"] = 3
+    wrong.update(status="failed", correct=False, error={"kind": "incorrect", "message": "allreduce 64 B: 3 wrong elements",
+                                                        "exit_code": None, "signal": None})
+    jsonschema.validate(wrong, json.loads(comm_record.COMM_SCHEMA_FILE.read_text()))
+    invalid = copy.deepcopy(real_record)
+    invalid["throughput"]["images_per_sec"] = "fast"
+    unsynced = copy.deepcopy(real_record)
+    unsynced["config"]["strategy"] = unsynced["world"]["strategy"] = "ddp"
+    unsynced["world"].update(workers=2, processes=2)
+    unsynced["replicas"] = {"checksums": ["5f1d3a9c", "77e0b2c4"], "in_sync": False, "expected_in_sync": True}
+    validate_record(unsynced)
+    for name, record in (("invalid", invalid), ("unsynced", unsynced), ("comm", wrong)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    stand_in = tmp_path / "benchrun"
+    stand_in.write_text(f"""#!{sys.executable}
+import sys
+name = 'comm' if 'comm' in sys.argv else 'unsynced' if 'ddp' in sys.argv else 'invalid'
+print(open({str(tmp_path)!r} + '/' + name + '.json').read())
+""")
+    stand_in.chmod(0o755)
+    done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local", "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$",
+                   "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=local$", "-n", "DlbenchComm%framework=torch", "-r",
+                   benchrun=str(stand_in), timeout=300)
+    out = done.stdout
+    assert done.returncode == 1 and "Ran 3/3 test case(s)" in out and "3 failure(s)" in out, out[-4000:]
+    failures = out[out.index("SUMMARY OF FAILURES"):]
+    assert failures.count("Failing phase: sanity") == 3, failures
+    assert re.search(r"Reason: sanity error: the record does not validate: throughput(\.images_per_sec)?: .*'fast'",
+                     failures), failures
+    assert "Reason: sanity error: replicas ended out of sync" in failures, failures
+    assert "Reason: sanity error: record status failed, expected ok: allreduce 64 B: 3 wrong elements" in failures, failures
 
 
 def test_every_performance_variable_is_documented_with_its_unit():

@@ -2,13 +2,15 @@
 scripts/install-podman-hpc.sh (PyPI 1.2.2 + Debian podman + a static mksquashfs): a single run with
 the data mounted read-only, `srun -n 2` on one node (--mpi: podman-hpc's shared run) and on two
 emulated nodes, and the bad inputs (binary missing, image not importable, not migrated, a migrate
-that fails) as one line, exit 2, nothing left behind. The TensorFlow image (1.9 GB, a third of the
-torch image) is migrated once per image id; runs are tiny (64 px, batch 2)."""
+that fails) as one line, exit 2, nothing left behind; and ReFrame's DlbenchTrain check through benchrun.
+The TensorFlow image (1.9 GB, a third of the torch image) is migrated once per image id; runs are tiny
+(64 px, batch 2)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from runners import runtimes
 from runners.runtimes.base import Mount
 from runners.runtimes.container import ContainerSpec, argv_for
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, exec_session_processes, squash_dir
+from test_reframe import SYSTEM as REFRAME_SYSTEM, reframe, reframe_path, site_settings  # noqa: F401 (a fixture)
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
@@ -215,6 +218,29 @@ def test_srun_two_emulated_nodes(podman_hpc_bin, tf_image, slurm_two_nodes):
                             environ={**slurm_two_nodes["env"], "PATH": podman_hpc.env(podman_hpc_bin)["PATH"],
                                      "DLBENCH_COORDINATOR": "127.0.0.1"})
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+@pytest.mark.slow
+def test_reframe_check_through_benchrun(podman_hpc_bin, tf_image, reframe_path, tmp_path):
+    """ReFrame has no container platform for podman-hpc: its DlbenchTrain check runs `benchrun run --runtime
+    podman-hpc --image IMAGE -- bench ...` on a partition listing podman-hpc (one rank, TensorFlow AlexNet at
+    64 px). Here, not in test_reframe.py: podman-hpc's containers are this module's to count (leftovers)."""
+    settings = site_settings(tmp_path, f"""local = partitions[0]
+local['features'].append('podman-hpc')
+local['extras']['dlbench_images'] = {{'podman-hpc': {{'tensorflow': {tf_image!r}}}}}
+""")
+    done = reframe(reframe_path, tmp_path, "--system", f"{REFRAME_SYSTEM}:local", "-n",
+                   "DlbenchTrain%framework=tensorflow%model=alexnet%strategy=none%ranks=1%runtime=podman-hpc$",
+                   "-r", "--performance-report", settings=settings, env={"PATH": podman_hpc.env(podman_hpc_bin)["PATH"]})
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
+    assert "Ran 1/1 test case(s)" in out and re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
+    script = next((tmp_path / "rfm").rglob("rfm_job.sh")).read_text()
+    assert f"run --runtime podman-hpc --image {tf_image} -- --framework tensorflow --model alexnet" in script, script
+    record = last_json_line(next((tmp_path / "rfm").rglob("rfm_job.out")).read_text())
+    assert record["provenance"]["requested_runtime"] == "podman-hpc" and record["status"] == "ok"
+    assert record["provenance"]["container_runtime"] == "podman"  # detected inside: podman-hpc runs podman
+    assert not leftovers(podman_hpc_bin)
 
 
 LONG = [*TINY[:-4], "--num-batches", "100000", "--num-threads", "1"]

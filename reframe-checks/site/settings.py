@@ -7,11 +7,13 @@ Per partition, dlbench reads:
 - `features`: the container runtimes it has (dlbench's runtime names: docker, apptainer,
   podman-hpc, ...) and `horovod` where Horovod runs; a training test with a container runtime
   runs only on partitions listing it;
-- `container_platforms`: the runtimes ReFrame starts itself (Docker, Apptainer, Singularity);
-  a one-rank test on such a runtime uses it, every other test goes through `benchrun --runtime`;
+- `container_platforms`: the runtimes ReFrame starts itself (Docker, Apptainer, Singularity, Sarus,
+  Shifter: dlbench's shifter-ng); a one-rank test on such a runtime uses it, every other test goes
+  through `benchrun --runtime`;
 - `extras`: `dlbench_launcher` (benchrun's launcher for several ranks: `local` on one node,
   `srun` under Slurm, `mpirun`, ...), `dlbench_images` ({runtime: {framework: image}}, default
-  dlbench-<framework>:latest), `dlbench_container_options` ({runtime: [options]}).
+  dlbench-<framework>:latest; benchrun's --image where benchrun runs it), `dlbench_container_options`
+  ({runtime: [options]}, for ReFrame's platforms: a read-only data mount goes here).
 """
 
 site_configuration = {

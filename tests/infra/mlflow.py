@@ -8,16 +8,20 @@ MLflow's own client, in a subprocess (`runs`): the pytest process never imports 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from runners.mlflow_export import COMPLETE_TAG, RUN_ID_TAG
 
 from .helpers import ROOT, python_env
 from .slurm import free_port_base, skip_loudly
@@ -77,6 +81,29 @@ print(json.dumps(out))
     return json.loads(done.stdout)
 
 
+def complete_run_ids(url: str, experiment: str = "dlbench") -> list[str]:
+    """The dlbench run ids of the complete runs a tracking server holds, through its REST API (quick: no
+    MLflow client started, for polling while a sweep runs)."""
+    from urllib.parse import quote
+
+    def call(path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=data,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+
+    try:
+        found = call(f"experiments/get-by-name?experiment_name={quote(experiment)}")
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # no experiment yet: nothing logged
+            return []
+        raise
+    runs = call("runs/search", {"experiment_ids": [found["experiment"]["experiment_id"]], "max_results": 1000})
+    tags = [{tag["key"]: tag["value"] for tag in run["data"].get("tags", [])} for run in runs.get("runs", [])]
+    return sorted(t[RUN_ID_TAG] for t in tags if t.get(COMPLETE_TAG) == "complete")
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
@@ -85,15 +112,13 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server` on 127.0.0.1 (a free port), SQLite-backed, serving artifacts; stopped at the
-    end of the module (its process group: uvicorn's workers too). Yields its URL."""
+@contextlib.contextmanager
+def served(home: Path, port: int):
+    """A real `mlflow server` on 127.0.0.1:port, SQLite-backed in `home`, serving artifacts; stopped on exit
+    (its process group: uvicorn's workers too). Started again on the same home, it has the same runs."""
     bin_dir = _install("--server")
-    home = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port_base(1, start=15100, stop=15900)
     url = f"http://127.0.0.1:{port}"
-    log = open(home / "server.log", "w")
+    log = open(home / "server.log", "a")
     server = subprocess.Popen([f"{bin_dir}/mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                                "--workers", "1", "--backend-store-uri", f"sqlite:///{home}/mlflow.db",
                                "--artifacts-destination", str(home / "artifacts")],
@@ -114,3 +139,14 @@ def mlflow_server(tmp_path_factory):
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+def server_port() -> int:
+    return free_port_base(1, start=15100, stop=15900)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` for the module (`served`). Yields its URL."""
+    with served(tmp_path_factory.mktemp("mlflow-server"), server_port()) as url:
+        yield url
