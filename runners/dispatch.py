@@ -315,7 +315,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
-                request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+                request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv,
+                spec.run_token if launcher is not None else None)
         if record is not None and record["status"] != "ok" and not stop.received:
             code = EXIT_CODE_BY_STATUS.get(record["status"], code)  # horovodrun and mpirun say 1 for any rank's end
         if stop.received and code != 0:

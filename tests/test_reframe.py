@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from infra.helpers import ROOT, SMALL, ports, python_env
+from infra.helpers import ROOT, SMALL, python_env
 from infra.slurm import skip_loudly
 
 CHECKS = ROOT / "reframe-checks"  # the folder, as a site points -c at it
@@ -50,7 +50,7 @@ def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = No
         environment["DLBENCH_REFERENCES"] = references
     argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
             "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={sys.executable} -m runners",
-            "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
+            "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS}", *args]
     return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
@@ -72,7 +72,7 @@ def test_local_scheduler_reference_passes_and_one_fails(reframe_path, tmp_path):
         {"match": {"test": "DlbenchComm"}, "system": SYSTEM,
          "variables": {"busbw": [1.0e6, -0.1, None, "GB/s"]}},
     ])
-    comm = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1", *ports()]
+    comm = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1"]
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local", "-n",
                    f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
                    "-S", f"DlbenchComm.comm_options={' '.join(comm)}", "-r", "--performance-report",
@@ -227,7 +227,7 @@ def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
                    "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
                    "-S", "DlbenchTrain.bench_options=--image-size 8",
-                   "-S", f"DlbenchComm.comm_options=--timeout 0.5 {' '.join(ports())}", "-r")
+                   "-S", "DlbenchComm.comm_options=--timeout 0.5", "-r")
     out = done.stdout
     assert done.returncode == 1 and "Ran 2/2 test case(s)" in out and "2 failure(s)" in out, out[-4000:]
     failures = out[out.index("SUMMARY OF FAILURES"):]
