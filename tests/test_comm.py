@@ -177,14 +177,16 @@ def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
     """benchrun's record of a `bench comm` run whose process 0 was killed (runners.faults) is a comm
     record with the run's world; before, there was none ("no record could be made")."""
     from benchmarks.record import utc_now
+    from benchmarks.distributed.cluster import run_ports
     from runners import faults
     from runners.dispatch import RunRequest
 
     request = RunRequest(["--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K"], launcher="local",
                          num_workers=2)
     reason = "process 0 was killed by SIGKILL before it wrote a record (on vm)"
-    record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"])
+    record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"], "run-a")
     jsonschema.validate(record, COMM_SCHEMA)
+    assert record["config"]["rendezvous_port"] == run_ports({}, "run-a")["rendezvous_port"]  # where its ranks met
     assert (record["kind"], record["status"], record["error"]["kind"]) == ("comm", "failed", "environment")
     assert record["error"]["message"] == reason and record["config"]["backend"] == "gloo"
     assert (record["world"]["processes"], record["world"]["launcher"]) == (2, "benchrun-local")
