@@ -254,9 +254,9 @@ OPTIONS: dict[str, Option] = _table(
            commands=BOTH, config=True),
     Option("ps_placement", str, "round-robin", "%(choices)s: how variables are spread over PS; greedy balances bytes "
            "(default: %(default)s)", "dist", ("round-robin", "greedy"), commands=BOTH, config=True),
-    Option("worker_port", int, None, "TF worker ports start here, one per local worker (default: --rendezvous-port's "
+    Option("worker_port", int, None, "TF worker ports start here, one per local worker (default: --rendezvous-port "
            "+ 10)", "dist", check=PORT, commands=BOTH, config=True),
-    Option("ps_port", int, None, "TF PS ports start here; the chief uses ps-port + 10 (default: --rendezvous-port's "
+    Option("ps_port", int, None, "TF PS ports start here; the chief uses ps-port + 10 (default: --rendezvous-port "
            "+ 20)", "dist", check=PORT, commands=BOTH, config=True),
     Option("rendezvous_port", int, None, "port of dlbench's rank rendezvous on process 0; DDP outside torchrun takes "
            f"the next one (default: one in {TOKEN_PORTS.start}-{TOKEN_PORTS.stop - 1} picked by the run's token, so "
