@@ -85,9 +85,8 @@ def main_entry(prog: str, load_main) -> None:
     with its code.
 
     Ctrl-C while the CLI still loads is an interrupt like any other (one line, exit 130), also where
-    SIGINT came ignored (a script's background job: `benchrun ... &`): Python then leaves it ignored,
-    while the runs take it (processes.StopScope), so a `kill -INT` a moment after the start did
-    nothing and the run went on to exit 0, one a second later stopped it. Exit 130 is left through
+    SIGINT came ignored (a script's background job: `benchrun ... &`): Python would leave it ignored
+    while loading, and the runs take it later anyway (processes.StopScope). Exit 130 is left through
     os._exit: a KeyboardInterrupt that passed through exec() of a string (dataclasses and pydantic
     build their classes so) makes CPython 3.11 end by SIGINT even when it was caught. Everything
     is written by then (records fsynced; stdio flushed here)."""

@@ -14,8 +14,8 @@ a StoreWarning. An unreadable line before the last is corruption: ValueError.
 
 Writers hold an exclusive lock on the store while they append; readers never see another
 process's line half written (they would take it for a torn one): DuckDB parses a store under
-its shared lock (`reading`: an append waits meanwhile, about a second per GB), and the lines
-read here end where the store ended at a moment no append was in progress (`_whole_length`).
+its shared lock (`reading`: an append waits for that parse), and the lines read here end where
+the store ended at a moment no append was in progress (`_whole_length`).
 """
 
 from __future__ import annotations
