@@ -306,7 +306,9 @@ def test_reports_read_while_processes_append_see_whole_records_only(tmp_path):
     writers = [subprocess.Popen([sys.executable, "-c", APPEND_RECORDS, str(store_path), record, str(w)], cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)}) for w in range(2)]
     counts, said = [0], []
+    deadline = time.monotonic() + 120
     while any(writer.poll() is None for writer in writers) or counts[-1] < 40:
+        assert time.monotonic() < deadline, counts
         if store_path.exists():
             records = load.load([store_path], warn=said.append)
             assert not said, said
