@@ -1,10 +1,3 @@
-from .errors import main_entry
+from .errors import bench
 
-
-def _load():
-    from .cli import main
-
-    return main
-
-
-main_entry("bench", _load)
+bench()

@@ -11,7 +11,8 @@ from dataclasses import asdict, field, make_dataclass
 from typing import Optional
 
 from .dataset import validate_data_dir
-from .distributed import strategies
+from .distributed import cluster, strategies
+from .distributed.world import run_token
 from . import framework_specs
 from .errors import UsageError, choices
 from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
@@ -112,6 +113,7 @@ def build_config(
         plan(options.get("precision", DEFAULTS["precision"]), "cpu")
     validate_strategy(framework, options)
     validate_accuracy(options)
+    options.update(cluster.run_ports(options, run_token()))
     if data_format and data_format not in spec.cpu_data_formats and options.get("device") == "cpu":
         raise UsageError(f"--data-format {data_format}: {spec.title}'s CPU convolutions support only "
                          f"{choices(spec.cpu_data_formats)}")

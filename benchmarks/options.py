@@ -26,6 +26,13 @@ from .precision import PRECISIONS
 
 RUN, COMM = "run", "comm"  # the commands: a training run, and `bench comm`
 MAX_PORT = 65535 - 64  # every port option is a base: local process indexes (and the chief's + 10) are added
+# A run's ports, as seed 000 numbers them: the rendezvous (torch's process group on the next port), TF workers
+# from +10, parameter servers from +20, the chief at PS + 10. A port not given follows --rendezvous-port, and
+# that one, not given, is placed by the run's token (distributed.cluster.run_ports); without a token, these.
+SEED_000_PORTS = {"rendezvous_port": 2210, "worker_port": 2220, "ps_port": 2230}
+# Where a token places the rendezvous port: below Linux's ephemeral ports (32768-60999) and above the local
+# Slurm and MLflow servers of the tests.
+TOKEN_PORTS = range(20000, 32768 - 64)
 
 
 @dataclass(frozen=True)
@@ -247,11 +254,13 @@ OPTIONS: dict[str, Option] = _table(
            commands=BOTH, config=True),
     Option("ps_placement", str, "round-robin", "%(choices)s: how variables are spread over PS; greedy balances bytes "
            "(default: %(default)s)", "dist", ("round-robin", "greedy"), commands=BOTH, config=True),
-    Option("worker_port", int, 2220, "TF worker ports start here, one per local worker (default: %(default)s)", "dist",
-           check=PORT, commands=BOTH, config=True),
-    Option("ps_port", int, 2230, "TF PS ports start here; the chief uses ps-port + 10 (default: %(default)s)", "dist",
-           check=PORT, commands=BOTH, config=True),
-    Option("rendezvous_port", int, 2210, "port of dlbench's rank rendezvous on process 0 (default: %(default)s)",
+    Option("worker_port", int, None, "TF worker ports start here, one per local worker (default: --rendezvous-port "
+           "+ 10)", "dist", check=PORT, commands=BOTH, config=True),
+    Option("ps_port", int, None, "TF PS ports start here; the chief uses ps-port + 10 (default: --rendezvous-port "
+           "+ 20)", "dist", check=PORT, commands=BOTH, config=True),
+    Option("rendezvous_port", int, None, "port of dlbench's rank rendezvous on process 0; DDP outside torchrun takes "
+           f"the next one (default: one in {TOKEN_PORTS.start}-{TOKEN_PORTS.stop - 1} picked by the run's token, so "
+           f"that concurrent runs differ; {SEED_000_PORTS['rendezvous_port']} when the launcher gives no token)",
            "dist", check=PORT, commands=BOTH, config=True),
     # output
     Option("output", str, None, "append the record as one JSON line to this file", commands=BOTH),

@@ -1,10 +1,3 @@
-from benchmarks.errors import main_entry
+from benchmarks.errors import benchrun
 
-
-def _load():
-    from .cli import main
-
-    return main
-
-
-main_entry("benchrun", _load)
+benchrun()

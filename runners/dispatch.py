@@ -32,7 +32,6 @@ from pathlib import Path
 
 from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
-from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.options import FASHION_MNIST_PACKAGE
 from benchmarks.processes import STOP_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
@@ -178,8 +177,7 @@ def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, 
     launcher = launcher_name(request, runtime)
     if launcher is None:
         return [*prefix, *spec.bench, *spec.bench_args]
-    prefix.append(f"{RUN_TOKEN_ENV}={spec.run_token}")  # what keeps its ranks from meeting another run's
-    return [*prefix, *launchers.get(launcher).command(spec)]
+    return [*prefix, *launchers.get(launcher).typed(spec)]
 
 
 def dry_run_text(request: RunRequest, results: str | None = None) -> str:
@@ -315,7 +313,8 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             fault = runtime.fault() or (launcher.fault() if launcher is not None else None)
         if fault is not None:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
-                request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv)
+                request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv,
+                spec.run_token if launcher is not None else None)
         if record is not None and record["status"] != "ok" and not stop.received:
             code = EXIT_CODE_BY_STATUS.get(record["status"], code)  # horovodrun and mpirun say 1 for any rank's end
         if stop.received and code != 0:

@@ -27,14 +27,14 @@ def blame(record: dict, reason: str, exit_code: int) -> dict:
 
 
 def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,
-                command: list[str]) -> dict | None:
+                command: list[str], run_token: str | None = None) -> dict | None:
     """The record of a run (a dispatch.RunRequest) that wrote none, made from its arguments on the host
-    (None when they do not parse here)."""
+    (None when they do not parse here); `run_token`: the one benchrun gave its ranks, which placed their ports."""
     from benchmarks import record as records
     from benchmarks.cli import bench_arguments, config_of
     from benchmarks.comm import record as comm_records
     from benchmarks.comm.cli import options_from
-    from benchmarks.distributed import strategies
+    from benchmarks.distributed import cluster, strategies
     from benchmarks.distributed.session import world_section
     from benchmarks.distributed.world import World
     from benchmarks.provenance import host_provenance
@@ -43,6 +43,8 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
         args = bench_arguments(request.bench_args)
         args.framework = args.framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
         args.num_ps = args.num_ps or request.num_ps  # benchrun's option, given to bench by the launch
+        if run_token is not None:
+            vars(args).update(cluster.run_ports(vars(args), run_token))
         if args.command == "comm":
             config = options_from(args, installed_here=False)
         else:

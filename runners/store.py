@@ -8,9 +8,14 @@ A plain bench line is the record itself (docs/results.md). `iter_records`
 yields bench records from either; `iter_entries` yields every line as an
 envelope (plain records get `sweep: None`), failures without a record included.
 
-Every line is written with one write + fsync (benchmarks.record.append_jsonl), so
+Every line is written with one write + fsync (benchmarks.durable.append_jsonl), so
 only the last line can be incomplete (power loss, full disk): it is skipped with
 a StoreWarning. An unreadable line before the last is corruption: ValueError.
+
+Writers hold an exclusive lock on the store while they append; readers never see another
+process's line half written (they would take it for a torn one): DuckDB parses a store under
+its shared lock (`reading`: an append waits for that parse), and the lines read here end where
+the store ended at a moment no append was in progress (`_whole_length`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.errors import UsageError
@@ -40,13 +46,35 @@ def is_envelope(obj: dict) -> bool:
 BLOCK = 1 << 24  # bytes read at a time
 
 
+@contextmanager
+def reading(path: str | os.PathLike):
+    """The store opened for reading, under a shared lock: no append (benchmarks.durable.append_jsonl,
+    which holds the exclusive one) is in progress while it is held, so what is read is whole lines
+    only, but for the torn tail a killed writer left."""
+    with open(path, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+        yield f
+
+
+def _whole_length(f) -> int:
+    """The store's length at a moment no append was in progress (its shared lock, held for that moment
+    only, so a slow reader holds up no writer). The lines before it stay as they are: appends come
+    after it, and a writer cuts no more than a torn tail, which is read as torn whatever replaced it."""
+    fcntl.flock(f, fcntl.LOCK_SH)
+    try:
+        return os.fstat(f.fileno()).st_size
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, object) per line, streamed: memory stays a block and a line, whatever the store's size.
     With `mentioning`, complete lines without those bytes are passed over unparsed (and unchecked): a
     block without them at all is only counted, so finding the few `bench comm` lines is fast."""
     with open(path, "rb") as f:
-        number, carry = 0, b""
-        while block := f.read(BLOCK):
+        number, carry, left = 0, b"", _whole_length(f)
+        while left and (block := f.read(min(BLOCK, left))):
+            left -= len(block)
             data = carry + block if carry else block
             end = data.rfind(b"\n") + 1
             data, carry = data[:end], data[end:]
@@ -63,7 +91,7 @@ def _lines(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator
                 try:
                     obj = json.loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                    if start == end and not carry and not f.read(1):  # the last line, complete but not JSON
+                    if start == end and not carry and not left:  # the last line, complete but not JSON
                         warnings.warn(f"{path}: line {number} is not valid JSON (torn write?): skipped", StoreWarning,
                                       stacklevel=3)
                         return
@@ -79,7 +107,7 @@ def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:
     """(the warning `_lines` gives for this store's torn last line, the length in bytes of what
     comes before that line), or None when the last line is sound. Reads only the tail, plus a
     newline count when torn, so a columnar reader can drop that line under exactly these rules."""
-    with open(path, "rb") as f:
+    with reading(path) as f:
         size = start = f.seek(0, os.SEEK_END)
         blocks, newlines = [], 0
         while start > 0 and newlines < 2:  # enough for the tail and the last complete line

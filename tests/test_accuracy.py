@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun, last_json_line, ports, validate_record
+from infra.helpers import ROOT, bench, benchrun, last_json_line, validate_record
 
 from benchmarks import convergence, labelled, lr_rules, stats
 from benchmarks.config import FASHION_MNIST_PACKAGE
@@ -271,7 +271,7 @@ def test_torch_single_rank_reaches_target_with_mllog_and_tensorboard(fashion_mni
 @pytest.mark.slow
 def test_torch_ddp_four_ranks_reach_target_in_sync(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "4", "--", "--framework", "torch", "--strategy", "ddp", *FAST,
-                      "--target-accuracy", "0.7", "--lr-rule", "linear", "--warmup-epochs", "0.01", *ports())
+                      "--target-accuracy", "0.7", "--lr-rule", "linear", "--warmup-epochs", "0.01")
     record = accuracy_record(result, "torch-ddp-4")
     assert_converged_honestly(record["accuracy"], 4)
     assert record["replicas"]["in_sync"] and record["world"]["workers"] == 4
@@ -283,7 +283,7 @@ def test_tf_allreduce_two_ranks_reach_target_with_lars(fashion_mnist):
     """Evaluations every 256 samples: several of them, each gathered afresh from both ranks (a stale gather
     split the ranks' stop decisions and hung them)."""
     result = benchrun("launch", "--launcher", "local", "-n", "2", "--", "--framework", "tf", "--strategy", "allreduce",
-                      *FAST, "--eval-every", "256", "--target-accuracy", "0.7", "--lr-rule", "lars", *ports())
+                      *FAST, "--eval-every", "256", "--target-accuracy", "0.7", "--lr-rule", "lars")
     record = accuracy_record(result, "tf-allreduce-2")
     assert_converged_honestly(record["accuracy"], 2)
     assert len(record["accuracy"]["curve"]) >= 3
@@ -376,7 +376,7 @@ def test_suspiciously_fast_flag():
 @pytest.mark.slow
 def test_tf_parameter_server_reaches_target_and_records_staleness(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "2", "--num-ps", "1", "--", "--framework", "tf",
-                      "--strategy", "ps", *FAST, "--target-accuracy", "0.6", *ports())
+                      "--strategy", "ps", *FAST, "--target-accuracy", "0.6")
     record = accuracy_record(result, "tf-ps-2")
     section = record["accuracy"]
     assert section["outcome"] == "converged" and section["best_accuracy"] >= 0.6  # stale updates: a lower bar

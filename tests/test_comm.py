@@ -14,7 +14,7 @@ import pytest
 from benchmarks.comm import metrics
 from benchmarks.comm import record as comm_record
 from benchmarks.comm.cli import default_backend
-from infra.helpers import ROOT, bench, last_json_line, needs_module, ports, rank_processes
+from infra.helpers import ROOT, bench, last_json_line, needs_module, rank_processes
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
 SMALL_COMM = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1"]
@@ -142,7 +142,7 @@ def test_two_ranks_local_launcher_prints_busbw_table(tmp_path):
     store = tmp_path / "store.jsonl"
     result = subprocess.run(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--timeout", "240", "--",
-         "--framework", "torch", "comm", *SMALL_COMM, "--output", str(store), *ports()],
+         "--framework", "torch", "comm", *SMALL_COMM, "--output", str(store)],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "busbw" in result.stdout and "gradients" in result.stdout
@@ -177,14 +177,16 @@ def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
     """benchrun's record of a `bench comm` run whose process 0 was killed (runners.faults) is a comm
     record with the run's world; before, there was none ("no record could be made")."""
     from benchmarks.record import utc_now
+    from benchmarks.distributed.cluster import run_ports
     from runners import faults
     from runners.dispatch import RunRequest
 
     request = RunRequest(["--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K"], launcher="local",
                          num_workers=2)
     reason = "process 0 was killed by SIGKILL before it wrote a record (on vm)"
-    record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"])
+    record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"], "run-a")
     jsonschema.validate(record, COMM_SCHEMA)
+    assert record["config"]["rendezvous_port"] == run_ports({}, "run-a")["rendezvous_port"]  # where its ranks met
     assert (record["kind"], record["status"], record["error"]["kind"]) == ("comm", "failed", "environment")
     assert record["error"]["message"] == reason and record["config"]["backend"] == "gloo"
     assert (record["world"]["processes"], record["world"]["launcher"]) == (2, "benchrun-local")
@@ -200,7 +202,7 @@ def test_two_ranks_tensorflow_collective(tmp_path):
     needs_module("tensorflow")
     store = tmp_path / "store.jsonl"
     result = run_launch("--launcher", "local", "-n", "2", "--timeout", "240", "--", "--framework", "tensorflow", "comm",
-                        *SMALL_COMM, "--ops", "allreduce,pingpong", "--output", str(store), *ports())
+                        *SMALL_COMM, "--ops", "allreduce,pingpong", "--output", str(store))
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(store.read_text())
     jsonschema.validate(record, COMM_SCHEMA)
@@ -218,7 +220,7 @@ def test_a_rank_killed_mid_measurement_is_named_by_process_0(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--timeout", "120", "--",
          "--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K", "--iters", "100000000",
-         "--output", str(store), *ports()],
+         "--output", str(store)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     root = psutil.Process(proc.pid)
     victim, _ = rank_processes(root, 1)

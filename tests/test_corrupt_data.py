@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.dataset import image_problem, scan_images
+from benchmarks.dataset import image_folder, image_problem, scan_images
 from benchmarks.record import SCHEMA_VERSION
 from infra.helpers import SMALL, bench, last_json_line, validate_record
 
@@ -143,9 +143,11 @@ def test_a_data_dir_of_only_bad_files_is_one_line_before_the_run(tmp_path):
     assert "building" not in result.stderr
 
 
-def test_a_png_claiming_a_huge_size_is_skipped_by_the_scan(tmp_path):
+def test_a_png_claiming_a_huge_size_is_skipped_by_the_scan_and_counted(tmp_path):
     """A decompression bomb (a PNG whose header claims 50000 x 50000 px) is set apart before the run:
-    Pillow would refuse it with an error of its own, TensorFlow would try to allocate it."""
+    Pillow would refuse it with an error of its own (before, exit 1), TensorFlow would try to allocate
+    it. A run on a data dir holding one ends ok, the bomb counted once and named, no traceback; the
+    scan is bench's own, before either framework (both leave out what it set apart), so torch runs it."""
     data = bytearray(_png(np.random.default_rng(2)))
     data[16:24] = (50000).to_bytes(4, "big") * 2
     (tmp_path / "bomb.png").write_bytes(bytes(data))
@@ -153,14 +155,25 @@ def test_a_png_claiming_a_huge_size_is_skipped_by_the_scan(tmp_path):
                                                     "178,956,970)")
     (tmp_path / "fine.png").write_bytes(_png(np.random.default_rng(3)))
     assert image_problem(tmp_path / "fine.png") is None
+    root = good_tree(tmp_path / "data", np.random.default_rng(4))
+    shutil.copy(tmp_path / "bomb.png", root / "class_0" / "bomb.png")
+    result = bench("--framework", "torch", *RUN, "--data-dir", str(root), timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["status"] == "ok" and (record["data"]["images"], record["data"]["skipped_images"]) == (7, 1)
+    (skipped,) = record["data"]["skipped_examples"]
+    assert skipped["path"].endswith("bomb.png") and "decompression bomb" in skipped["reason"]
 
 
 def test_directory_links_back_up_do_not_make_the_listing_endless(tmp_path):
     """`cls0/up -> ..` and `cls1/up -> ..`: torchvision's own listing followed them for ever; bench lists
-    DIR/<class>/<image> only, in both frameworks, as the scan does."""
+    DIR/<class>/<image> only, as the scan does: a torch run ends ok, and TensorFlow's path list
+    (dataset.image_folder, the same listing) is checked here without a run."""
     root = good_tree(tmp_path / "data", np.random.default_rng(4))
     for c in range(2):
         (root / f"class_{c}" / "up").symlink_to("..")
+    paths, labels, classes = image_folder(root)
+    assert (len(paths), labels, classes) == (6, [0, 0, 0, 1, 1, 1], ["class_0", "class_1"])
     result = bench("--framework", "torch", *RUN, "--data-dir", str(root), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     record = validate_record(last_json_line(result.stdout))

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def launch(launcher, n, bench_args, num_ps=0):
     extra = ["--num-ps", str(num_ps)] if num_ps else []
-    result = benchrun("launch", "--launcher", launcher, "-n", str(n), *extra, "--", *bench_args, *TINY, *ports(), "--json")
+    result = benchrun("launch", "--launcher", launcher, "-n", str(n), *extra, "--", *bench_args, *TINY, "--json")
     assert result.returncode == 0, result.stderr[-4000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, "exactly one record per run, from process 0"
@@ -88,7 +88,7 @@ def endless_ddp_run(output, timeout_s: int = 120) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch",
          "--strategy", "ddp", "--model", "resnet50", "--image-size", "64", "--batch-size", "2",
-         "--num-batches", "100000", "--num-threads", "1", "--timeout", str(timeout_s), "--output", str(output), *ports()],
+         "--num-batches", "100000", "--num-threads", "1", "--timeout", str(timeout_s), "--output", str(output)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -151,6 +151,21 @@ def test_two_runs_given_one_port_never_meet(tmp_path):
     assert record["status"] == "failed" and ("held by another run" in message or "is in use on this host" in message), message
     assert elapsed < 90, f"the clash took {elapsed:.0f} s to end"
     assert "Traceback" not in stderr
+
+
+def test_two_runs_given_no_ports_both_run():
+    """Two 2-rank runs started together with bench's default ports (torch's process group included: `bench
+    comm` all-reduces over it): each run's token places its ports, so both run to their records."""
+    argv = [sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "2", "--timeout", "240", "--",
+            "--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K", "--iters", "3",
+            "--warmup-iters", "1", "--json"]
+    runs = [subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}) for _ in range(2)]
+    ended = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [stderr[-2000:] for _, stderr in ended]
+    records = [json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1]) for stdout, _ in ended]
+    assert all(record["status"] == "ok" and record["world"]["processes"] == 2 for record in records)
+    assert records[0]["config"]["rendezvous_port"] != records[1]["config"]["rendezvous_port"]
 
 
 def test_a_rank_killed_with_its_supervisor_is_named_by_process_0(tmp_path):

@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from infra.helpers import ports, run, validate_record
+from infra.helpers import run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
 TINY = ["--strategy", "horovod", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
-        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json", *ports()]
+        "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
 RUN_TIMEOUT = 300
 DURATIONS: dict[str, float] = {}
 
@@ -161,7 +161,7 @@ def test_horovod_comm_in_its_image(horovod_images):
     p = in_image(horovod_images["openmpi"], "benchrun", "launch", "--launcher", "horovodrun", "-n", "2",
                  "--bench-command", "bench", "--timeout", "240", "--", "--framework", "torch", "comm",
                  "--backend", "horovod", "--max-bytes", "4M", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1",
-                 "--json", *ports(), timeout=RUN_TIMEOUT)
+                 "--json", timeout=RUN_TIMEOUT)
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
     (rec,) = records(p.stdout)
     assert comm_record.validate(rec) == rec and rec["kind"] == "comm"
@@ -180,7 +180,7 @@ def test_horovod_time_to_accuracy_in_its_image(horovod_images, fashion_mnist, fr
                  "--bench-command", "bench", "--timeout", "240", "--", "--framework", framework, "--strategy", "horovod",
                  "--model", "smallcnn", "--batch-size", "32", "--base-lr", "0.02", "--eval-every", "1024",
                  "--max-epochs", "0.1", "--val-images", "1000", "--num-threads", "1", "--target-accuracy", "0.7",
-                 "--lr-rule", "lars", "--json", *ports(), timeout=RUN_TIMEOUT, mounts=(fashion_mnist,))
+                 "--lr-rule", "lars", "--json", timeout=RUN_TIMEOUT, mounts=(fashion_mnist,))
     assert p.returncode == 0, f"exit {p.returncode}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-5000:]}"
     (rec,) = records(p.stdout)
     validate_record(rec)

@@ -154,6 +154,34 @@ def test_an_interrupted_run_says_so_in_one_line(tmp_path, delay):
         assert json.loads(out.read_text())["status"] == "interrupted"
 
 
+BENCHRUN_SCRIPT = "import sys; from benchmarks.errors import benchrun; sys.exit(benchrun())"  # pip's script for it
+
+
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint-default", "sigint-ignored"])
+@pytest.mark.parametrize("delay", [0.0, 0.1, 0.2])
+def test_ctrl_c_as_benchrun_starts_is_one_line_and_exit_130(tmp_path, delay, inherited):
+    """SIGINT 0-0.2 s after benchrun's entry point is loaded (Python's own start-up before it is not ours;
+    -X importtime says when), while its CLI and the report's libraries load: exit 130, one line, no
+    traceback. Also when SIGINT came ignored, as a script's `benchrun ... &` gets it: before, it was
+    ignored while loading and the run went on to exit 0 (the report of a Ctrl-C at 0.1 s ending in 0)."""
+    store = tmp_path / "one.jsonl"
+    store.write_text((ROOT / "examples" / "seed-000-table1" / "results.jsonl").read_text().splitlines()[0] + "\n")
+    assert "benchmarks.errors:benchrun" in (ROOT / "pyproject.toml").read_text()  # what the installed command runs
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", BENCHRUN_SCRIPT, "report", str(store), "--out",
+                             str(tmp_path / "report")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
+    for line in proc.stderr:
+        if line.rstrip().endswith("| benchmarks.errors"):
+            break
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    said = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 130 and said == ["benchrun: interrupted"], stderr[-3000:]
+    assert "Traceback" not in stderr and not (tmp_path / "report").exists()
+
+
 def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys):
     from benchmarks import cli
 

@@ -1,6 +1,7 @@
 """Each launcher's exact argv, and benchrun's input checks."""
 
 import os
+import re
 import sys
 
 import pytest
@@ -76,7 +77,31 @@ def test_benchrun_dry_run_counts_chief_and_ps(capsys):
     assert main(["launch", "--launcher", "mpich", "-n", "2", "--num-ps", "1", "--bench-command", "bench", "--dry-run",
                  "--", "--framework", "tf", "--strategy", "ps"]) == 0
     out = capsys.readouterr().out.strip()
-    assert out.startswith("mpirun.mpich -n 4 ") and out.endswith("bench --framework tf --strategy ps --num-ps 1")
+    assert re.match(r"DLBENCH_RUN_TOKEN=[0-9a-f]{16} mpirun\.mpich -n 4 ", out) and out.endswith("bench --framework tf --strategy ps --num-ps 1")
+
+
+def test_every_launcher_s_dry_run_shows_the_run_token(capsys, monkeypatch, tmp_path):
+    """The token that keeps a run's ranks apart from another run's, and places its ports, is shown for
+    every launcher (before, only mpirun's and mpich's own options carried it). The launchers are never
+    started: each binary here is an empty file that --dry-run only finds on PATH."""
+    for name in launchers.LAUNCHERS:
+        binary = launchers.get(name).binary
+        if binary:
+            (tmp_path / binary).touch(mode=0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    tokens = {}
+    for name in launchers.LAUNCHERS:
+        assert main(["launch", "--launcher", name, "-n", "2", "--bench-command", "bench", "--dry-run", "--",
+                     "--framework", "torch"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and out.endswith("bench --framework torch\n"), out
+        first, *rest = out.split()
+        assert first.startswith("DLBENCH_RUN_TOKEN="), out
+        tokens[name] = first.removeprefix("DLBENCH_RUN_TOKEN=")
+        passed_on = " ".join(rest).count("DLBENCH_RUN_TOKEN")  # mpirun's -x, mpich's -genv: the same token
+        assert passed_on == (name in ("mpirun", "mpich")) == " ".join(rest).count(f"DLBENCH_RUN_TOKEN{'=' if name == 'mpirun' else ' '}{tokens[name]}")
+    assert set(tokens) == {"local", "srun", "torchrun", "horovodrun", "mpirun", "mpich"}
+    assert len(set(tokens.values())) == len(tokens) and all(len(t) == 16 for t in tokens.values())  # one per run
 
 
 def test_missing_launcher_binary_is_a_usage_error(capsys, monkeypatch):

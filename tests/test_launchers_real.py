@@ -12,13 +12,13 @@ import sys
 
 import pytest
 
-from infra.helpers import ROOT, benchrun, ports, validate_record
+from infra.helpers import ROOT, benchrun, validate_record
 from infra.slurm import clean_env, require_mpich, require_openmpi
 from runners.reporting import load, why
 
 pytestmark = pytest.mark.slow
 DDP = ["--framework", "torch", "--strategy", "ddp", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
-       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json", *ports()]
+       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", "--json"]
 
 
 def run_launch(launcher, env, *extra):
@@ -36,7 +36,7 @@ def run_launch(launcher, env, *extra):
 
 
 COMM = ["--framework", "torch", "comm", "--model", "alexnet", "--max-bytes", "1M", "--step-factor", "4", "--iters", "3",
-        "--warmup-iters", "1", *ports()]
+        "--warmup-iters", "1"]
 
 
 def explained_pair(launcher: str, env: dict, tmp_path, two: list[str] = (), one: list[str] = ()) -> tuple[dict, dict]:
@@ -93,7 +93,7 @@ def test_srun_two_emulated_nodes(slurm_two_nodes, tmp_path):
     result = benchrun("launch", "--launcher", "srun", "-n", "2", "--num-ps", "1", "--launcher-arg=--nodes=2", "--",
                       "--framework", "tensorflow", "comm", "--strategy", "ps", "--model", "alexnet", "--image-size", "64",
                       "--ops", "pull,ps_step", "--max-bytes", "64K", "--iters", "2", "--warmup-iters", "1",
-                      "--output", str(store), *ports(), env=env, timeout=300)
+                      "--output", str(store), env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     (ps,) = load.load([store], kind="comm")
     assert ps["correct"] and ps["world"]["nodes"] == 2 and ps["world"]["processes"] == 4

@@ -11,7 +11,8 @@ import pytest
 from benchmarks import cli, options, record
 from benchmarks.comm.cli import options_from
 from benchmarks.config import BenchConfig, build_config
-from benchmarks.distributed import strategies
+from benchmarks.distributed import cluster, strategies
+from benchmarks.distributed.world import RUN_TOKEN_ENV, run_token
 from benchmarks.errors import UsageError
 from benchmarks.options import COMM, CONFIG_OPTIONS, OPTIONS, RUN
 from runners import launchers
@@ -85,6 +86,18 @@ def test_defaults_and_the_ps_rule_are_written_once():
     assert [p.name for p, text in sources.items() if "def is_comm(argv" in text or "FLAG_OPTIONS" in text] == []
 
 
+def test_ports_not_given_come_from_the_run_token_in_training_and_comm(monkeypatch):
+    """Every rank builds its config from the same token, so all agree on the ports without being told."""
+    monkeypatch.setenv(RUN_TOKEN_ENV, "run-a")
+    derived = cluster.run_ports({}, "run-a")
+    config = build_config(framework="torch", model="alexnet", installed_here=False)
+    assert {name: getattr(config, name) for name in derived} == derived != cluster.run_ports({}, None)
+    comm = options_from(cli.bench_parser(environ={}).parse_args(["--framework", "torch", "comm"]), installed_here=False)
+    assert {name: getattr(comm, name) for name in derived} == derived
+    given = build_config(framework="torch", model="alexnet", rendezvous_port=4000, installed_here=False)
+    assert (given.rendezvous_port, given.worker_port, given.ps_port) == (4000, 4010, 4020)
+
+
 @pytest.mark.parametrize("argv", [
     ["--debug", "comm"], ["--strict-data", "comm"], ["--json", "comm"], ["--framework", "torch", "comm"],
     ["comm", "--framework", "torch"], ["--model", "alexnet", "--timeout", "5", "comm", "--iters", "3"],
@@ -121,7 +134,7 @@ def test_shared_options_keep_their_value_on_either_side_of_comm():
     resolved = options_from(parse(["--framework", "tf", "--num-ps", "1", "--worker-port", "3000", "comm", "--strategy",
                                    "ps", "--iters", "3"]))
     assert (resolved.framework, resolved.backend, resolved.num_ps, resolved.worker_port, resolved.iters,
-            resolved.ps_port) == ("tensorflow", "ps", 1, 3000, 3, OPTIONS["ps_port"].default)
+            resolved.ps_port) == ("tensorflow", "ps", 1, 3000, 3, cluster.run_ports({}, run_token())["ps_port"])
 
 
 def test_each_strategy_checks_its_ps_count():
@@ -145,7 +158,7 @@ def test_the_host_reads_bench_s_arguments_with_bench_s_parser(monkeypatch):
 
 def test_help_text_fills_defaults_and_choices_from_the_table():
     text = cli.bench_parser(environ={}).format_help()
-    assert "(default: 2220)" in text and "round-robin, greedy" in text and "95% t-interval" in text
+    assert "per worker (default: 64)" in text and "round-robin, greedy" in text and "95% t-interval" in text
     assert "%(" not in text
 
 

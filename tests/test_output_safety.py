@@ -229,3 +229,91 @@ def test_a_store_held_by_one_writer_refuses_a_second_at_once(tmp_path):
         holder.wait()
     with durable.sole_writer(target, "--store", "a second sweep"):  # a killed holder leaves nothing held
         assert "a second sweep" in Path(f"{target}.lock").read_text()
+
+
+# ---- readers beside writers (issue 26) -----------------------------------------------------------
+
+HALF_APPEND = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+fcntl.flock(fd, fcntl.LOCK_EX)  # the lock benchmarks.durable.append_jsonl holds while it writes
+line = open(sys.argv[2], "rb").read()
+os.write(fd, line[:len(line) // 2])
+print("half", flush=True)
+sys.stdin.readline()  # the rest when the test says so: an append caught in the middle, for as long as needed
+os.write(fd, line[len(line) // 2:])
+"""
+
+
+def example_record(run_id: str) -> dict:
+    """A real record (the seed-000 example's first), under a run id of the test's."""
+    first = json.loads((ROOT / "examples" / "seed-000-table1" / "results.jsonl").read_text().splitlines()[0])
+    return {**first["record"], "run_id": run_id}
+
+
+def waits_for_lock(pid: int, path: Path) -> bool:
+    """Whether process `pid` is blocked waiting for a lock on `path` (the kernel's /proc/locks: '->' lines)."""
+    inode = f":{path.stat().st_ino} "
+    return any("->" in line and f" {pid} " in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_an_export_beside_an_append_in_progress_waits_for_the_whole_line(tmp_path):
+    """`benchrun export` started while another process is half-way through appending a record waits for
+    the append (the store's shared lock, runners.store.reading) and exports both records, without taking
+    the half-written line for a torn one; before, it skipped that record with a "torn write" warning."""
+    store_path, line = tmp_path / "store.jsonl", tmp_path / "line.json"
+    durable.append_jsonl(store_path, example_record("a" * 32))
+    line.write_text(json.dumps(example_record("b" * 32)) + "\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    writer = subprocess.Popen([sys.executable, "-c", HALF_APPEND, str(store_path), str(line)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert writer.stdout.readline().strip() == "half"
+        export = subprocess.Popen([sys.executable, "-m", "runners", "export", str(store_path), "--csv", str(tmp_path / "out.csv")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        deadline = time.monotonic() + 60
+        while not waits_for_lock(export.pid, store_path):
+            assert export.poll() is None, f"the export read the store during the append: {export.communicate()}"
+            assert time.monotonic() < deadline, "the export never reached the store"
+            time.sleep(0.05)
+        writer.communicate("go\n", timeout=30)
+        out, err = export.communicate(timeout=120)
+    finally:
+        writer.kill()
+    assert export.returncode == 0 and "warning" not in err, err
+    rows = (tmp_path / "out.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["a" * 32, "b" * 32]
+
+
+APPEND_RECORDS = """
+import json, sys, time
+from benchmarks import durable
+record = json.loads(sys.argv[2])
+for i in range(20):
+    durable.append_jsonl(sys.argv[1], {**record, "run_id": f"{sys.argv[3]}{i:031x}", "padding": "x" * (1 << 20)})
+    time.sleep(0.05)  # appends spread over the reads
+"""
+
+
+def test_reports_read_while_processes_append_see_whole_records_only(tmp_path):
+    """Two processes append 20 records each (1 MiB lines, for a second) while the report's reader (runners.reporting.load,
+    DuckDB) reads the store again and again: every read sees whole records only, never fewer than the read
+    before, and no warning or error; at the end all 40."""
+    from runners.reporting import load
+
+    store_path = tmp_path / "store.jsonl"
+    record = json.dumps(example_record("0" * 32))
+    writers = [subprocess.Popen([sys.executable, "-c", APPEND_RECORDS, str(store_path), record, str(w)], cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}) for w in range(2)]
+    counts, said = [0], []
+    deadline = time.monotonic() + 120
+    while any(writer.poll() is None for writer in writers) or counts[-1] < 40:
+        assert time.monotonic() < deadline, counts
+        if store_path.exists():
+            records = load.load([store_path], warn=said.append)
+            assert not said, said
+            assert {r["run_id"][0] for r in records} <= {"0", "1"} and len({r["run_id"] for r in records}) == len(records)
+            assert len(records) >= counts[-1], counts
+            counts.append(len(records))
+        assert all(writer.poll() in (None, 0) for writer in writers)
+    assert counts[-1] == 40 and len(counts) > 3, counts

@@ -17,7 +17,7 @@ import sys
 import jsonschema
 import pytest
 
-from infra.helpers import ROOT, SMALL, bench, last_json_line, ports, python_env, validate_record
+from infra.helpers import ROOT, SMALL, bench, last_json_line, python_env, validate_record
 from infra.slurm import skip_loudly
 
 from benchmarks.comm import record as comm_record
@@ -57,7 +57,7 @@ def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = No
         environment["DLBENCH_REFERENCES"] = references
     argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
             "--perflogdir", str(tmp_path / "perflogs"), "-S", f"benchrun={benchrun}",
-            "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS} {' '.join(ports())}", *args]
+            "-S", f"DlbenchTrain.bench_options={BENCH_OPTIONS}", *args]
     return subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
@@ -89,7 +89,7 @@ def test_local_scheduler_reference_passes_and_one_fails(reframe_path, tmp_path):
         {"match": {"test": "DlbenchComm"}, "system": SYSTEM,
          "variables": {"busbw": [1.0e6, -0.1, None, "GB/s"]}},
     ])
-    comm = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1", *ports()]
+    comm = ["--max-bytes", "4K", "--step-factor", "4", "--iters", "3", "--warmup-iters", "1"]
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local", "-n",
                    f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
                    "-S", f"DlbenchComm.comm_options={' '.join(comm)}", "-r", "--performance-report",
@@ -301,7 +301,7 @@ def test_sanity_fails_without_a_sound_record(reframe_path, tmp_path):
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
                    "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=local$", "-n", "DlbenchComm%framework=torch",
                    "-S", "DlbenchTrain.bench_options=--image-size 8",
-                   "-S", f"DlbenchComm.comm_options=--timeout 0.5 {' '.join(ports())}", "-r")
+                   "-S", "DlbenchComm.comm_options=--timeout 0.5", "-r")
     out = done.stdout
     assert done.returncode == 1 and "Ran 2/2 test case(s)" in out and "2 failure(s)" in out, out[-4000:]
     failures = out[out.index("SUMMARY OF FAILURES"):]

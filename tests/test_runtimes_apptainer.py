@@ -21,7 +21,7 @@ import pytest
 
 from infra import apptainer
 from infra.cache import CACHE, inputs_key, once
-from infra.helpers import ROOT, SCHEMA, Started, last_json_line, ports, python_env
+from infra.helpers import ROOT, SCHEMA, Started, last_json_line, python_env
 from infra.images import BASE_IMAGE
 from infra.slurm import skip_loudly
 from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
@@ -242,7 +242,7 @@ def test_unprivileged_user_runs_a_sif(apptainer_bin, tf_sif):
 # ---- srun (the hybrid model) and Hydra -----------------------------------------------------------
 
 def allreduce() -> list[str]:
-    return [*TINY_TF, "--strategy", "allreduce", *ports()]
+    return [*TINY_TF, "--strategy", "allreduce"]
 
 
 def test_srun_one_node_tf_allreduce(apptainer_bin, tf_sif, slurm_single):

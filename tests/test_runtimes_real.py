@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, ports, python_env, validate_record
+from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record
 from infra.cache import CACHE
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 
@@ -25,7 +25,7 @@ CH_STORE = CACHE / "charliecloud"  # Charliecloud image directories, kept betwee
 TINY_TF = ["--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
            "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "2"]
 DDP = ["--framework", "torch", "--strategy", "ddp", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
-       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1", *ports()]
+       "--num-warmup-batches", "1", "--num-batches", "2", "--num-threads", "1"]
 
 
 def docker_up(*images):

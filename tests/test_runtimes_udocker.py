@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.cache import CACHE, inputs_key, once
-from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, ports, run
+from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, run
 from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
 from test_runtimes import dirs  # noqa: F401 (a fixture)
 from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave_no_container, validate_in_image  # noqa: F401
@@ -119,7 +119,7 @@ def test_udocker_under_srun_two_ranks(udocker_env, dlbench_images, slurm_single)
     (two containers of the 6 GB torch image would unpack 12 GB for one test)."""
     env = {**slurm_single["env"], **udocker_env, "DLBENCH_COORDINATOR": "127.0.0.1"}
     out, record = benchrun_record("run", "--runtime", "udocker", "--image", TF_IMAGE, "--launcher", "srun", "-n", "2",
-                                "--", *TINY_TF, "--strategy", "allreduce", *ports(), env=env, timeout=1500)
+                                "--", *TINY_TF, "--strategy", "allreduce", env=env, timeout=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
     assert record["world"]["launcher"] == "srun" and record["provenance"]["requested_runtime"] == "udocker"

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from infra.helpers import ROOT, benchrun
+from infra.helpers import ROOT, benchrun, last_json_line
 from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 
 from benchmarks.record import SCHEMA_FILE
@@ -398,3 +398,31 @@ def test_two_sweeps_of_one_store_at_once_run_nothing_twice(tmp_path):
         first.kill()
     stored = lines(store_path)
     assert sorted(e["sweep"]["point"]["batch_size"] for e in stored) == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_sweep_and_benchrun_runs_write_one_store_at_once(tmp_path):
+    """A sweep of two points and two `benchrun run --results` runs into the same store, started together
+    (real processes, real tiny runs): every run is stored once, whole (the sweep's as envelopes, the runs'
+    as plain records), none lost, none twice."""
+    results = tmp_path / "results"
+    store_path = results / "records.jsonl"  # where `benchrun run --results DIR` appends
+    plan = write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=[1, 2]))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = [sys.executable, "-m", "runners", "run", "--runtime", "local", "--results", str(results), "--",
+           "--framework", "torch", "--model", "alexnet", "--batch-size", "2", "--image-size", "64",
+           "--num-warmup-batches", "0", "--num-batches", "1", "--num-threads", "1"]
+    started = [subprocess.Popen([sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)]
+    started += [subprocess.Popen(run, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                for _ in range(2)]
+    said = [proc.communicate(timeout=600) for proc in started]
+    assert [proc.returncode for proc in started] == [0, 0, 0], [err[-2000:] for _, err in said]
+    stored = lines(store_path)  # every line whole JSON
+    swept = [entry for entry in stored if "sweep" in entry]
+    plain = [entry for entry in stored if "sweep" not in entry]
+    assert sorted(entry["sweep"]["point"]["batch_size"] for entry in swept) == [1, 2]
+    printed = {last_json_line(out)["run_id"] for out, _ in said[1:]}
+    assert {record["run_id"] for record in plain} == printed and len(plain) == 2
+    records = [*(entry["record"] for entry in swept), *plain]
+    assert all(record["status"] == "ok" for record in records) and len({r["run_id"] for r in records}) == 4

@@ -20,7 +20,7 @@ import jsonschema
 
 from benchmarks import trace
 from benchmarks.comm import record as comm_record
-from infra.helpers import bench, benchrun, benchrun_record, last_json_line, ports, validate_record
+from infra.helpers import bench, benchrun, benchrun_record, last_json_line, validate_record
 from infra.records import RecordFactory
 from runners.reporting import load, why
 
@@ -206,13 +206,12 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     splits T(2) - T(1) and the parts add up."""
     training, launch_extra, comm_args, how = PAIRS[pair]
     store, traces = tmp_path / "store.jsonl", tmp_path / "traces"
-    args = [*TINY, *training, "--trace", str(traces), "--output", str(store), *ports()]
+    args = [*TINY, *training, "--trace", str(traces), "--output", str(store)]
     for ranks in ("1", "2"):
         result = benchrun("launch", "--launcher", "local", "-n", ranks, *launch_extra, "--", *args)
         assert result.returncode == 0, result.stderr
     if comm_args:
-        comm = benchrun("launch", "--launcher", "local", "-n", "2", *launch_extra, "--", *comm_args, "--output", str(store),
-                        *ports())
+        comm = benchrun("launch", "--launcher", "local", "-n", "2", *launch_extra, "--", *comm_args, "--output", str(store))
         assert comm.returncode == 0, comm.stderr
     records = load.load([store])
     pair_records = {r["world"]["workers"]: r for r in records}

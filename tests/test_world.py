@@ -10,6 +10,7 @@ from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, repor
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
 from benchmarks.errors import UsageError
 from benchmarks.measurement import aggregate
+from benchmarks.options import SEED_000_PORTS, TOKEN_PORTS
 
 
 def test_single_process_without_launcher():
@@ -60,6 +61,21 @@ def test_roles_under_ps():
     assert cluster.role_of(World(rank=1, size=2), "ddp", 0) == cluster.Role("worker", 1)
     with pytest.raises(UsageError, match="needs at least 4 processes"):
         cluster.role_of(World(rank=0, size=3), "ps", 2)
+
+
+def test_ports_not_given_are_placed_by_the_run_token():
+    """Seed 000's ports without a token; with one, the same layout at a place in TOKEN_PORTS that the token
+    picks (sha256: the same in every process), and different tokens spread over the range."""
+    assert cluster.run_ports({}, None) == SEED_000_PORTS
+    placed = cluster.run_ports({}, "slurm 12.0")
+    assert placed == cluster.run_ports({"rendezvous_port": None}, "slurm 12.0")
+    assert placed["rendezvous_port"] in TOKEN_PORTS and placed["rendezvous_port"] + 64 < 32768  # no ephemeral port
+    assert (placed["worker_port"], placed["ps_port"]) == (placed["rendezvous_port"] + 10, placed["rendezvous_port"] + 20)
+    spread = {cluster.run_ports({}, f"run-{i}")["rendezvous_port"] for i in range(1000)}
+    assert len(spread) > 950 and min(spread) < TOKEN_PORTS.start + 2000 and max(spread) > TOKEN_PORTS.stop - 2000
+    # what is given stays; the others follow --rendezvous-port, given or not
+    assert cluster.run_ports({"rendezvous_port": 5000, "ps_port": 7000}, "t") == {
+        "rendezvous_port": 5000, "worker_port": 5010, "ps_port": 7000}
 
 
 def test_tf_config_ports_follow_seed_000():
@@ -142,8 +158,8 @@ def test_a_rank_of_another_run_is_refused_at_once_and_the_run_goes_on(unused_por
     stranger = Rendezvous(1, 2, "127.0.0.1", unused_port, 10, run_token="run-b")
     started = time.monotonic()
     with pytest.raises(RendezvousError, match=rf"127.0.0.1:{unused_port}: the rendezvous port is held by another run "
-                                              r"\(its token run-a, this run's run-b\): give each concurrent run its own "
-                                              r"--rendezvous-port"):
+                                              r"\(its token run-a, this run's run-b\): give concurrent runs distinct "
+                                              r"--rendezvous-port values, or none \(each run's token then picks one\)"):
         stranger.allgather("hello", "b1")
     assert time.monotonic() - started < 2
     stranger.close()

@@ -6,7 +6,8 @@ import argparse
 import os
 
 from ..config import image_size_for, require_installed, resolve_framework
-from ..distributed import strategies
+from ..distributed import cluster, strategies
+from ..distributed.world import run_token
 from ..errors import UsageError, choices
 from ..options import COMM, RENDEZVOUS_TIMEOUT_S, RUN, check_values, given, of
 from . import BACKENDS
@@ -86,8 +87,7 @@ def options_from(args, installed_here: bool = True):
     return CommOptions(framework=framework, backend=backend, ops=ops, min_bytes=args.min_bytes,
                        max_bytes=args.max_bytes, step_factor=args.step_factor, warmup_iters=args.warmup_iters,
                        iters=args.iters, model=args.model, image_size=image_size, device=args.device, strategy=args.strategy,
-                       num_ps=args.num_ps, ps_placement=args.ps_placement, worker_port=args.worker_port,
-                       ps_port=args.ps_port, rendezvous_port=args.rendezvous_port,
+                       num_ps=args.num_ps, ps_placement=args.ps_placement, **cluster.run_ports(vars(args), run_token()),
                        rendezvous_timeout=args.timeout or RENDEZVOUS_TIMEOUT_S, timeout=args.timeout)
 
 

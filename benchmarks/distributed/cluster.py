@@ -6,9 +6,12 @@ has one (strategies/ps.py says which process has which role).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+from typing import Mapping
 
+from ..options import SEED_000_PORTS, TOKEN_PORTS
 from . import strategies
 from .strategies import CHIEF, PS, WORKER, Role
 from .world import World
@@ -24,6 +27,21 @@ def my_address(world: World) -> str:
     if world.num_nodes == 1:
         return "127.0.0.1"
     return os.environ.get("DLBENCH_HOST") or socket.gethostname()
+
+
+def run_ports(given: Mapping[str, int | None], token: str | None) -> dict[str, int]:
+    """The run's three port options: each as given, else at its seed 000 distance from --rendezvous-port,
+    which, not given, is the one of TOKEN_PORTS that a hash of the run's token picks (seed 000's without a
+    token). Every rank has the same token, so all agree; two concurrent runs, each with its own token, share
+    a port only by a small chance (docs/results.md), and then one fails in one line (rendezvous.py)."""
+    rendezvous = given.get("rendezvous_port")
+    if rendezvous is None:
+        rendezvous = SEED_000_PORTS["rendezvous_port"]
+        if token is not None:
+            digest = int.from_bytes(hashlib.sha256(token.encode()).digest()[:8], "big")
+            rendezvous = TOKEN_PORTS[digest % len(TOKEN_PORTS)]
+    shift = rendezvous - SEED_000_PORTS["rendezvous_port"]
+    return {name: port + shift if given.get(name) is None else given[name] for name, port in SEED_000_PORTS.items()}
 
 
 def assign_ports(peers: list[dict], worker_port: int, ps_port: int) -> list[str]:

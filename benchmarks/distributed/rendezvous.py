@@ -152,9 +152,12 @@ def _went_away(rank: int) -> dict:
     return {"op": "fail", "rank": rank, "record": {"status": "failed", "error": {"kind": "crash", "message": message}}}
 
 
+CONCURRENT_RUNS = "give concurrent runs distinct --rendezvous-port values, or none (each run's token then picks one)"
+
+
 def _foreign(held_by: str | None, ours: str | None) -> str:
     return (f"the rendezvous port is held by another run (its token {held_by or 'none'}, this run's {ours or 'none'}): "
-            "give each concurrent run its own --rendezvous-port")
+            + CONCURRENT_RUNS)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -192,7 +195,7 @@ class Rendezvous:
                 if error.errno != errno.EADDRINUSE:
                     raise
                 raise RendezvousError(f"--rendezvous-port {port} is in use on this host (another run's process 0?): "
-                                      "give each concurrent run its own --rendezvous-port") from None
+                                      + CONCURRENT_RUNS) from None
             self._server.board = self._board
             threading.Thread(target=self._server.serve_forever, name="rendezvous", daemon=True).start()
             if on_silence is not None:

@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
         help="how ranks start bench (default: this Python's benchmarks package; 'bench' inside images)",
     )
     launch.add_argument("--launcher-arg", action="append", default=[], help="extra launcher option (repeatable)")
-    launch.add_argument("--dry-run", action="store_true", help="print the launcher command and exit")
+    launch.add_argument("--dry-run", action="store_true", help="print the launcher command, after the run token its "
+                        "ranks get (DLBENCH_RUN_TOKEN=...), and exit")
     launch.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
     launch.set_defaults(run=run)
 
@@ -54,6 +55,6 @@ def run(args) -> int:
     spec = launch_spec(args)
     launcher.require()
     if args.dry_run:
-        print(shlex.join(launcher.command(spec)))
+        print(shlex.join(launcher.typed(spec)))
         return 0
     return launcher.run(spec, timeout_s=host_deadline(args.timeout))

@@ -103,6 +103,11 @@ class Launcher(ABC):
     def command(self, spec: LaunchSpec) -> list[str]:
         """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.bench_args."""
 
+    def typed(self, spec: LaunchSpec) -> list[str]:
+        """The command as --dry-run shows it: after the run's token, which every rank gets (mpirun and mpich
+        also pass it on their own command line) and which places the run's ports."""
+        return [f"{RUN_TOKEN_ENV}={spec.run_token}", *self.command(spec)]
+
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
         """Run the launcher in its own process group; stop the whole group after timeout_s
         (the host's deadline: see benchmarks.processes) or on Ctrl-C. Its stderr (the ranks' too) is

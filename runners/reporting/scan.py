@@ -7,7 +7,8 @@ run_id and filters by time out of core (spilling to a temporary directory).
 runners.reporting.load turns what it keeps into records; export streams it to files.
 
 Store semantics are runners.store's, exactly: plain records and sweep envelopes
-may be mixed; an envelope without a record is skipped; only a store's last line
+may be mixed; an envelope without a record is skipped; a store is read under its
+shared lock (store.reading: no append is half done meanwhile); only its last line
 may be torn (skipped with a warning, store.torn_tail); an unreadable line before
 it is corruption (the error names the line, found by store.iter_entries). A field
 whose value is not of the schema's type is refused the same way, naming the line
@@ -315,7 +316,8 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
                         + ", ".join(f"c{i} {kind}" for i, kind in enumerate(types)) + ")")
             for index, path in enumerate(files):
                 try:
-                    _load_file(con, index, path, paths, select, where, warn, tmp)
+                    with store.reading(path):  # DuckDB, torn_tail and the checks see one state of the file
+                        _load_file(con, index, path, paths, select, where, warn, tmp)
                 except OSError as error:
                     raise UsageError(f"{str(path)!r} cannot be read ({error.strerror})") from None
                 except duckdb.Error as error:  # one line naming the store

@@ -21,10 +21,9 @@ WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 
 
 
 def ports() -> list[str]:
-    """bench's distributed ports for a multi-rank run, distinct per test worker: two workers' runs on the
-    same ports would meet each other (a rank of one run joining the other's rendezvous hangs both). None
-    is bench's default (rendezvous 2210, the torch process group 2211, TF workers from 2220, PS from 2230,
-    the chief 2240), which the runs that take no ports (a sweep's 2-rank point) use."""
+    """Explicit distributed ports, distinct per test worker, for a test of what bench does with ports given
+    (two runs given the same ones: one fails in one line). Multi-rank runs need none: their run token
+    places each run's ports (benchmarks.distributed.cluster.run_ports)."""
     base = 2310 + 100 * WORKER
     return ["--rendezvous-port", str(base), "--worker-port", str(base + 10), "--ps-port", str(base + 20)]
 

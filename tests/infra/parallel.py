@@ -7,7 +7,7 @@ waits with the other worker's tests. What must not run side by side is kept toge
   are set up once, on one worker, and its tests keep their order.
 - Modules in one of `SHARED`'s groups run on one worker, one after the other: their checks look at
   state that the others' runs also create (the engines' `dlbench-*` containers, podman-hpc's mounts).
-- Multi-rank runs pass `infra.helpers.ports()`, bench's ports offset per worker.
+- Multi-rank runs side by side need no ports of their own: each run's token places its ports.
 
 The controller makes these units itself (`pytest_xdist_make_scheduler`): xdist's own `xdist_group`
 marks do not reach its scheduler under pytest 9, whose node ids are no longer the strings xdist
