@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun, last_json_line, ports, validate_record
+from infra.helpers import ROOT, bench, benchrun, last_json_line, ports, run, validate_record
 
 from benchmarks import convergence, labelled, lr_rules, stats
 from benchmarks.config import FASHION_MNIST_PACKAGE
@@ -412,7 +412,7 @@ def test_report_has_the_time_to_accuracy_section(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_in_docker_reads_the_hosts_fashion_mnist(fashion_mnist, dlbench_images, tmp_path):
-    """The images lack Debian's dataset package: benchrun mounts the host's Fashion-MNIST read-only for a
+    """Where the host has Debian's dataset package, benchrun mounts its Fashion-MNIST read-only for a
     time-to-accuracy run in a container and tells bench where (`--fashion-mnist-dir /data`)."""
     result = benchrun("run", "--runtime", "docker", "--results", str(tmp_path), "--", "--framework", "torch",
                       *[arg for arg in FAST if arg != "--json"], "--target-accuracy", "0.7", timeout=600)
@@ -420,3 +420,19 @@ def test_a_run_in_docker_reads_the_hosts_fashion_mnist(fashion_mnist, dlbench_im
     record = validate_record(json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1]))
     assert record["provenance"]["requested_runtime"] == "docker" and record["config"]["fashion_mnist_dir"] == "/data"
     assert_converged_honestly(record["accuracy"], 1)
+
+
+@pytest.mark.slow
+def test_the_image_trains_to_target_on_its_own_fashion_mnist_with_mllog(dlbench_images):
+    """`docker run IMAGE --target-accuracy ...`, no mount: the image's own Fashion-MNIST (its late layer), and
+    MLLOG lines written by the image's mlperf-logging (the calling file and line in their metadata)."""
+    result = run(["docker", "run", "--rm", "--network", "none", dlbench_images["torch"], *FAST, "--target-accuracy", "0.7",
+                  "--mllog"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["config"]["fashion_mnist_dir"] == "/usr/share/datasets/fashion-mnist"
+    assert_converged_honestly(record["accuracy"], 1)
+    events = [json.loads(line.split(" ", 1)[1]) for line in result.stderr.splitlines() if line.startswith(":::MLLOG ")]
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert len(accuracy) == len(record["accuracy"]["curve"]) and events[-1]["key"] == "run_stop"
+    assert accuracy[-1]["metadata"]["file"] == "benchmarks/accuracy.py" and accuracy[-1]["metadata"]["lineno"] > 0
