@@ -73,16 +73,20 @@ def test_output_that_is_a_directory_is_rejected(tmp_path):
     assert result.returncode == 2 and "is a directory" in result.stderr
 
 
-def test_framework_not_installed_is_a_usage_error(tmp_path):
-    # Hide tensorflow from this interpreter only: a stub package dir that fails find_spec is not
-    # possible, so run with an isolated sys.path holding just our package and the stdlib.
+def bench_without(package: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """bench's main in an interpreter where `package` looks not installed: importlib's find_spec answers
+    None for it (a stub package dir that fails find_spec is not possible)."""
     code = (
         "import sys, importlib.util as u; "
         "real = u.find_spec; "
-        "u.find_spec = lambda name, *a: None if name.split('.')[0] == 'tensorflow' else real(name, *a); "
-        "from benchmarks.cli import main; sys.exit(main(['--framework', 'tf', '--model', 'resnet50']))"
+        f"u.find_spec = lambda name, *a: None if name.split('.')[0] == {package!r} else real(name, *a); "
+        f"from benchmarks.cli import main; sys.exit(main({argv!r}))"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_framework_not_installed_is_a_usage_error(tmp_path):
+    result = bench_without("tensorflow", ["--framework", "tf", "--model", "resnet50"])
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "bench: error: framework 'tensorflow' is not installed in this environment "
@@ -108,13 +112,7 @@ def test_help_and_version_import_no_framework():
 
 
 def test_mllog_without_mlperf_logging_is_one_line_exit_2():
-    code = (
-        "import sys, importlib.util as u; "
-        "real = u.find_spec; "
-        "u.find_spec = lambda name, *a: None if name.split('.')[0] == 'mlperf_logging' else real(name, *a); "
-        "from benchmarks.cli import main; sys.exit(main(['--framework', 'torch', '--model', 'resnet50', '--mllog']))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = bench_without("mlperf_logging", ["--framework", "torch", "--model", "resnet50", "--mllog"])
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("bench: error: --mllog needs MLCommons' mlperf-logging package")
 
