@@ -269,6 +269,14 @@ def test_torch_single_rank_reaches_target_with_mllog_and_tensorboard(fashion_mni
 
 
 @pytest.mark.slow
+def test_tf_single_rank_reaches_target(fashion_mnist):
+    result = bench("--framework", "tf", *FAST, "--target-accuracy", "0.7")
+    record = accuracy_record(result, "tf-1")
+    assert_converged_honestly(record["accuracy"], 1)
+    assert record["world"]["strategy"] == "none" and record["world"]["workers"] == 1
+
+
+@pytest.mark.slow
 def test_torch_ddp_four_ranks_reach_target_in_sync(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "4", "--", "--framework", "torch", "--strategy", "ddp", *FAST,
                       "--target-accuracy", "0.7", "--lr-rule", "linear", "--warmup-epochs", "0.01", *ports())
@@ -276,6 +284,16 @@ def test_torch_ddp_four_ranks_reach_target_in_sync(fashion_mnist):
     assert_converged_honestly(record["accuracy"], 4)
     assert record["replicas"]["in_sync"] and record["world"]["workers"] == 4
     assert record["accuracy"]["lr"]["peak_lr"] == pytest.approx(0.08)  # linear: x 128 / 32
+
+
+@pytest.mark.slow
+def test_torchrun_ddp_two_ranks_reach_target_in_sync(fashion_mnist):
+    """A launcher of its own (torchrun's elastic agent) starting the ranks: the same run, the same stop."""
+    result = benchrun("launch", "--launcher", "torchrun", "-n", "2", "--", "--framework", "torch", "--strategy", "ddp",
+                      *FAST, "--target-accuracy", "0.7", *ports())
+    record = accuracy_record(result, "torch-ddp-2-torchrun")
+    assert_converged_honestly(record["accuracy"], 2)
+    assert record["world"]["launcher"] == "torchrun" and record["world"]["workers"] == 2 and record["replicas"]["in_sync"]
 
 
 @pytest.mark.slow
@@ -307,6 +325,22 @@ def test_random_labels_stay_at_chance(tmp_path):
     # chance is 0.25; five sigma of a binomial proportion over the validation images above it fails
     assert section["best_accuracy"] < 0.25 + 5 * math.sqrt(0.25 * 0.75 / val), section["curve"]
     assert section["curve"][-1]["epoch"] == pytest.approx(2.0, abs=0.1)
+
+
+@pytest.mark.slow
+def test_a_throughput_model_trains_and_evaluates_in_accuracy_mode(fashion_mnist):
+    """docs/accuracy.md: the five throughput models run to a target too. ResNet-50 at its smallest size
+    (Fashion-MNIST zero-padded to 32 px, grey to RGB) on a tiny budget: two evaluations, then not_converged."""
+    result = bench("--framework", "torch", "--model", "resnet50", "--image-size", "32", "--batch-size", "16",
+                   "--eval-every", "128", "--max-epochs", "0.004", "--val-images", "200", "--target-accuracy", "0.99",
+                   "--num-threads", "1", "--json")
+    record = accuracy_record(result, "resnet50-tiny")
+    section = record["accuracy"]
+    assert record["config"]["model"] == "resnet50" and section["outcome"] == "not_converged"
+    assert [p["samples"] for p in section["curve"]] == [128, 240]  # every 128, and the budget's end (0.004 epoch)
+    assert all(0 <= p["val_accuracy"] <= 1 and math.isfinite(p["val_loss"]) for p in section["curve"])
+    assert section["dataset"]["val_images"] == 200
+    assert section["dataset"]["preprocessing"].startswith("zero-padded 28->32 px, grey->RGB")
 
 
 # -- scoring arms for reports (runners/accuracy.py) -----------------------------------------------
