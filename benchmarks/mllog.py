@@ -25,7 +25,7 @@ SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 def require() -> None:
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"--mllog needs MLCommons' {PACKAGE} package, which is not installed here "
-                         f"(pip install {PACKAGE}, pinned in requirements.txt; the dlbench images have it)")
+                         f"(pip install -r containers/late/requirements.txt, its pin; the dlbench images have it)")
 
 
 class MLLogger:
