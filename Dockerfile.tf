@@ -31,6 +31,13 @@ RUN --mount=type=secret,id=ca --mount=type=bind,source=wheelhouse,target=/wheelh
     && /opt/dlbench-build/pip-install.sh tf
 
 FROM framework
+# ---- late layer: byte-identical in Dockerfile.tf, Dockerfile.torch and containers/horovod/Dockerfile
+# (tests/test_containers.py checks). Fashion-MNIST and the light Python dependencies of
+# containers/late/, from their own wheel directory: changing them rebuilds this layer only.
+COPY containers/late/ /opt/dlbench-late/
+RUN --mount=type=secret,id=ca --mount=type=bind,source=wheelhouse-late,target=/wheelhouse \
+    /opt/dlbench-late/install.sh
+# ---- end of late layer
 # Source last: editing benchmarks/ rebuilds only these small layers.
 COPY pyproject.toml README.md* /opt/dlbench-src/
 COPY benchmarks/ /opt/dlbench-src/benchmarks/

@@ -1,10 +1,11 @@
 # dlbench: `make run` (install + a real benchmark on this machine) and `make test`.
 # The virtual environment lives outside the clone, keyed on the requirement
-# files, so CI and fresh clones on the same machine reuse it.
+# files (requirements.txt includes containers/late/requirements.txt), so CI and
+# fresh clones on the same machine reuse it.
 
 PYTHON     ?= python3
 CACHE_DIR  ?= $(HOME)/.cache/dlbench
-VENV_KEY   := $(shell cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-12)
+VENV_KEY   := $(shell cat requirements.txt requirements-dev.txt containers/late/requirements.txt | sha256sum | cut -c1-12)
 VENV_DIR   := $(CACHE_DIR)/venv-$(VENV_KEY)
 VENV       := .venv
 FRAMEWORK  ?= torch
@@ -33,7 +34,7 @@ $(VENV_DIR)/.complete:
 	  || { cat $(VENV_DIR)/install.log; exit 1; }
 	$(VENV_DIR)/bin/pip install --quiet -r requirements-dev.txt >> $(VENV_DIR)/install.log 2>&1 \
 	  || { tail -50 $(VENV_DIR)/install.log; exit 1; }
-	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest, xdist"
+	$(VENV_DIR)/bin/python -c "import torch, torchvision, tensorflow, pydantic, rich, pytest, xdist, mlperf_logging.mllog"
 	touch $@
 
 run: venv

@@ -92,6 +92,10 @@ def run_benchmark(argv: list[str]) -> int:
     options.check_values(vars(args))
     if args.find_max_batch:
         check_max_batch_args(args)
+    if args.mllog:
+        from .mllog import require
+
+        require()
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
     from .durable import check_dir, check_file

@@ -265,8 +265,8 @@ OPTIONS: dict[str, Option] = _table(
     # output
     Option("output", str, None, "append the record as one JSON line to this file", commands=BOTH),
     Option("json", bool, False, "print the record as JSON on stdout (the table goes to stderr)", commands=BOTH),
-    Option("mllog", bool, False, "also print MLPerf's ':::MLLOG {...}' lines (time to accuracy: eval_accuracy with "
-           "epoch_num, run_stop with its status)"),
+    Option("mllog", bool, False, "also print MLPerf's ':::MLLOG {...}' lines, written by MLCommons' mlperf-logging "
+           "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)"),
     Option("tensorboard", str, None, "write per-step images/sec and loss as TensorBoard scalars (needs tensorboardX, "
            "tensorboard or tensorflow; loss is read back after each timed loop)", metavar="DIR"),
     Option("trace", str, None, "after the timed loops (never inside them), profile --trace-steps more steps with the "

@@ -62,7 +62,7 @@ if [ -n "${CA_CERT:-}" ]; then
     [ -r "$CA_CERT" ] && [ -s "$CA_CERT" ] || die "CA_CERT=$CA_CERT is not a readable, non-empty file"
     secret=(--secret "id=ca,src=$CA_CERT")
 fi
-mkdir -p wheelhouse   # the Dockerfiles bind-mount it; wheels in it mean offline
+mkdir -p wheelhouse wheelhouse-late   # the Dockerfiles bind-mount them; wheels in them mean offline
 wheels=$(compgen -G 'wheelhouse/*.whl' | wc -l || true)
 
 extra=()

@@ -33,7 +33,7 @@ from pathlib import Path
 from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
-from benchmarks.options import FASHION_MNIST_PACKAGE
+from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
 from benchmarks.processes import STOP_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
@@ -90,12 +90,15 @@ def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:
 
 def read_only_inputs(request: RunRequest, runtime: runtimes.Runtime) -> dict[str, str]:
     """bench's flag -> the host directory mounted read-only for it: --data-dir, or, for a time-to-accuracy
-    run in an image, Fashion-MNIST (Debian's package is installed on the host, not in the images)."""
+    run in an image, the host's Fashion-MNIST: a directory given, or Debian's where the host has it (the
+    images carry Debian's package too: without the host's, bench reads the image's own)."""
     if request.data_dir:
         return {"--data-dir": os.path.abspath(request.data_dir)}
     args = bench_arguments(request.bench_args)
     if runtime.uses_image and args.target_accuracy is not None and not args.data_dir:
-        return {"--fashion-mnist-dir": os.path.abspath(args.fashion_mnist_dir)}
+        host = os.path.abspath(args.fashion_mnist_dir)
+        if args.fashion_mnist_dir != FASHION_MNIST_DIR or os.path.isdir(host):
+            return {"--fashion-mnist-dir": host}
     return {}
 
 
@@ -211,7 +214,8 @@ def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
     for flag, host in read_only_inputs(request, runtime).items():
         if not os.path.isdir(host):
             hint = "" if flag == "--data-dir" else \
-                f" (bench reads Fashion-MNIST from the host: apt-get install {FASHION_MNIST_PACKAGE}, or give --data-dir)"
+                " (leave it out: the image's own Fashion-MNIST, or the host's from Debian's " \
+                f"{FASHION_MNIST_PACKAGE} where installed; or give --data-dir)"
             raise UsageError(f"{flag} {host} is not a directory{hint}")
         if runtime.runs_as_image_user and not runtimes.base.world_readable(host):
             raise UsageError(f"{flag} {host} is not readable by the image's user (uid 1000): "

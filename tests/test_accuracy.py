@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun, last_json_line, validate_record
+from infra.helpers import ROOT, bench, benchrun, last_json_line, run, validate_record
 
 from benchmarks import convergence, labelled, lr_rules, stats
 from benchmarks.config import FASHION_MNIST_PACKAGE
@@ -269,6 +269,14 @@ def test_torch_single_rank_reaches_target_with_mllog_and_tensorboard(fashion_mni
 
 
 @pytest.mark.slow
+def test_tf_single_rank_reaches_target(fashion_mnist):
+    result = bench("--framework", "tf", *FAST, "--target-accuracy", "0.7")
+    record = accuracy_record(result, "tf-1")
+    assert_converged_honestly(record["accuracy"], 1)
+    assert record["world"]["strategy"] == "none" and record["world"]["workers"] == 1
+
+
+@pytest.mark.slow
 def test_torch_ddp_four_ranks_reach_target_in_sync(fashion_mnist):
     result = benchrun("launch", "--launcher", "local", "-n", "4", "--", "--framework", "torch", "--strategy", "ddp", *FAST,
                       "--target-accuracy", "0.7", "--lr-rule", "linear", "--warmup-epochs", "0.01")
@@ -276,6 +284,16 @@ def test_torch_ddp_four_ranks_reach_target_in_sync(fashion_mnist):
     assert_converged_honestly(record["accuracy"], 4)
     assert record["replicas"]["in_sync"] and record["world"]["workers"] == 4
     assert record["accuracy"]["lr"]["peak_lr"] == pytest.approx(0.08)  # linear: x 128 / 32
+
+
+@pytest.mark.slow
+def test_torchrun_ddp_two_ranks_reach_target_in_sync(fashion_mnist):
+    """A launcher of its own (torchrun's elastic agent) starting the ranks: the same run, the same stop."""
+    result = benchrun("launch", "--launcher", "torchrun", "-n", "2", "--", "--framework", "torch", "--strategy", "ddp",
+                      *FAST, "--target-accuracy", "0.7")
+    record = accuracy_record(result, "torch-ddp-2-torchrun")
+    assert_converged_honestly(record["accuracy"], 2)
+    assert record["world"]["launcher"] == "torchrun" and record["world"]["workers"] == 2 and record["replicas"]["in_sync"]
 
 
 @pytest.mark.slow
@@ -307,6 +325,22 @@ def test_random_labels_stay_at_chance(tmp_path):
     # chance is 0.25; five sigma of a binomial proportion over the validation images above it fails
     assert section["best_accuracy"] < 0.25 + 5 * math.sqrt(0.25 * 0.75 / val), section["curve"]
     assert section["curve"][-1]["epoch"] == pytest.approx(2.0, abs=0.1)
+
+
+@pytest.mark.slow
+def test_a_throughput_model_trains_and_evaluates_in_accuracy_mode(fashion_mnist):
+    """docs/accuracy.md: the five throughput models run to a target too. ResNet-50 at its smallest size
+    (Fashion-MNIST zero-padded to 32 px, grey to RGB) on a tiny budget: two evaluations, then not_converged."""
+    result = bench("--framework", "torch", "--model", "resnet50", "--image-size", "32", "--batch-size", "16",
+                   "--eval-every", "128", "--max-epochs", "0.004", "--val-images", "200", "--target-accuracy", "0.99",
+                   "--num-threads", "1", "--json")
+    record = accuracy_record(result, "resnet50-tiny")
+    section = record["accuracy"]
+    assert record["config"]["model"] == "resnet50" and section["outcome"] == "not_converged"
+    assert [p["samples"] for p in section["curve"]] == [128, 240]  # every 128, and the budget's end (0.004 epoch)
+    assert all(0 <= p["val_accuracy"] <= 1 and math.isfinite(p["val_loss"]) for p in section["curve"])
+    assert section["dataset"]["val_images"] == 200
+    assert section["dataset"]["preprocessing"].startswith("zero-padded 28->32 px, grey->RGB")
 
 
 # -- scoring arms for reports (runners/accuracy.py) -----------------------------------------------
@@ -412,7 +446,7 @@ def test_report_has_the_time_to_accuracy_section(tmp_path):
 
 @pytest.mark.slow
 def test_a_run_in_docker_reads_the_hosts_fashion_mnist(fashion_mnist, dlbench_images, tmp_path):
-    """The images lack Debian's dataset package: benchrun mounts the host's Fashion-MNIST read-only for a
+    """Where the host has Debian's dataset package, benchrun mounts its Fashion-MNIST read-only for a
     time-to-accuracy run in a container and tells bench where (`--fashion-mnist-dir /data`)."""
     result = benchrun("run", "--runtime", "docker", "--results", str(tmp_path), "--", "--framework", "torch",
                       *[arg for arg in FAST if arg != "--json"], "--target-accuracy", "0.7", timeout=600)
@@ -420,3 +454,19 @@ def test_a_run_in_docker_reads_the_hosts_fashion_mnist(fashion_mnist, dlbench_im
     record = validate_record(json.loads((tmp_path / "records.jsonl").read_text().splitlines()[-1]))
     assert record["provenance"]["requested_runtime"] == "docker" and record["config"]["fashion_mnist_dir"] == "/data"
     assert_converged_honestly(record["accuracy"], 1)
+
+
+@pytest.mark.slow
+def test_the_image_trains_to_target_on_its_own_fashion_mnist_with_mllog(dlbench_images):
+    """`docker run IMAGE --target-accuracy ...`, no mount: the image's own Fashion-MNIST (its late layer), and
+    MLLOG lines written by the image's mlperf-logging (the calling file and line in their metadata)."""
+    result = run(["docker", "run", "--rm", "--network", "none", dlbench_images["torch"], *FAST, "--target-accuracy", "0.7",
+                  "--mllog"], timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = validate_record(last_json_line(result.stdout))
+    assert record["config"]["fashion_mnist_dir"] == "/usr/share/datasets/fashion-mnist"
+    assert_converged_honestly(record["accuracy"], 1)
+    events = [json.loads(line.split(" ", 1)[1]) for line in result.stderr.splitlines() if line.startswith(":::MLLOG ")]
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert len(accuracy) == len(record["accuracy"]["curve"]) and events[-1]["key"] == "run_stop"
+    assert accuracy[-1]["metadata"]["file"] == "benchmarks/accuracy.py" and accuracy[-1]["metadata"]["lineno"] > 0

@@ -1,9 +1,13 @@
 """Bad input: one line naming the problem and the choices, exit 2, nothing written."""
 
+import inspect
+import io
+import json
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from infra.helpers import ROOT, bench
@@ -69,16 +73,20 @@ def test_output_that_is_a_directory_is_rejected(tmp_path):
     assert result.returncode == 2 and "is a directory" in result.stderr
 
 
-def test_framework_not_installed_is_a_usage_error(tmp_path):
-    # Hide tensorflow from this interpreter only: a stub package dir that fails find_spec is not
-    # possible, so run with an isolated sys.path holding just our package and the stdlib.
+def bench_without(package: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """bench's main in an interpreter where `package` looks not installed: importlib's find_spec answers
+    None for it (a stub package dir that fails find_spec is not possible)."""
     code = (
         "import sys, importlib.util as u; "
         "real = u.find_spec; "
-        "u.find_spec = lambda name, *a: None if name.split('.')[0] == 'tensorflow' else real(name, *a); "
-        "from benchmarks.cli import main; sys.exit(main(['--framework', 'tf', '--model', 'resnet50']))"
+        f"u.find_spec = lambda name, *a: None if name.split('.')[0] == {package!r} else real(name, *a); "
+        f"from benchmarks.cli import main; sys.exit(main({argv!r}))"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_framework_not_installed_is_a_usage_error(tmp_path):
+    result = bench_without("tensorflow", ["--framework", "tf", "--model", "resnet50"])
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "bench: error: framework 'tensorflow' is not installed in this environment "
@@ -95,12 +103,40 @@ def test_help_and_version_import_no_framework():
         "        try: main(argv)\n"
         "        except SystemExit: pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('torch', 'torchvision', 'tensorflow', 'keras', 'numpy', 'pydantic', 'rich', 'scipy'))\n"
+        "('torch', 'torchvision', 'tensorflow', 'keras', 'numpy', 'pydantic', 'rich', 'scipy', 'mlperf_logging'))\n"
         "print(heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_mllog_without_mlperf_logging_is_one_line_exit_2():
+    result = bench_without("mlperf_logging", ["--framework", "torch", "--model", "resnet50", "--mllog"])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("bench: error: --mllog needs MLCommons' mlperf-logging package")
+
+
+def test_mllog_lines_are_written_by_mlperf_logging():
+    """The package's own line (its key order, the caller's file and line in the metadata); our metadata kept."""
+    from benchmarks.mllog import MLLogger
+
+    stream = io.StringIO()
+    logger = MLLogger(True, stream)
+    logger.start("epoch_start", 0, repeat=0)
+    called_at = inspect.currentframe().f_lineno - 1
+    logger.event("tracked_stats", {"throughput": np.float32(2.5)})
+    assert "mlperf_logging.mllog.mllog" in sys.modules
+    first, second = [line.split(" ", 1) for line in stream.getvalue().splitlines()]
+    assert first[0] == second[0] == ":::MLLOG"
+    event = json.loads(first[1])
+    assert list(event) == ["namespace", "time_ms", "event_type", "key", "value", "metadata"]
+    assert event["event_type"] == "INTERVAL_START" and event["key"] == "epoch_start" and event["value"] == 0
+    assert event["metadata"] == {"file": "tests/test_cli.py", "lineno": called_at, "repeat": 0}
+    assert json.loads(second[1])["value"] == {"throughput": 2.5}  # numpy scalars encoded by the package
+    silent = io.StringIO()
+    MLLogger(False, silent).event("tracked_stats", 1)
+    assert silent.getvalue() == ""
 
 
 def test_help_and_version_are_fast():

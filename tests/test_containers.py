@@ -72,6 +72,23 @@ def test_shared_stage_is_identical_in_both_dockerfiles():
     assert shared_stage(DOCKERFILES["torch"].read_text()) == shared_stage(DOCKERFILES["tensorflow"].read_text())
 
 
+def late_layer(text: str) -> str:
+    m = re.search(r"^# ---- late layer:.*?^# ---- end of late layer$", text, re.M | re.S)
+    assert m, "late layer markers not found"
+    return m.group(0)
+
+
+def test_late_layer_is_identical_and_below_the_dependency_layers():
+    """One late layer in all three Dockerfiles, in their final stage, before the source: changing
+    containers/late/ rebuilds neither a framework layer nor Horovod."""
+    for path in (*DOCKERFILES.values(), C / "horovod/Dockerfile"):
+        text = path.read_text()
+        late = text.index(late_layer(text))
+        assert late_layer(text) == late_layer(DOCKERFILES["torch"].read_text()), path
+        assert text.rindex("\nFROM ", 0, late) == text.rindex("\nFROM "), f"{path}: not in the final stage"
+        assert late < text.index("COPY benchmarks/"), path
+
+
 def test_version_label_defaults_match_pyproject_pins():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     pins = {re.split(r"==", r)[0]: r.split("==")[1] for r in extras["torch"] + extras["tf"]}
@@ -210,6 +227,17 @@ def test_labels_match_installed_versions(images, fw):
     installed = json.loads(p.stdout)
     for d, v in dists.items():
         assert installed[names.get(d, d)].split("+")[0] == v
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fw", sorted(IMAGES))
+def test_late_layer_brings_mlperf_logging_and_fashion_mnist(images, fw):
+    pin = re.search(r"^mlperf-logging==(\S+)$", (C / "late/requirements.txt").read_text(), re.M).group(1)
+    code = ("import importlib.metadata as m; from benchmarks.labelled import check_fashion_mnist; "
+            "from benchmarks.options import FASHION_MNIST_DIR; check_fashion_mnist(FASHION_MNIST_DIR); "
+            "print(m.version('mlperf-logging'))")
+    p = run(["docker", "run", "--rm", "--entrypoint", "python", images[fw], "-c", code])
+    assert p.returncode == 0 and p.stdout.strip() == pin, p.stdout + p.stderr
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from infra.helpers import benchrun
 from infra.records import RecordFactory
 
 from benchmarks.errors import UsageError
+from benchmarks.options import FASHION_MNIST_DIR
 from runners import dispatch, runtimes
 from runners.commands import compare_runtimes
 from runners.runtimes import singularity
@@ -185,9 +186,9 @@ def test_bad_input_is_one_line_exit_2(args, message, tmp_path):
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("benchrun: error: ") and message in result.stderr
 
 
-def test_fashion_mnist_is_mounted_from_the_host_for_a_time_to_accuracy_run(tmp_path):
-    """The images lack Debian's dataset: a container run to a target reads the host's files, mounted read-only;
-    where the host has none, one line before anything runs."""
+def test_fashion_mnist_is_mounted_from_the_host_for_a_time_to_accuracy_run(tmp_path, monkeypatch):
+    """A container run to a target reads the host's files, mounted read-only: a directory given (absent: one
+    line before anything runs), or Debian's where the host has it; without it, the image's own copy."""
     accuracy = ["--framework", "torch", "--target-accuracy", "0.5", "--fashion-mnist-dir"]
     shared = tempfile.mkdtemp(prefix="dlbench-fmnist-", dir="/tmp")  # readable by the image's user, as a dataset is
     os.chmod(shared, 0o755)
@@ -199,7 +200,14 @@ def test_fashion_mnist_is_mounted_from_the_host_for_a_time_to_accuracy_run(tmp_p
     assert f"-v {shared}:/data:ro" in result.stdout and result.stdout.rstrip().endswith("--fashion-mnist-dir /data")
     result = benchrun("run", "--runtime", "docker", "--", *accuracy, str(tmp_path / "none"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-    assert f"--fashion-mnist-dir {tmp_path / 'none'} is not a directory (bench reads Fashion-MNIST from the host" in result.stderr
+    assert f"--fashion-mnist-dir {tmp_path / 'none'} is not a directory (leave it out: the image's own" in result.stderr
+    default = dispatch.RunRequest(accuracy[:-1], runtime="docker")
+    docker = runtimes.get("docker")
+    isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda path: path != FASHION_MNIST_DIR and isdir(path))
+    assert dispatch.read_only_inputs(default, docker) == {}  # the host has none: the image's
+    monkeypatch.setattr(os.path, "isdir", lambda path: path == FASHION_MNIST_DIR or isdir(path))
+    assert dispatch.read_only_inputs(default, docker) == {"--fashion-mnist-dir": FASHION_MNIST_DIR}
 
 
 def test_missing_image_is_one_line_exit_2():

@@ -29,8 +29,9 @@ IMAGES = {"torch": f"dlbench-torch:{VERSION}", "tensorflow": f"dlbench-tensorflo
 HOROVOD_IMAGES = {"openmpi": f"dlbench-horovod-openmpi:{VERSION}", "mpich": f"dlbench-horovod-mpich:{VERSION}"}
 IMAGE_INPUTS = ["Dockerfile.tf", "Dockerfile.torch", ".dockerignore", "pyproject.toml", "README.md",
                 "containers/image", "containers/base", "containers/build.sh", "containers/lib.sh",
-                "containers/images.mk", "benchmarks"]
+                "containers/images.mk", "containers/late", "benchmarks"]
 HOROVOD_INPUTS = ["containers/horovod", "runners"]
+WHEELHOUSES = ("wheelhouse", "wheelhouse-late")  # the images' dependency layers, their late layer
 
 
 def image_id(image: str) -> str:
@@ -49,20 +50,22 @@ def still_there(text: str) -> bool:
 
 
 def ensure_wheelhouse(sdist: bool = False) -> None:
-    """./wheelhouse filled (hard links into the cache outside the clone); DLBENCH_TEST_WHEELHOUSE=0: PyPI."""
+    """./wheelhouse and ./wheelhouse-late filled (hard links into the caches outside the clone);
+    DLBENCH_TEST_WHEELHOUSE=0: PyPI."""
     if os.environ.get("DLBENCH_TEST_WHEELHOUSE", "1") == "0":
         return
-    wanted = "horovod-*.tar.gz" if sdist else "*.whl"
+    wanted = {**dict.fromkeys(WHEELHOUSES, "*.whl"), **({"wheelhouse": "horovod-*.tar.gz"} if sdist else {})}
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "wheelhouse.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other test worker may be filling it right now
-        if not list((ROOT / "wheelhouse").glob(wanted)):
+        if not all(list((ROOT / folder).glob(pattern)) for folder, pattern in wanted.items()):
             p = run(["make", "-f", C / "images.mk", "wheelhouse", f"PYTHON={sys.executable}"], timeout=1800)
             assert p.returncode == 0, f"make wheelhouse failed:\n{p.stderr[-3000:]}"
 
 
 def wheel_list() -> str:
-    return " ".join(sorted(p.name for p in (ROOT / "wheelhouse").glob("*") if p.is_file()))
+    return " ".join(sorted(f"{p.parent.name}/{p.name}" for folder in WHEELHOUSES for p in (ROOT / folder).glob("*")
+                           if p.is_file()))
 
 
 def make(target: str, timeout: float) -> None:
