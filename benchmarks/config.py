@@ -12,7 +12,7 @@ from typing import Optional
 
 from .dataset import validate_data_dir
 from .distributed import strategies
-from . import framework_specs
+from . import framework_specs, step_timing
 from .errors import UsageError, choices
 from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
 from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
@@ -110,6 +110,7 @@ def build_config(
         from .precision import plan
 
         plan(options.get("precision", DEFAULTS["precision"]), "cpu")
+    step_timing.check(options.get("step_timing", DEFAULTS["step_timing"]), spec, options.get("device"))
     validate_strategy(framework, options)
     validate_accuracy(options)
     if data_format and data_format not in spec.cpu_data_formats and options.get("device") == "cpu":
