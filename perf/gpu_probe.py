@@ -7,12 +7,12 @@ CUDA context), printing one JSON object as its last stdout line.
 `preflight`: the machine's facts and its own ceilings (a bf16 matrix product and a device-to-device copy,
 each timed with CUDA events after warm-ups), and which Python packages bench and its tests need are
 missing. `bare`: the hand-written training loops phase B compares bench with:
-- `sync`: what bench does (benchmarks/frameworks/torch_backend.py train_step and timing.run_steps):
-  torchvision model, SGD momentum, cross-entropy, autocast, the same rotating synthetic batches, and
-  the device synchronised after every step;
-- `fast`: the fastest honest loop: cudnn.benchmark on, a CUDA event recorded after each step and one
-  synchronisation at each end of the timed loop (its wall time is still the host clock's between two
-  synchronisations; the events give the per-step times).
+- `sync`: what bench does by default (benchmarks/frameworks/torch_backend.py train_step and
+  timing.run_steps under --step-timing sync): torchvision model, SGD momentum, cross-entropy, autocast,
+  the same rotating synthetic batches, and the device synchronised after every step;
+- `fast`: the fastest honest loop, as bench --step-timing events times it: cudnn.benchmark on, a CUDA
+  event recorded after each step and one synchronisation at each end of the timed loop (its wall time
+  is still the host clock's between two synchronisations; the events give the per-step times).
 On a CPU (the CI smoke test) both run the same code with the device work synchronous.
 """
 
