@@ -180,6 +180,15 @@ def test_step_timing_check_wants_the_clock_asked(asked, section, on_gpu, ok):
     assert (gpu_checks.step_timing_problems(record, asked, on_gpu) == []) is ok
 
 
+def test_per_step_checks_name_what_is_off():
+    checks = gpu_checks.EXTRA_CHECKS
+    assert checks["launcher-env"]({"world": {"launcher": "env"}}) == []
+    assert "launcher none" in checks["launcher-env"]({"world": {"launcher": "none"}})[0]  # the variables were lost
+    assert checks["strategy-ddp"]({"world": {"strategy": "none"}}) == ["strategy none"]
+    assert checks["compiled"]({"compile": {"fell_back_to_eager": True, "fallback_reason": "no cc"}}) == [
+        "compile fell back to eager: no cc"]
+
+
 def side(ratio, ci):
     return {"images_per_sec": 2000.0 * ratio, "ci95": 10.0, "n": 2, "ratio_to_bare_fast": ratio, "ratio_ci95": ci}
 
