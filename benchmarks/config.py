@@ -13,7 +13,7 @@ from typing import Optional
 from .dataset import validate_data_dir
 from .distributed import cluster, strategies
 from .distributed.world import run_token
-from . import framework_specs
+from . import framework_specs, step_timing
 from .errors import UsageError, choices
 from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
 from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
@@ -111,6 +111,7 @@ def build_config(
         from .precision import plan
 
         plan(options.get("precision", DEFAULTS["precision"]), "cpu")
+    step_timing.check(options.get("step_timing", DEFAULTS["step_timing"]), spec, options.get("device"))
     validate_strategy(framework, options)
     validate_accuracy(options)
     options.update(cluster.run_ports(options, run_token()))

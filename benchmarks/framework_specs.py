@@ -19,15 +19,16 @@ class FrameworkSpec:
     data_format: str  # its native layout: the default --data-format
     cpu_data_formats: tuple[str, ...]  # the layouts its CPU convolutions support
     own_flags: tuple[str, ...]  # bench options only this framework takes
+    step_timings: tuple[str, ...]  # the --step-timing choices its backend implements (step_timing.py)
     backend: str  # "module:Class" of its Framework backend
     image: str  # the Docker image `benchrun` runs it in unless --image says otherwise
 
 
 FRAMEWORKS = {spec.name: spec for spec in (
     FrameworkSpec("torch", "PyTorch", ("pytorch",), ("torch", "torchvision"), "channels_first",
-                  ("channels_first", "channels_last"), ("compile",),
+                  ("channels_first", "channels_last"), ("compile",), ("sync", "events"),
                   "benchmarks.frameworks.torch_backend:TorchFramework", "dlbench-torch:latest"),
-    FrameworkSpec("tensorflow", "TensorFlow", ("tf",), ("tensorflow",), "channels_last", ("channels_last",), ("xla",),
+    FrameworkSpec("tensorflow", "TensorFlow", ("tf",), ("tensorflow",), "channels_last", ("channels_last",), ("xla",), ("sync",),
                   "benchmarks.frameworks.tf_backend:TensorFlowFramework", "dlbench-tensorflow:latest"),
 )}
 ALIASES = {alias: spec.name for spec in FRAMEWORKS.values() for alias in spec.aliases}

@@ -23,6 +23,7 @@ from .errors import UsageError, choices
 from .framework_specs import ALIASES, FRAMEWORKS
 from .models import MODELS
 from .precision import PRECISIONS
+from .step_timing import STEP_TIMINGS
 
 RUN, COMM = "run", "comm"  # the commands: a training run, and `bench comm`
 MAX_PORT = 65535 - 64  # every port option is a base: local process indexes (and the chief's + 10) are added
@@ -190,6 +191,11 @@ OPTIONS: dict[str, Option] = _table(
            config=True),
     Option("repeats", int, 1, "timed loops, each reported; ± is a 95%% t-interval over them (default: %(default)s)",
            "how", check=POSITIVE_INT, config=True),
+    Option("step_timing", str, "sync", "%(choices)s: how each timed step is timed. sync = the device "
+           "synchronised after every step, the host clock read at its end; events = a CUDA event recorded after "
+           "every step, one synchronisation at each end of the loop, a step = the time between two events, and "
+           "cudnn.benchmark on (torch on a GPU only). The record's step_timing says which clock ran (default: "
+           "%(default)s)", "how", STEP_TIMINGS, config=True),
     Option("display_every", int, 10, "every N steps print step, images/sec over those N steps and loss to stderr; a "
            "progress bar with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: "
            "%(default)s)", "how", check=NON_NEGATIVE, metavar="N"),

@@ -17,12 +17,12 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import convergence, lr_rules
+from . import convergence, lr_rules, step_timing
 from .options import DEFAULTS, choices_of
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.13"
+SCHEMA_VERSION = "1.14"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -82,6 +82,7 @@ class RunConfig(_Model):
     val_fraction: float = Field(default=DEFAULTS["val_fraction"], description="--val-fraction (1.13)")
     val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: all (1.13)")
     fashion_mnist_dir: Optional[str] = Field(default=None, description="--fashion-mnist-dir (1.13)")
+    step_timing: Literal[choices_of("step_timing")] = Field(default=DEFAULTS["step_timing"], description="--step-timing as asked (1.14)")
 
 
 class CurvePoint(_Model):
@@ -261,6 +262,11 @@ class CompileInfo(_Model):
     graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
 
 
+class StepTimingInfo(_Model):
+    clock: Literal[tuple(step_timing.CLOCKS.values())] = Field(description="what timed each step: host = the host clock after a device sync at every step; cuda-events = CUDA events recorded after every step, the device synchronised at the loop's ends only")
+    cudnn_benchmark: Optional[bool] = Field(description="torch.backends.cudnn.benchmark read back on a GPU; null on a CPU and under TensorFlow")
+
+
 class TraceStep(_Model):
     step_s: float = Field(description="the profiled step, input fetch included")
     compute_s: float = Field(description="framework compute ops (CPU: the training thread's ops; GPU: HTA compute kernels)")
@@ -361,7 +367,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.13"] = SCHEMA_VERSION
+    schema_version: Literal["1.14"] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status
@@ -386,6 +392,7 @@ class ResultRecord(_Model):
     batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
     trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
     accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to target (1.13)")
+    step_timing: Optional[StepTimingInfo] = Field(default=None, description="how the steps were timed (--step-timing); null when the run died before setup (1.14)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

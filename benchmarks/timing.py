@@ -1,9 +1,13 @@
 """The timed loop, shared by every backend.
 
-The device is synchronised at every boundary (before the clock starts and
-after each step) so a step's time is the time its work took on the device,
-not the time to enqueue it. The first step's input wait and the step itself
-are separated so real-data runs show how long each step waited for I/O.
+By default (--step-timing sync) the device is synchronised at every boundary
+(before the clock starts and after each step) so a step's time is the time its
+work took on the device, not the time to enqueue it. With device events
+(--step-timing events, benchmarks/step_timing.py) an event recorded after each
+step times it on the device itself and the device is synchronised only at the
+loop's ends; either way the stamps become steps in one place (loop_from_stamps).
+The first step's input wait and the step itself are separated so real-data runs
+show how long each step waited for I/O.
 """
 
 from __future__ import annotations
@@ -89,6 +93,37 @@ def _unmarked(kind: str, index: int) -> contextlib.AbstractContextManager:
     return _NOTHING  # one shared no-op: nothing allocated inside the timed loop
 
 
+def event_stamps(start: float, host: list[tuple], events: list, resumed: dict) -> list[tuple]:
+    """Per-step stamps for loop_from_stamps on the device's own timeline, from timing events.
+
+    `events[0]` was recorded when the clock started and `events[i + 1]` after step i; `resumed[i]`, when
+    there, after step i's progress line (the time between belongs to no step); an event's
+    `elapsed_time(later)` is in milliseconds (torch.cuda.Event). Steps are laid end to end from `start`:
+    step i lasts from the event before it to its own. Its input wait is the host's wait for its batch
+    (`host`: run_steps' (fetched, enqueued[, resumed]) host stamps), which may overlap device work still
+    queued, capped at the step's time."""
+    stamps, now, host_begin, before = [], start, start, events[0]
+    for index, (fetched, enqueued, *host_resumed) in enumerate(host):
+        after = events[index + 1]
+        end = now + before.elapsed_time(after) / 1000
+        wait = min(max(fetched - host_begin, 0.0), end - now)
+        if index in resumed:
+            resumes = end + after.elapsed_time(resumed[index]) / 1000
+            stamps.append((now + wait, end, resumes))
+            now, before = resumes, resumed[index]
+        else:
+            stamps.append((now + wait, end))
+            now, before = end, after
+        host_begin = host_resumed[0] if host_resumed else enqueued
+    return stamps
+
+
+def _recorded(new_event: Callable[[], object]) -> object:
+    event = new_event()
+    event.record()
+    return event
+
+
 def run_steps(
     batches: Iterator,
     train_step: Callable[[object], object],
@@ -99,32 +134,50 @@ def run_steps(
     display_every: int = 0,
     display: Callable[[int, float, object], None] | None = None,
     annotate: Callable[[str, int], contextlib.AbstractContextManager] | None = None,
+    new_event: Callable[[], object] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps, synchronising the device at every boundary; stamp each.
+    """Run `num_steps` training steps and stamp each, the device synchronised at every boundary.
 
-    Every `display_every` steps, `display(step, images/sec over those steps, loss)` runs after
-    the step's sync and clock reading; its time is taken out of the loop's wall time and out of
-    the next step, so showing progress does not change what is measured.
+    `new_event` (--step-timing events): a factory of device timing events (torch.cuda.Event with
+    timing); then an event is recorded after each step instead of a sync, the device is synchronised
+    at the loop's ends only, and the steps come from the events (event_stamps).
+    Every `display_every` steps, `display(step, images/sec over those N steps, loss)` runs after
+    the step's sync (with events: a wait for its event) and clock reading; its time is taken out of
+    the loop's wall time and out of the next step, so showing progress does not change what is measured.
     `annotate(kind, index)` (bench --trace, after the timed loops) returns a context manager that
     marks each step ("step") and its input fetch ("input") in a profiler trace.
     """
     mark = annotate or _unmarked
     synchronize()
     start = clock()
-    stamps, losses, loss = [], [], None
+    events = [_recorded(new_event)] if new_event else None
+    stamps, losses, loss, resumed = [], [], None, {}
+
+    def steps_so_far() -> list[tuple]:
+        return stamps if events is None else event_stamps(start, stamps, events, resumed)
+
     for index in range(num_steps):
         with mark("step", index):
             with mark("input", index):
                 batch = next(batches)
             fetched = clock()
             loss = train_step(batch)
-            synchronize()
+            if events is None:
+                synchronize()
+            else:
+                events.append(_recorded(new_event))
             end = clock()
         stamps.append((fetched, end))
         if keep_losses:  # a reference only: read back after the loop
             losses.append(loss)
         if display_every and (index + 1) % display_every == 0 and display is not None:
-            recent = loop_from_stamps(start, stamps, images_per_step).step_times_s[-display_every:]
+            if events is not None:
+                events[-1].synchronize()
+            recent = loop_from_stamps(start, steps_so_far(), images_per_step).step_times_s[-display_every:]
             display(index + 1, display_every * images_per_step / sum(recent), loss)
             stamps[-1] = (fetched, end, clock())
-    return loop_from_stamps(start, stamps, images_per_step, last_loss=loss, losses=losses)
+            if events is not None:
+                resumed[index] = _recorded(new_event)
+    if events is not None:
+        synchronize()
+    return loop_from_stamps(start, steps_so_far(), images_per_step, last_loss=loss, losses=losses)

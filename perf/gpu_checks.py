@@ -38,6 +38,7 @@ def check_record(record: dict, step: Step, on_gpu: bool) -> tuple[list[str], lis
         problems.append(f"trained on {kind} ({framework.get('device_name')}), expected {'gpu' if on_gpu else 'cpu'}")
         return problems, notes
     problems += precision_problems(record.get("precision") or {}, step.precision, on_gpu)
+    problems += step_timing_problems(record, step.step_timing, on_gpu)
     if on_gpu:
         problems += memory_problems(record["memory"])
         energy_problems, energy_notes = energy_checks(record)
@@ -83,6 +84,21 @@ def precision_problems(section: dict, requested: str | None, on_gpu: bool) -> li
     if not on_gpu and section["tf32_flag"]:
         problems.append("TF32 flag on a CPU")
     return problems
+
+
+def step_timing_problems(record: dict, asked: str, on_gpu: bool) -> list[str]:
+    """The --step-timing asked is the clock that ran, with cudnn.benchmark on under events alone (GPU)."""
+    from benchmarks.step_timing import CLOCKS, EVENTS  # framework-free
+
+    section = record.get("step_timing")
+    if record["config"].get("step_timing") != asked or not section:
+        return [f"step timing {record['config'].get('step_timing')} ({section}), asked {asked}"]
+    clock = CLOCKS[asked]
+    benchmark = (asked == EVENTS) if on_gpu else None
+    if (section["clock"], section["cudnn_benchmark"]) != (clock, benchmark):
+        return [f"step timing {asked}: clock {section['clock']}, cudnn.benchmark {section['cudnn_benchmark']}; "
+                f"expected {clock}, {benchmark}"]
+    return []
 
 
 def memory_problems(memory: dict) -> list[str]:

@@ -1,18 +1,30 @@
-"""gpu_validate.py's plan: the two profiles (the lent GPU, the CPU smoke) and every step of each phase."""
+"""gpu_validate.py's plan: the two profiles (the lent GPU, the CPU smoke) and every step of each device call.
+
+The device tool gives a task 15 minutes of device time in all, a machine's start (1-2 minutes) included,
+and takes the machine back 30 s after a call: so two calls on one machine, back to back. Call 1 holds
+the essentials in value order; call 2, on the still-warm machine, the rest. Each call's planned steps
+fit its deadline by their own estimates (`estimate_s`, upper bounds on the lent H100 with its 16 cores:
+a fresh process with torch and CUDA costs ~10 s of each); steps after them run only as time allows.
+When time runs short a call skips from its end: a step whose estimate no longer fits does not start.
+"""
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 PROBE = Path(__file__).resolve().parent / "gpu_probe.py"
 PLACEHOLDER_UUID = "GPU-00000000-0000-0000-0000-000000000000"  # --dry-run and the CPU smoke: no GPU to ask
+CALLS = ("1", "2")
+DEADLINE_S = {"1": 470.0, "2": 210.0}  # each call's --deadline-s default: ~8 and ~3.5 minutes (perf/gpu.md)
+SPEED_SIDE_S = 18.0  # one phase-B run: a fresh process, 50 steps of ResNet-50 at batch 256
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Sizes of one target: the lent GPU, or the CPU smoke (every step kind, tiny)."""
+    """Sizes of one target: the lent GPU, or the CPU smoke (every call, a few tiny steps each)."""
 
     name: str
     device: str  # bench --device
@@ -24,19 +36,21 @@ class Profile:
     warmup: int
     batches: int
     threads: int | None
-    gate: tuple  # bench args of the gate and of the clean run after the OOM
+    gate: tuple  # bench args of the gate
     oom: tuple  # bench args that must run out of memory
     data: tuple  # make-dataset args
     speed: dict  # phase B's comparison
-    speed_rounds: int
-    speed_extra: tuple  # (name, bench args) run after the comparison
+    speed_timings: tuple  # bench --step-timing sides of the comparison
+    speed_rounds: int  # at most; two give an interval, and are what the plan counts on
+    speed_extra: tuple  # (name, bench args) as time allows after call 2's planned steps
     maxbatch: tuple
     comm: tuple
-    small: tuple  # bench args of the DDP, trace and compile runs
-    compile_modes: tuple  # phase C's --compile modes
+    small: tuple  # bench args of the clean run after the OOM, the mapping, DDP, trace and compile runs
+    compile_modes: tuple  # call 2's --compile modes
     probe_device: str  # gpu_probe.py --device
     preflight: tuple  # gpu_probe.py preflight sizes
     pytest_expect: str  # "passed": the GPU tests must pass; "skipped": no CUDA here, they must skip
+    leaves_out: tuple = ()  # step names (prefixes) this profile does not run: the same code as a step it runs
 
 
 GPU = Profile(
@@ -45,47 +59,52 @@ GPU = Profile(
     precisions=("amp-bf16", "amp-fp16", "tf32", "fp32"), formats=("channels_last", "channels_first"),
     image_size=None, batch=32, warmup=3, batches=10, threads=None,
     gate=("--model", "resnet50", "--batch-size", "128", "--precision", "amp-bf16", "--data-format", "channels_last",
-          "--num-warmup-batches", "10", "--num-batches", "60", "--repeats", "2"),
+          "--num-warmup-batches", "5", "--num-batches", "30", "--repeats", "2"),
     oom=("--model", "resnet50", "--image-size", "448", "--batch-size", "512", "--precision", "fp32",
          "--num-warmup-batches", "1", "--num-batches", "1"),
     data=("--images", "256", "--classes", "4", "--min-size", "160", "--max-size", "320"),
     speed={"model": "resnet50", "image_size": 224, "batch": 256, "precision": "amp-bf16", "data_format": "channels_last",
-           "warmup": 20, "steps": 60},
-    speed_rounds=4,
-    speed_extra=(("amp-fp16", ("--precision", "amp-fp16")), ("tf32", ("--precision", "tf32")),
-                 ("compile", ("--compile",))),
-    maxbatch=("--model", "resnet50", "--precision", "amp-bf16", "--data-format", "channels_last", "--batch-size", "256",
-              "--num-warmup-batches", "1", "--num-batches", "2", "--max-batch-limit", "8192", "--max-batch-budget", "240"),
+           "warmup": 10, "steps": 40},
+    speed_timings=("sync", "events"), speed_rounds=3,
+    speed_extra=(("amp-fp16", ("--precision", "amp-fp16")), ("tf32", ("--precision", "tf32"))),
+    # two probes (512, then the limit 1024, which ResNet-50 amp-bf16 should fit in 80 GB): a search that ends
+    # inside its budget (a probe the budget stops is a timeout, and bench exits with it)
+    maxbatch=("--model", "resnet50", "--precision", "amp-bf16", "--data-format", "channels_last", "--batch-size", "512",
+              "--num-warmup-batches", "1", "--num-batches", "2", "--max-batch-limit", "1024", "--max-batch-budget", "45"),
     comm=("--backend", "nccl", "--ops", "allreduce,gradients", "--max-bytes", "256M", "--iters", "20"),
     small=("--model", "resnet50", "--batch-size", "64", "--precision", "amp-bf16", "--data-format", "channels_last",
            "--num-warmup-batches", "5", "--num-batches", "30"),
-    compile_modes=("reduce-overhead",), probe_device="cuda", preflight=("--matmul-size", "8192", "--copy-bytes", str(2**30)),
+    compile_modes=("default",), probe_device="cuda", preflight=("--matmul-size", "8192", "--copy-bytes", str(2**30)),
     pytest_expect="passed",
 )
-CPU_SMOKE = Profile(
+CPU_SMOKE = Profile(  # smallcnn (0.4 M parameters, 28 px): a fresh process costs little beyond torch's import
     name="cpu-smoke", device="cpu",
-    models=("alexnet",), precisions=("amp-bf16",), formats=("channels_last",),
-    image_size=64, batch=2, warmup=1, batches=2, threads=1,
-    gate=("--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2"),
-    oom=("--model", "alexnet", "--image-size", "64", "--batch-size", str(2**28), "--num-warmup-batches", "0",
-         "--num-batches", "1"),  # 13 TB of synthetic images: the allocator refuses at once
-    data=("--images", "8", "--classes", "2", "--min-size", "64", "--max-size", "80"),
-    speed={"model": "alexnet", "image_size": 64, "batch": 2, "precision": "fp32", "data_format": "channels_last",
+    models=("smallcnn",), precisions=("amp-bf16",), formats=("channels_last",),
+    image_size=28, batch=2, warmup=1, batches=2, threads=1,
+    gate=("--model", "smallcnn", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2"),
+    oom=("--model", "smallcnn", "--batch-size", str(2**30), "--num-warmup-batches", "0",
+         "--num-batches", "1"),  # 10 TB of synthetic images: the allocator refuses at once
+    data=("--images", "8", "--classes", "2", "--min-size", "32", "--max-size", "40"),
+    speed={"model": "smallcnn", "image_size": 28, "batch": 2, "precision": "fp32", "data_format": "channels_last",
            "warmup": 1, "steps": 3},
-    speed_rounds=2, speed_extra=(("amp-bf16", ("--precision", "amp-bf16")),),
-    maxbatch=("--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "0",
-              "--num-batches", "1", "--max-batch-limit", "4", "--max-batch-budget", "60"),
+    speed_timings=("sync",),  # CUDA events do not exist on a CPU: bench refuses --step-timing events there
+    speed_rounds=2, speed_extra=(),
+    maxbatch=("--model", "smallcnn", "--batch-size", "2", "--num-warmup-batches", "0",
+              "--num-batches", "1", "--max-batch-limit", "2", "--max-batch-budget", "60"),
     comm=("--backend", "gloo", "--ops", "allreduce", "--max-bytes", "4K", "--iters", "2", "--warmup-iters", "1"),
-    small=("--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2"),
-    compile_modes=(),  # inductor takes minutes on 2 CPU cores: phase C's compile runs on the GPU only
+    small=("--model", "smallcnn", "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches", "2"),
+    compile_modes=(),  # inductor takes minutes on 2 CPU cores: the compile run is the GPU's only
     probe_device="cpu", preflight=("--matmul-size", "128", "--copy-bytes", str(2**20), "--repeats", "2"),
     pytest_expect="skipped",
+    # the gate's code again (no GPU here to name by UUID; the launcher check is unit-tested); --dry-run
+    # parses the matrix
+    leaves_out=("clean-after-oom", "uuid-and-local-rank", "matrix-"),
 )
 
 
 @dataclass
 class Step:
-    phase: str
+    phase: str  # A correctness, B speed, C the rest
     name: str
     kind: str  # bench | comm | dataset | probe | pytest | timm | speed
     argv: list  # bench/comm/make-dataset arguments (after `bench`), or the whole command otherwise
@@ -93,14 +112,16 @@ class Step:
     expect_status: str = "ok"  # the record's status
     expect_exit: int = 0
     precision: str | None = None  # the --precision asked (checked in the record)
+    step_timing: str = "sync"  # the --step-timing asked (checked in the record)
     checks: tuple = ()  # extra named checks (EXTRA_CHECKS)
-    estimate_s: float = 20.0  # planning only: a step not expected to end before the deadline does not start
+    estimate_s: float = 20.0  # an upper bound on the GPU: a step that does not fit before the deadline does not start
     gate: bool = False
     output: str | None = None  # where its records go: records.jsonl / comm.jsonl, or a scratch file
+    planned: bool = True  # False: after the call's planned steps, as time allows (not counted in its fit)
 
 
 class Plan:
-    """Every step of one phase for one profile; `facts` (the preflight's) fill in the GPU's UUID."""
+    """Every step of each call for one profile; `facts` (the preflight's) fill in the GPU's UUID."""
 
     def __init__(self, profile: Profile, scratch: Path, timm: str | None = None):
         self.profile, self.scratch, self.timm = profile, scratch, timm
@@ -113,39 +134,25 @@ class Plan:
 
     def bench(self, phase, name, args, **options) -> Step:
         options.setdefault("precision", _value(args, "--precision") or "fp32")
+        options.setdefault("step_timing", _value(args, "--step-timing") or "sync")
         return Step(phase, name, "bench", [*self.common(), *args], **options)
 
-    def matrix(self, phase: str, layouts) -> list[Step]:
+    def matrix(self) -> tuple[list[Step], list[Step]]:
+        """(call 1's cut: every model, precision and layout at least once, with the gate's ResNet-50
+        amp-bf16 channels_last; every other combination, as time allows in call 2)."""
         p = self.profile
         size = [] if p.image_size is None else ["--image-size", str(p.image_size)]
-        return [self.bench(phase, f"matrix-{model}-{precision}-{layout}",
-                           ["--model", model, *size, "--batch-size", str(p.batch), "--precision", precision,
-                            "--data-format", layout, "--num-warmup-batches", str(p.warmup), "--num-batches", str(p.batches)],
-                           estimate_s=15)
-                for layout in layouts for model in p.models for precision in p.precisions]
-
-    def phase_a(self) -> list[Step]:
-        p, common = self.profile, self.common()
-        uuid = self.facts.get("uuid") or PLACEHOLDER_UUID
-        steps = [
-            Step("A", "preflight", "probe", [str(PROBE), "preflight", "--device", p.probe_device, *p.preflight],
-                 estimate_s=30, gate=True),
-            self.bench("A", "gate", p.gate, gate=True, estimate_s=40),
-            self.bench("A", "oom", p.oom, expect_status="oom", expect_exit=3, estimate_s=40),
-            self.bench("A", "clean-after-oom", p.gate, estimate_s=40),
-            self.bench("A", "visible-by-uuid", p.small, env={"CUDA_VISIBLE_DEVICES": uuid}, estimate_s=30),
-            self.bench("A", "local-rank", p.small, env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                                                        "LOCAL_WORLD_SIZE": "1"}, checks=("launcher-env",), estimate_s=30),
-            Step("A", "no-visible-gpu", "bench",
-                 [a if a != p.device else "gpu" for a in common] + list(p.small), env={"CUDA_VISIBLE_DEVICES": ""},
-                 expect_status="none", expect_exit=2, checks=("one-line-error",), estimate_s=20,
-                 output=str(self.scratch / "must-not-exist.jsonl")),
-            Step("A", "make-dataset", "dataset", ["make-dataset", str(self.scratch / "data"), *p.data], estimate_s=20),
-            self.bench("A", "data-dir", [*p.small, "--data-dir", str(self.scratch / "data"), "--num-data-workers", "2"], checks=("real-data",), estimate_s=40),
-            Step("A", "gpu-tests", "pytest", [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-q",
-                                              "-rs", "-p", "no:cacheprovider", "-o", "addopts="], estimate_s=150),
-        ]
-        return steps + self.matrix("A", p.formats[:1])  # channels_last here; the other layout ends phase C
+        combos = list(itertools.product(p.models, p.precisions, p.formats))
+        # a diagonal: model i with precision i and layout i // 2 (mod their counts); the first, ResNet-50
+        # amp-bf16 channels_last, is the gate's
+        cut = [(m, p.precisions[i % len(p.precisions)], p.formats[(i // 2) % len(p.formats)])
+               for i, m in enumerate(p.models)][1:]
+        steps = {combo: self.bench("A", f"matrix-{combo[0]}-{combo[1]}-{combo[2]}",
+                                   ["--model", combo[0], *size, "--batch-size", str(p.batch), "--precision", combo[1],
+                                    "--data-format", combo[2], "--num-warmup-batches", str(p.warmup),
+                                    "--num-batches", str(p.batches)], estimate_s=20, planned=combo in cut)
+                 for combo in combos}
+        return [steps[c] for c in cut], [steps[c] for c in combos if c not in cut]
 
     def speed_bench_args(self) -> list:
         s = self.profile.speed
@@ -154,54 +161,83 @@ class Plan:
                 "--num-batches", str(s["steps"])]
 
     def speed_sides(self) -> dict:
-        """Phase B's sides: name -> Step (each round runs each of them once, in rotated order)."""
+        """Phase B's sides: name -> Step (each round runs each of them once, in rotated order): bench
+        under each --step-timing, the bare loop syncing every step, the fast bare loop, [timm]."""
         p, s = self.profile, self.profile.speed
+        sides = {f"bench-{timing}": self.bench("B", f"speed-bench-{timing}", [*self.speed_bench_args(), "--step-timing", timing],
+                                               estimate_s=SPEED_SIDE_S)
+                 for timing in p.speed_timings}
         bare = [str(PROBE), "bare", "--device", p.probe_device, "--model", s["model"], "--batch-size", str(s["batch"]),
                 "--image-size", str(s["image_size"]), "--precision", s["precision"], "--data-format", s["data_format"],
                 "--warmup", str(s["warmup"]), "--steps", str(s["steps"])] + (["--num-threads", str(p.threads)] if p.threads else [])
-        sides = {
-            "bench": self.bench("B", "speed-bench", self.speed_bench_args(), estimate_s=30),
-            "bare-sync": Step("B", "speed-bare-sync", "probe", [*bare, "--mode", "sync"], estimate_s=25),
-            "bare-fast": Step("B", "speed-bare-fast", "probe", [*bare, "--mode", "fast"], estimate_s=25),
-        }
+        sides["bare-sync"] = Step("B", "speed-bare-sync", "probe", [*bare, "--mode", "sync"], estimate_s=SPEED_SIDE_S)
+        sides["bare-fast"] = Step("B", "speed-bare-fast", "probe", [*bare, "--mode", "fast"], estimate_s=SPEED_SIDE_S)
         if self.timm:
             amp = ["--amp", "--amp-dtype", "bfloat16"] if s["precision"] == "amp-bf16" else []
             sides["timm"] = Step("B", "speed-timm", "timm", [
                 self.timm, "--bench", "train", "--model", s["model"], "-b", str(s["batch"]), "--img-size", str(s["image_size"]),
                 *amp, *(["--channels-last"] if s["data_format"] == "channels_last" else []),
-                "--num-warm-iter", str(s["warmup"]), "--num-bench-iter", str(s["steps"])], estimate_s=30)
+                "--num-warm-iter", str(s["warmup"]), "--num-bench-iter", str(s["steps"])], estimate_s=SPEED_SIDE_S)
         return sides
 
-    def phase_b(self) -> list[Step]:
+    def call_1(self) -> list[Step]:
+        """The essentials, in value order: the machine, the gate, out of memory and back, device mapping,
+        the GPU tests, a cut of the matrix, and bench beside the bare loops."""
         p = self.profile
+        uuid = self.facts.get("uuid") or PLACEHOLDER_UUID
+        launcher = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
         sides = self.speed_sides()
-        two_rounds = 2 * sum(s.estimate_s for s in sides.values())  # the fewest that give an interval
-        steps = [Step("B", "speed", "speed", [], estimate_s=two_rounds)]
-        base = self.speed_bench_args()
-        for name, args in p.speed_extra:
-            merged = _override(base, args)
-            compiled = "--compile" in args
-            steps.append(self.bench("B", f"speed-{name}", merged, checks=("compiled",) if compiled else (),
-                                    estimate_s=200 if compiled else 40))
-        return steps
+        return [
+            Step("A", "preflight", "probe", [str(PROBE), "preflight", "--device", p.probe_device, *p.preflight],
+                 estimate_s=20, gate=True),
+            self.bench("A", "gate", p.gate, gate=True, estimate_s=30),
+            self.bench("A", "oom", p.oom, expect_status="oom", expect_exit=3, estimate_s=20),
+            self.bench("A", "clean-after-oom", p.small, estimate_s=20),
+            # the GPU named by UUID (NVML must find it so) under torchrun's variables set by hand
+            self.bench("A", "uuid-and-local-rank", p.small, env={"CUDA_VISIBLE_DEVICES": uuid, **launcher},
+                       checks=("launcher-env",), estimate_s=20),
+            Step("A", "no-visible-gpu", "bench",
+                 [a if a != p.device else "gpu" for a in self.common()] + list(p.small), env={"CUDA_VISIBLE_DEVICES": ""},
+                 expect_status="none", expect_exit=2, checks=("one-line-error",), estimate_s=15,
+                 output=str(self.scratch / "must-not-exist.jsonl")),
+            Step("A", "gpu-tests", "pytest", [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-m", "gpu", "-q",
+                                              "-rs", "-p", "no:cacheprovider", "-o", "addopts="], estimate_s=100),
+            *self.matrix()[0],
+            Step("B", "speed", "speed", [], estimate_s=2 * sum(side.estimate_s for side in sides.values())),
+        ]
 
-    def phase_c(self) -> list[Step]:
+    def call_2(self) -> list[Step]:
+        """What is left, cheapest and surest first (a compile may take long): NCCL, DDP with a trace, real
+        data, the largest batch, torch.compile; then as time allows phase B's other precisions and the
+        rest of the matrix."""
         p = self.profile
         steps = [
+            Step("C", "comm", "comm", ["--framework", "torch", "comm", "--device", p.device, *p.comm], estimate_s=20),
+            self.bench("C", "ddp-one-rank-trace", [*p.small, "--strategy", "ddp", "--trace", str(self.scratch / "trace"),
+                                                   "--trace-steps", "2"], checks=("strategy-ddp", "trace"), estimate_s=25),
+            Step("A", "make-dataset", "dataset", ["make-dataset", str(self.scratch / "data"), *p.data], estimate_s=5),
+            self.bench("A", "data-dir", [*p.small, "--data-dir", str(self.scratch / "data"), "--num-data-workers", "2"],
+                       checks=("real-data",), estimate_s=20),
             self.bench("C", "find-max-batch", [*p.maxbatch, "--find-max-batch"], expect_status="search",
-                       checks=("max-batch",), estimate_s=300),
-            Step("C", "comm", "comm", ["--framework", "torch", "comm", "--device", p.device, *p.comm], estimate_s=40),
-            self.bench("C", "ddp-one-rank", [*p.small, "--strategy", "ddp"], checks=("strategy-ddp",), estimate_s=40),
-            self.bench("C", "trace", [*p.small, "--trace", str(self.scratch / "trace"), "--trace-steps", "2"],
-                       checks=("trace",), estimate_s=60),
+                       checks=("max-batch",), estimate_s=50),
+            *(self.bench("C", f"compile-{mode}", [*p.small, "--compile", mode], checks=("compiled",), estimate_s=70)
+              for mode in p.compile_modes),
         ]
-        for mode in p.compile_modes:
-            steps.append(self.bench("C", f"compile-{mode}", [*p.small, "--compile", mode], checks=("compiled",),
-                                    estimate_s=240))
-        return steps + self.matrix("C", p.formats[1:])  # as time allows
+        extra = [self.bench("B", f"speed-{name}", _override(self.speed_bench_args(), args), estimate_s=SPEED_SIDE_S,
+                            planned=False) for name, args in p.speed_extra]
+        return steps + extra + self.matrix()[1]
 
-    def steps(self, phase: str) -> list[Step]:
-        return {"A": self.phase_a, "B": self.phase_b, "C": self.phase_c}[phase]()
+    def steps(self, call: str) -> list[Step]:
+        steps = {"1": self.call_1, "2": self.call_2}[call]()
+        return [s for s in steps if not s.name.startswith(self.profile.leaves_out)]
+
+    def fit(self, call: str) -> tuple[float, list[str], list[str]]:
+        """(the planned steps' estimated seconds, the names skipped first when time runs short, from the
+        last planned one back, the names run only as time allows)."""
+        steps = self.steps(call)
+        planned = [s for s in steps if s.planned]
+        return (sum(s.estimate_s for s in planned), [s.name for s in reversed(planned) if not s.gate],
+                [s.name for s in steps if not s.planned])
 
 
 def _value(args, flag: str) -> str | None:

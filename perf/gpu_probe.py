@@ -7,12 +7,13 @@ CUDA context), printing one JSON object as its last stdout line.
 `preflight`: the machine's facts and its own ceilings (a bf16 matrix product and a device-to-device copy,
 each timed with CUDA events after warm-ups), and which Python packages bench and its tests need are
 missing. `bare`: the hand-written training loops phase B compares bench with:
-- `sync`: what bench does (benchmarks/frameworks/torch_backend.py train_step and timing.run_steps):
-  torchvision model, SGD momentum, cross-entropy, autocast, the same rotating synthetic batches, and
-  the device synchronised after every step;
-- `fast`: the fastest honest loop: cudnn.benchmark on, a CUDA event recorded after each step and one
-  synchronisation at each end of the timed loop (its wall time is still the host clock's between two
-  synchronisations; the events give the per-step times).
+- `sync`: what bench does by default (benchmarks/frameworks/torch_backend.py train_step and
+  timing.run_steps under --step-timing sync): the model bench builds (torch_backend.build_model), SGD
+  momentum, cross-entropy, autocast, the same rotating synthetic batches, and the device synchronised
+  after every step;
+- `fast`: the fastest honest loop, as bench --step-timing events times it: cudnn.benchmark on, a CUDA
+  event recorded after each step and one synchronisation at each end of the timed loop (its wall time
+  is still the host clock's between two synchronisations; the events give the per-step times).
 On a CPU (the CI smoke test) both run the same code with the device work synchronous.
 """
 
@@ -109,7 +110,8 @@ def preflight(args) -> dict:
 def bare(args) -> dict:
     """One bare training loop (module docstring); images/sec over the timed loop's wall time."""
     import torch
-    import torchvision
+
+    from benchmarks.frameworks.torch_backend import build_model  # the model bench trains, nothing of its loop
 
     cuda = args.device == "cuda"
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
@@ -123,7 +125,7 @@ def bare(args) -> dict:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     autocast = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(args.precision)
     layout = torch.channels_last if args.data_format == "channels_last" else torch.contiguous_format
-    model = getattr(torchvision.models, args.model)(weights=None, num_classes=1000).to(device, memory_format=layout).train()
+    model = build_model(args.model, 1000, aux_head=False, image_size=args.image_size).to(device, memory_format=layout).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler("cuda", enabled=args.precision == "amp-fp16")

@@ -48,8 +48,8 @@ def report(folders: list[Path]) -> str:
                 f"{preflight.get('cuda_runtime')} | {preflight.get('cudnn', 'n/a')} | {preflight.get('torch')} | "
                 f"{preflight.get('torchvision')} | {preflight.get('python')} | {_num((preflight.get('matmul') or {}).get('tflops'))} "
                 f"({(preflight.get('matmul') or {}).get('dtype')}) | {_num((preflight.get('copy') or {}).get('gb_per_s_read_plus_write'))} |", ""]
-    out += ["### Steps", "", "| phase | step | status | s | images/s | MFU | allocator / reserved / device peak / total GiB | J, W | problems and notes |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    out += ["### Steps", "", "| call | phase | step | status | s | images/s | MFU | allocator / reserved / device peak / total GiB | J, W | problems and notes |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for s in steps:
         first = (s.get("summary") or [{}])[-1] if isinstance(s.get("summary"), list) else {}
         rate = first.get("images_per_sec") or (s.get("facts") or {}).get("images_per_sec")  # bench, or a bare loop
@@ -58,12 +58,12 @@ def report(folders: list[Path]) -> str:
                                                          "device_peak_bytes", "device_total_bytes")) if first else ""
         energy = f"{_num(first.get('joules'), 0)} J, {_num(first.get('average_watts'), 0)} W" if first else ""
         text = "; ".join(s.get("problems", []) + s.get("notes", [])) or s.get("reason", "")
-        out.append(f"| {s['phase']} | {s['step']} | {s['status']} | {s['seconds']:.0f} | {_num(rate)} | "
+        out.append(f"| {s.get('call', '')} | {s['phase']} | {s['step']} | {s['status']} | {s['seconds']:.0f} | {_num(rate)} | "
                    f"{'n/a' if mfu is None else f'{mfu:.3f}'} | {memory} | {energy} | {text.replace('|', '/')[:300]} |")
     out.append("")
     matrix = [s for s in steps if s["step"].startswith("matrix-") and s.get("summary")]
     if matrix:
-        out += ["### Models x precision x layout (phase A)", "",
+        out += ["### Models x precision x layout", "",
                 "| model | precision | layout | images/s | MFU | allocator peak GiB | device peak GiB | TF32 in effect | loss |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for s in matrix:
@@ -81,5 +81,29 @@ def report(folders: list[Path]) -> str:
                 ratio = "n/a" if side.get("ratio_to_bare_fast") is None else f"{side['ratio_to_bare_fast']:.3f}"
                 rci = f" ± {side['ratio_ci95']:.3f}" if side.get("ratio_ci95") is not None else ""
                 out.append(f"| {name} | {side['images_per_sec']:,.1f}{ci} | {side['n']} | {ratio}{rci} |")
-            out.append("")
+            out += ["", f"Step timing (issue 23, item 4): {timing_decision(s['ratios'])}", ""]
     return "\n".join(out)
+
+
+SAME_WITHIN = 0.02  # ratios to bare-fast closer than this are the same speed (perf/gpu.md's rule)
+
+
+def timing_decision(ratios: dict) -> str:
+    """perf/gpu.md's rule for bench's default --step-timing, applied to phase B's ratios to bare-fast:
+    events becomes the default only when it is faster than sync by more than SAME_WITHIN and by more than
+    the two 95% intervals together; the bare loops say whether any gap left is bench's own."""
+    sync, events = ratios.get("bench-sync"), ratios.get("bench-events")
+    if not sync or not events or sync.get("ratio_to_bare_fast") is None or events.get("ratio_to_bare_fast") is None:
+        return "no decision: phase B lacks bench under both timings (a CPU has no CUDA events)"
+    gain = events["ratio_to_bare_fast"] - sync["ratio_to_bare_fast"]
+    noise = (sync.get("ratio_ci95") or 0.0) + (events.get("ratio_ci95") or 0.0)
+    verdict = (f"make events the default: it is {gain:+.3f} of bare-fast over sync (noise {noise:.3f})"
+               if gain > max(SAME_WITHIN, noise) else
+               f"keep sync the default: events differs by {gain:+.3f} of bare-fast (noise {noise:.3f}, threshold {SAME_WITHIN})")
+    best = max(sync["ratio_to_bare_fast"], events["ratio_to_bare_fast"])
+    bare_sync = (ratios.get("bare-sync") or {}).get("ratio_to_bare_fast")
+    own = (f"; bench's own cost beyond its timing: {1 - best:.3f} of bare-fast" if best < 1 - SAME_WITHIN
+           else "; bench's best is within the threshold of the fast bare loop")
+    syncing = "" if bare_sync is None else \
+        f"; a sync every step with cudnn.benchmark off costs the bare loop {1 - bare_sync:+.3f} of its speed"
+    return verdict + own + syncing

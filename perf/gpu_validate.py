@@ -1,32 +1,35 @@
-"""GPU on first contact: one call per phase validates every GPU path of bench (issue 23; perf/gpu.md).
+"""GPU on first contact: two device calls validate every GPU path of bench (issue 23; perf/gpu.md).
 
-    python3 perf/gpu_validate.py --phase A --out $OUT --deadline-s 510     # on the lent GPU machine
-    python3 perf/gpu_validate.py --dry-run                                 # parse every planned command
-    python3 perf/gpu_validate.py --cpu-smoke --out DIR                     # every phase, tiny, on a CPU
-    python3 perf/gpu_validate.py report DIR [DIR ...]                      # perf/gpu.md's tables
+    python3 perf/gpu_validate.py --call 1 --out $OUT          # on the lent GPU machine, then at once --call 2
+    python3 perf/gpu_validate.py --dry-run                    # parse every planned command; each call's fit
+    python3 perf/gpu_validate.py --cpu-smoke --out DIR        # every call, a few tiny steps each, on a CPU
+    python3 perf/gpu_validate.py report DIR [DIR ...]         # perf/gpu.md's tables
 
-Phases (each fits one device call of under 9 minutes):
-- A, correctness: preflight (versions, a bf16 matrix product and a device copy as the machine's own
-  ceilings, missing packages); a gate run that ends the call at once if it fails; a forced out of
-  memory (status oom, exit 3) then a clean run at once; device mapping (CUDA_VISIBLE_DEVICES by UUID,
-  LOCAL_RANK, an empty CUDA_VISIBLE_DEVICES with --device gpu: one line, exit 2, nothing written);
-  --data-dir on a make-dataset tree; the GPU tests (tests/test_gpu.py); 5 models x 4 precisions,
-  channels_last.
-- B, speed: ResNet-50 224 px batch 256 amp-bf16 channels_last, side by side in rotated order, each run
-  a fresh process: bench, a bare loop syncing every step as bench does, a fast bare loop (CUDA events,
-  one sync at each end, cudnn.benchmark on) and, given --timm-benchmark, timm's benchmark.py in train
-  mode; ratios to the fast loop with 95% t-intervals over rounds. Then amp-fp16, tf32 and --compile.
-- C, the rest as time allows: --find-max-batch, `bench comm` over NCCL (one rank), DDP with one rank,
-  --trace, --compile reduce-overhead, then the matrix's channels_first half.
+The device tool gives a task 15 minutes of device time, a machine's start included, so two calls on one
+machine, back to back (gpu_plan.py has the steps, their estimates and each call's deadline):
+- call 1 (~8 min), the essentials in value order: preflight (versions, a bf16 matrix product and a device
+  copy as the machine's own ceilings, missing packages); a gate run that ends the call at once if it
+  fails; a forced out of memory (status oom, exit 3) then a clean run at once; device mapping
+  (CUDA_VISIBLE_DEVICES by UUID with LOCAL_RANK; an empty CUDA_VISIBLE_DEVICES with --device gpu: one
+  line, exit 2, nothing written); the GPU tests (tests/test_gpu.py); a cut of the models x precisions x
+  layouts matrix that holds each of them once; and phase B: ResNet-50 224 px batch 256 amp-bf16
+  channels_last, side by side in rotated order, each run a fresh process: bench under
+  --step-timing sync and events, a bare loop syncing every step as bench does by default, a fast bare
+  loop (CUDA events, one sync at each end, cudnn.benchmark on) and, given --timm-benchmark, timm's
+  benchmark.py in train mode; ratios to the fast loop with 95% t-intervals over 2-3 rounds.
+- call 2 (~3.5 min), on the still-warm machine: `bench comm` over NCCL (one rank), DDP with one rank
+  and --trace, --data-dir on a make-dataset tree, --find-max-batch, --compile; then, as time allows,
+  phase B's amp-fp16 and tf32 and the rest of the matrix.
 
-Every GPU record is checked (check_record): allocator <= reserved <= NVML device peak <= device total;
-energy from NVML with a plausible average power; MFU present and below 0.5; the precision really in
-effect; a finite loss. This process never opens a CUDA context (NVML's device peak counts every
-process on the GPU): every GPU action is a fresh subprocess, a failed step is recorded and the run goes
-on (the gate excepted), a step whose time estimate does not fit before --deadline-s is skipped
-(a shorter one after it may still run), the rest is stopped at it, and every result is
-appended under --out as it comes (steps.jsonl, records.jsonl, comm.jsonl, log.txt: flat, plain names,
-at most 8 files, the device tool's $OUT rules), so a call cut short still returns what was done.
+Every GPU record is checked (gpu_checks.check_record): allocator <= reserved <= NVML device peak <=
+device total; energy from NVML with a plausible average power; MFU present and below 0.5; the precision
+and the step timing really in effect; a finite loss. This process never opens a CUDA context (NVML's
+device peak counts every process on the GPU): every GPU action is a fresh subprocess, a failed step is
+recorded and the run goes on (the gate excepted), a step whose time estimate does not fit before
+--deadline-s is skipped (a shorter one after it may still run), the rest is stopped at it, and every
+result is appended under --out as it comes (steps.jsonl, records.jsonl, comm.jsonl, log.txt: flat,
+plain names, at most 8 files, the device tool's $OUT rules), so a call cut short still returns what was
+done.
 
 Imports: the standard library; bench's own argparse parsers for --dry-run (no framework); the project's
 statistics (benchmarks.stats: numpy, scipy) for the speed ratios' intervals. Exit: 0 every step passed
@@ -50,11 +53,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules beside it, also when loaded by path
 from gpu_checks import check_out_dir, check_record, check_search  # noqa: E402
-from gpu_plan import CPU_SMOKE, GPU, Plan, Step, _value  # noqa: E402
+from gpu_plan import CALLS, CPU_SMOKE, DEADLINE_S, GPU, Plan, Step, _value  # noqa: E402
 from gpu_report import _json_lines, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("A", "B", "C")
 OUT_FILES = ("steps.jsonl", "records.jsonl", "comm.jsonl", "log.txt")
 DEADLINE_MARGIN_S = 10.0  # kept free before --deadline-s to write the last lines
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -64,7 +66,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class Runner:
-    """Runs a phase's steps, each a fresh process, appending every result under `out` as it comes."""
+    """Runs a call's steps, each a fresh process, appending every result under `out` as it comes."""
 
     def __init__(self, plan: Plan, out: Path, deadline_s: float, python: str = sys.executable):
         self.plan, self.out, self.python = plan, out, python
@@ -73,6 +75,7 @@ class Runner:
         self.on_gpu = plan.profile.device == "gpu"
         self.failed = False
         self.gate_failed = False
+        self.call = None  # the call being run
         out.mkdir(parents=True, exist_ok=True)
 
     def remaining(self) -> float:
@@ -85,7 +88,7 @@ class Runner:
             os.fsync(stream.fileno())
 
     def result(self, step: Step, status: str, seconds: float, **details) -> dict:
-        line = {"phase": step.phase, "step": step.name, "kind": step.kind, "status": status,
+        line = {"call": self.call, "phase": step.phase, "step": step.name, "kind": step.kind, "status": status,
                 "seconds": round(seconds, 2), "profile": self.plan.profile.name, **details}
         self.append("steps.jsonl", json.dumps(line) + "\n")
         if status == "fail":
@@ -138,8 +141,9 @@ class Runner:
         remaining = self.remaining()
         return None if remaining < step.estimate_s else remaining
 
-    def run(self, phase: str) -> int:
-        steps = self.plan.steps(phase)
+    def run(self, call: str) -> int:
+        self.call = call
+        steps = self.plan.steps(call)
         index = 0
         while index < len(steps):
             step = steps[index]
@@ -152,7 +156,7 @@ class Runner:
             line = self.speed(step, timeout) if step.kind == "speed" else self.one(step, timeout)
             if step.name == "preflight" and line["status"] == "pass":
                 self.plan.facts = line["facts"]
-                steps = steps[:index + 1] + self.plan.steps(phase)[index + 1:]  # the UUID is known now
+                steps = steps[:index + 1] + self.plan.steps(call)[index + 1:]  # the UUID is known now
             if step.gate and line["status"] != "pass":
                 self.gate_failed = True
                 for rest in steps[index + 1:]:
@@ -329,7 +333,7 @@ def _last_line(text: str) -> str:
 
 def dry_run(timm: str | None) -> int:
     """Every planned bench, bench comm and make-dataset command line of both profiles through bench's own
-    parsers and validation (no framework imported); the other commands listed."""
+    parsers and validation (no framework imported); the other commands listed; each call's fit."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.cli import bench_parser, config_of, dataset_parser
     from benchmarks.comm.cli import options_from
@@ -338,12 +342,16 @@ def dry_run(timm: str | None) -> int:
     failures, count = 0, 0
     with tempfile.TemporaryDirectory(prefix="gpu-validate-dry-") as scratch:
         for profile in (GPU, CPU_SMOKE):
-            plan = Plan(profile, Path(scratch), timm or "benchmark.py")
-            for phase in PHASES:
-                steps = plan.steps(phase)
-                steps += list(plan.speed_sides().values()) if phase == "B" else []
-                total = sum(s.estimate_s for s in steps if s.kind != "speed")
-                print(f"# {profile.name} phase {phase}: {len(steps)} commands, planned ~{total:.0f} s")
+            plan = Plan(profile, Path(scratch), timm)
+            for call in CALLS:
+                steps = plan.steps(call)
+                planned_s, skipped_first, as_time_allows = plan.fit(call)
+                print(f"# {profile.name} call {call}: {len(steps)} steps, the planned ones ~{planned_s:.0f} s by their "
+                      f"estimates (deadline {DEADLINE_S[call]:.0f} s less {DEADLINE_MARGIN_S:.0f} s kept free); when time "
+                      f"runs short skipped first: {', '.join(skipped_first[:4])}, ...; as time allows: "
+                      f"{', '.join(as_time_allows[:3]) or 'nothing'}{', ...' if len(as_time_allows) > 3 else ''}")
+                if any(s.kind == "speed" for s in steps):
+                    steps += list(plan.speed_sides().values())
                 for step in steps:
                     count += 1
                     try:
@@ -357,14 +365,13 @@ def dry_run(timm: str | None) -> int:
                         elif step.kind == "dataset":
                             dataset_parser().parse_args(step.argv[1:])
                         checked = step.kind in ("bench", "comm", "dataset")
-                        print(f"{'parsed' if checked else 'listed'} {step.phase} {step.name}: "
+                        print(f"{'parsed' if checked else 'listed'} {call} {step.phase} {step.name} ~{step.estimate_s:.0f} s: "
                               f"{'bench ' if checked else ''}{' '.join(step.argv)}")
                     except UsageError as error:
                         failures += 1
-                        print(f"BAD {step.phase} {step.name}: {' '.join(step.argv)}: {error}")
+                        print(f"BAD {call} {step.phase} {step.name}: {' '.join(step.argv)}: {error}")
     print(f"gpu_validate: dry run: {count} commands, {failures} rejected")
     return EXIT_FAILED if failures else EXIT_OK
-
 
 
 # -- command line ------------------------------------------------------------------------------------
@@ -383,12 +390,13 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return EXIT_OK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--phase", choices=PHASES + ("all",), default="all", help="which phase (default: all, in order)")
+    p.add_argument("--call", choices=CALLS + ("all",), default="all", help="which device call (default: all, in order)")
     p.add_argument("--out", type=Path, help="folder the results are appended to (the device's $OUT)")
-    p.add_argument("--deadline-s", type=float, default=540.0, help="start nothing that could not end by then (default: 540)")
+    p.add_argument("--deadline-s", type=float, help="start nothing that could not end by then (default: the call's own, "
+                   + ", ".join(f"call {c}: {s:.0f} s" for c, s in DEADLINE_S.items()) + "; all: their sum)")
     p.add_argument("--dry-run", action="store_true", help="parse every planned command with bench's parsers; run nothing")
-    p.add_argument("--cpu-smoke", action="store_true", help="every phase on tiny sizes on this CPU (CI)")
-    p.add_argument("--timm-benchmark", metavar="PATH", help="timm's benchmark.py: a fourth side in phase B")
+    p.add_argument("--cpu-smoke", action="store_true", help="every call, a few tiny steps each, on this CPU (CI)")
+    p.add_argument("--timm-benchmark", metavar="PATH", help="timm's benchmark.py: one more side in phase B")
     p.add_argument("--scratch", type=Path, help="datasets and traces (default: a temporary folder, removed after)")
     args = p.parse_args(argv)
     if args.dry_run:
@@ -396,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         print("gpu_validate: --out DIR is needed (or --dry-run, or: report DIR)", file=sys.stderr)
         return EXIT_USAGE
+    calls = CALLS if args.call == "all" else (args.call,)
+    if args.deadline_s is None:
+        args.deadline_s = sum(DEADLINE_S[call] for call in calls)
     if args.deadline_s <= DEADLINE_MARGIN_S:
         print(f"gpu_validate: --deadline-s must be above {DEADLINE_MARGIN_S:.0f}", file=sys.stderr)
         return EXIT_USAGE
@@ -411,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = Plan(CPU_SMOKE if args.cpu_smoke else GPU, scratch, args.timm_benchmark)
         runner = Runner(plan, args.out, args.deadline_s)
         codes = []
-        for phase in (PHASES if args.phase == "all" else (args.phase,)):
-            codes.append(runner.run(phase))
+        for call in calls:
+            codes.append(runner.run(call))
             if runner.gate_failed or runner.remaining() <= 0:
                 break
         return max(codes)

@@ -1,6 +1,6 @@
 """bench's GPU paths on a real CUDA GPU: the memory views, NVML by UUID, float16 loss scaling, TF32 in
 effect, a real CUDA out of memory, MFU and energy. Marked `gpu`; without CUDA every test is skipped
-loudly (CI has no GPU). perf/gpu_validate.py runs them in phase A on the lent machine (perf/gpu.md)."""
+loudly (CI has no GPU). perf/gpu_validate.py runs them in call 1 on the lent machine (perf/gpu.md)."""
 
 from __future__ import annotations
 
@@ -167,3 +167,29 @@ def test_energy_comes_from_nvml_with_a_plausible_power(long_bf16_record):
     limit = max(rep["device_state"]["power_limit_w"]["max"] for rep in record["repeats"])
     assert 20 < energy["average_watts"] <= 1.2 * limit
     assert all(rep["joules"] and rep["device_state"]["power_w"] for rep in record["repeats"])
+
+
+def test_cuda_events_time_the_steps_the_host_waits_for_once(torch):
+    """--step-timing events on real CUDA events: one sync at each end, and the steps laid end to end
+    from the events add up to the host's time between the two syncs (timing.event_stamps)."""
+    from benchmarks import step_timing, timing
+
+    device = torch.device("cuda", 0)
+    new_event, section = step_timing.apply_torch("events", device)
+    assert section == {"clock": "cuda-events", "cudnn_benchmark": True} and torch.backends.cudnn.benchmark
+    a = torch.randn(4096, 4096, device=device)
+    syncs = []
+
+    def synchronize():
+        syncs.append(1)
+        torch.cuda.synchronize(device)
+
+    synchronize()
+    began = timing.clock()
+    loop = timing.run_steps(iter(range(20)), lambda _: (a @ a).sum(), synchronize, 20, 1, new_event=new_event)
+    host = timing.clock() - began
+    assert len(syncs) == 3  # the one above, and one at each end of the loop
+    assert all(step > 0 for step in loop.step_times_s)
+    assert loop.wall_time_s == pytest.approx(sum(loop.step_times_s)) and 0.9 * host < loop.wall_time_s <= host
+    step_timing.apply_torch("sync", device)
+    assert not torch.backends.cudnn.benchmark

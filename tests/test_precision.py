@@ -53,14 +53,18 @@ def test_explicit_cpu_refusal_is_one_line_exit_2_nothing_written(tmp_path):
     assert not out.exists()
 
 
-def test_cpu_refusal_after_device_auto_is_exit_2_nothing_written(tmp_path):
+@pytest.mark.parametrize("asked, message", [
+    (("--precision", "amp-fp16"), "--precision amp-fp16 is not available on a CPU"),
+    (("--step-timing", "events"), "--step-timing events needs a GPU"),  # no CUDA events: refused, not host-timed
+])
+def test_cpu_refusal_after_device_auto_is_exit_2_nothing_written(tmp_path, asked, message):
     """--device auto on a host where CUDA sees no GPU: made so here (an empty CUDA_VISIBLE_DEVICES hides
     any GPU), so the test means the same on a GPU machine."""
     out = tmp_path / "r.jsonl"
     result = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL,
-                   "--precision", "amp-fp16", "--output", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
+                   *asked, "--output", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 2, result.stderr
-    assert "bench: error: --precision amp-fp16 is not available on a CPU" in result.stderr
+    assert f"bench: error: {message}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
 
@@ -72,6 +76,7 @@ def test_record_says_what_was_in_effect(framework, requested):
     assert result.returncode == 0, result.stderr
     record = validate_record(last_json_line(result.stdout))
     section = record["precision"]
+    assert record["config"]["step_timing"] == "sync" and record["step_timing"] == {"clock": "host", "cudnn_benchmark": None}
     assert record["config"]["precision"] == requested
     assert section["requested"] == requested
     assert section["effective"] == ("fp32" if requested == "fp32" else "amp-bf16")

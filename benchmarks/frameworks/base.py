@@ -64,6 +64,8 @@ class Framework(ABC):
     strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
     precision_state: dict | None = None  # the record's `precision` section, set in setup (precision.in_effect)
     compile_state: dict | None = None  # the record's `compile` section, set by compile_step (compilation.section)
+    step_timing_state: dict | None = None  # the record's `step_timing` section, set in setup (step_timing.section)
+    new_step_event = None  # --step-timing events: a factory of device events timing each step; None: the host clock
 
     def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
         self.config = config
@@ -76,7 +78,7 @@ class Framework(ABC):
 
     def record_sections(self) -> dict:
         """Record sections known once the backend is set up (precision, compile, flops): null before."""
-        return {"precision": self.precision_state, "compile": self.compile_state}
+        return {"precision": self.precision_state, "compile": self.compile_state, "step_timing": self.step_timing_state}
 
     @property
     def compiles(self) -> bool:
@@ -105,11 +107,13 @@ class Framework(ABC):
             return self.real_batches()
         return itertools.cycle(self.synthetic_batches())
 
-    def timed_loop(self, batches: Iterator, num_steps: int, **display) -> timing.TimedLoop:
-        """The measured loop; strategies whose steps run elsewhere (TF PS) override it.
-        `display`: timing.run_steps' display_every and display (progress lines)."""
+    def timed_loop(self, batches: Iterator, num_steps: int, **options) -> timing.TimedLoop:
+        """The measured loop; strategies whose steps run elsewhere (TF PS) override it. `options`:
+        timing.run_steps' display_every and display (progress lines), annotate, and new_event (by
+        default this run's --step-timing)."""
+        options.setdefault("new_event", self.new_step_event)
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
-                                keep_losses=self.keep_losses, **display)
+                                keep_losses=self.keep_losses, **options)
 
     trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace)
 
@@ -193,7 +197,8 @@ class Framework(ABC):
             before_update()
             return self.train_step(batch)
 
-        return timing.run_steps(batches, step, self.synchronize, num_updates, self.config.batch_size, keep_losses=True)
+        return timing.run_steps(batches, step, self.synchronize, num_updates, self.config.batch_size, keep_losses=True,
+                                new_event=self.new_step_event)
 
     def set_learning_rate(self, lr: float) -> None:
         """The LR of the following updates (lr_rules.Schedule)."""

@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from .. import compilation, lr_rules, precision  # noqa: E402
+from .. import compilation, lr_rules, precision, step_timing  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
@@ -68,6 +68,7 @@ class TensorFlowFramework(Framework):
         keras.config.set_image_data_format(cfg.data_format)
         plan = precision.plan(cfg.precision, "gpu" if self.gpus else "cpu")
         self.precision_state = precision.apply_tensorflow(plan, self._gpu_details())
+        self.step_timing_state = step_timing.section(cfg.step_timing, None)  # the host clock (framework_specs)
         self.fp16 = plan.loss_scaling
         self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
         self.strategy = self._make_strategy()

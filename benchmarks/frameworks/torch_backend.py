@@ -15,7 +15,7 @@ import torch
 import torchvision
 from PIL import Image
 
-from .. import compilation, lr_rules, precision, timing
+from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
@@ -170,6 +170,7 @@ class TorchFramework(Framework):
         self.criterion = torch.nn.CrossEntropyLoss()
         plan = precision.plan(cfg.precision, "gpu" if self.device.type == "cuda" else "cpu")
         self.precision_state = precision.apply_torch(plan, self.device)
+        self.new_step_event, self.step_timing_state = step_timing.apply_torch(cfg.step_timing, self.device)
         self.amp_dtype = precision.torch_dtype(plan)
         self.scaler = torch.amp.GradScaler("cuda", enabled=plan.loss_scaling)
 
@@ -373,7 +374,9 @@ class TorchFramework(Framework):
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         with profile(activities=activities) as profiler:
-            self.timed_loop(batches, num_steps, annotate=lambda kind, index: record_function(annotation(kind, index)))
+            # synchronised every step whatever --step-timing: each marked step spans its device work
+            self.timed_loop(batches, num_steps, annotate=lambda kind, index: record_function(annotation(kind, index)),
+                            new_event=None)
         profiler.export_chrome_trace(str(path))
 
     def synchronize(self) -> None:

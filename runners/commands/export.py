@@ -34,7 +34,7 @@ from .report import add_selection, selection
 
 CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_batches", "num_batches", "repeats",
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
-                 "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement")
+                 "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement", "step_timing")
 
 # column name -> a dotted path into the record, or (SQL over the record `r` of runners.reporting.scan, the paths it reads)
 COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
