@@ -197,6 +197,32 @@ def test_sweep_plans_pass_the_accuracy_options():
                     "bench": {"target_accuracy": 0}}, "plan.yaml")
 
 
+
+STUDY = ROOT / "examples" / "accuracy-scaling"
+
+
+def test_the_committed_study_answers_every_point_of_its_plans_and_its_report_is_regenerated(tmp_path):
+    """The study's stores hold an ok record with an accuracy section for every point its plans expand to
+    (so the README's claims rest on the plans as committed), and benchrun report on them writes the
+    committed report.md."""
+    from runners.sweep import expand, load_plan
+
+    stores = {"plan-horovod.yaml": "results-horovod.jsonl"}
+    for plan_path in sorted(STUDY.glob("plan-*.yaml")):
+        entries = [json.loads(line) for line in (STUDY / stores.get(plan_path.name, "results.jsonl")).open()]
+        stored = {e["sweep"]["config_hash"] for e in entries
+                  if e["record"] and e["record"]["status"] == "ok" and e["record"]["accuracy"]}
+        points, _ = expand(load_plan(plan_path))
+        missing = [point.label for point in points if point.config_hash not in stored]
+        assert points and not missing, f"{plan_path.name}: no stored result for {missing}"
+    relative = STUDY.relative_to(ROOT)  # as the README runs it, from the checkout (the report names its stores)
+    result = benchrun("report", str(relative / "results.jsonl"), str(relative / "results-horovod.jsonl"),
+                      "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    committed = (STUDY / "report" / "report.md").read_text()
+    assert (tmp_path / "report.md").read_text() == committed
+    assert "ps x4 batch 32 linear | 3 | 0/3" in committed  # what the study README says it shows
+
 # -- the same network in both frameworks ----------------------------------------------------------
 
 
