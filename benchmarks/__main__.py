@@ -1,3 +1,3 @@
-from .errors import bench
+from .entry import bench
 
 bench()

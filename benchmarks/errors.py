@@ -5,7 +5,6 @@ and sweeps branch on them, so they never change meaning.
 """
 
 import os
-import signal
 import sys
 
 EXIT_OK = 0
@@ -78,46 +77,3 @@ def check_working_directory() -> None:
 
 def choices(values) -> str:
     return ", ".join(str(v) for v in values)
-
-
-def main_entry(prog: str, load_main) -> None:
-    """bench and benchrun (their console scripts and `python -m`): load the CLI, run its main(), exit
-    with its code.
-
-    Ctrl-C while the CLI still loads is an interrupt like any other (one line, exit 130), also where
-    SIGINT came ignored (a script's background job: `benchrun ... &`): Python would leave it ignored
-    while loading, and the runs take it later anyway (processes.StopScope). Exit 130 is left through
-    os._exit: a KeyboardInterrupt that passed through exec() of a string (dataclasses and pydantic
-    build their classes so) makes CPython 3.11 end by SIGINT even when it was caught. Everything
-    is written by then (records fsynced; stdio flushed here)."""
-    try:
-        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        main = load_main()
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
-    else:
-        code = main()
-    if code == EXIT_INTERRUPTED:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
-
-
-# The commands, as pyproject's console scripts and `python -m` start them. Their module loads next to
-# nothing (os, signal, sys), so a Ctrl-C at once meets main_entry, not a traceback of the CLI's imports.
-
-def bench() -> None:
-    main_entry("bench", lambda: _cli("benchmarks.cli"))
-
-
-def benchrun() -> None:
-    main_entry("benchrun", lambda: _cli("runners.cli"))
-
-
-def _cli(module: str):
-    import importlib
-
-    return importlib.import_module(module).main

@@ -25,20 +25,20 @@ else
 fi
 
 if ! config=$("${compose[@]}" config 2>&1); then
-    die "compose file is invalid: $(printf '%s' "$config" | grep -v '^\s*$' | head -n1 | cut -c1-160)"
+    die "compose file is invalid: $(sed -n '/[^[:space:]]/{p;q}' <<<"$config" | cut -c1-160)"
 fi
 known=$("${compose[@]}" config --services | sort)
 services=$(printf '%s\n' "$known" | paste -sd, - | sed 's/,/, /g')
 [ -n "$service" ] || die "missing service name (valid: $services)"
-printf '%s\n' "$known" | grep -qxF -- "$service" ||
+grep -qxF -- "$service" <<<"$known" ||
     die "unknown compose service '$service' (valid: $services)"
 
 require_daemon
 # The service's image as Compose resolved it (variables substituted).
-image=$(printf '%s\n' "$config" | awk -v s="  $service:" '
+image=$(awk -v s="  $service:" '
     $0 == s {in_s = 1; next}
     in_s && /^  [^ ]/ {in_s = 0}
-    in_s && /^    image:/ {print $2; exit}')
+    in_s && /^    image:/ {print $2; exit}' <<<"$config")
 [ -n "$image" ] || die "service '$service' names no image in the compose file"
 if ! image_exists "$image"; then
     case "$service" in

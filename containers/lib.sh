@@ -25,7 +25,7 @@ require_daemon() {
     local cli out
     cli=$(docker_cli)
     if ! out=$("$cli" info --format '{{.ServerVersion}}' 2>&1); then
-        die "Docker daemon not reachable at ${DOCKER_HOST:-unix:///var/run/docker.sock} ($(printf '%s' "$out" | grep -m1 -iE 'cannot connect|error|denied' | sed 's/^ *//' | cut -c1-160)); start it with containers/dockerd.sh"
+        die "Docker daemon not reachable at ${DOCKER_HOST:-unix:///var/run/docker.sock} ($(grep -m1 -iE 'cannot connect|error|denied' <<<"$out" | sed 's/^ *//' | cut -c1-160)); start it with containers/dockerd.sh"
     fi
 }
 

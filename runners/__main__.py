@@ -1,3 +1,3 @@
-from benchmarks.errors import benchrun
+from benchmarks.entry import benchrun
 
 benchrun()

@@ -32,7 +32,7 @@ for arg in "$@"; do
 done
 command -v docker >/dev/null 2>&1 || die "no docker CLI on PATH (install docker.io first)"
 command -v dpkg-query >/dev/null 2>&1 || die "not a Debian system (no dpkg-query): install Compose v2 as Docker documents"
-if [ "$force" = 0 ] && docker compose version 2>/dev/null | grep -q 'version v\{0,1\}2\.'; then
+if [ "$force" = 0 ] && [[ $(docker compose version 2>/dev/null) =~ version\ v?2\. ]]; then
     exit 0
 fi
 
@@ -45,7 +45,7 @@ CACHE=${DLBENCH_CACHE:-$HOME/.cache/dlbench}
 mkdir -p "$CACHE"
 exec 9>"$CACHE/compose-v2.lock"
 flock 9  # another test worker installing it: wait, then find it done
-if [ "$force" = 0 ] && docker compose version 2>/dev/null | grep -q 'version v\{0,1\}2\.'; then
+if [ "$force" = 0 ] && [[ $(docker compose version 2>/dev/null) =~ version\ v?2\. ]]; then
     exit 0
 fi
 

@@ -102,15 +102,15 @@ echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://
 log "mksquashfs: Debian $SOURCE_SUITE's squashfs-tools source, static build"
 step "apt-get update (private list: $SOURCE_SUITE sources)" apt-get -q "${apt_private[@]}" update
 step "apt-get source squashfs-tools" sh -c 'cd "$1" && shift && apt-get -q "$@" source squashfs-tools' _ "$WORK/src" "${apt_private[@]}"
-srcdir=$(find "$WORK/src" -mindepth 2 -maxdepth 2 -type d -name squashfs-tools | head -n1)
+srcdir=$(find "$WORK/src" -mindepth 2 -maxdepth 2 -type d -name squashfs-tools -print -quit)
 [ -n "$srcdir" ] || { echo "$PROG: failed: no squashfs-tools/ in the unpacked source" >&2; exit 1; }
 step "make mksquashfs (static)" make -C "$srcdir" -j2 XZ_SUPPORT=1 LZO_SUPPORT=1 LZ4_SUPPORT=1 ZSTD_SUPPORT=1 \
     EXTRA_LDFLAGS=-static mksquashfs
 install -m 0755 "$srcdir/mksquashfs" "$PREFIX/bin/mksquashfs.static"
-version=$("$PREFIX/bin/mksquashfs.static" -version 2>&1 | sed -n 's/^mksquashfs version \([0-9.]*\).*/\1/p' | head -n1)
-[ -n "$version" ] && [ "$(printf '%s\n%s\n' "$MKSQUASHFS_MIN" "$version" | sort -V | head -n1)" = "$MKSQUASHFS_MIN" ] \
+version=$("$PREFIX/bin/mksquashfs.static" -version 2>&1 | sed -n 's/^mksquashfs version \([0-9.]*\).*/\1/p')
+[ -n "$version" ] && printf '%s\n%s\n' "$MKSQUASHFS_MIN" "$version" | sort -VC \
     || { echo "$PROG: failed: built mksquashfs is '${version:-unknown}', need >= $MKSQUASHFS_MIN" >&2; exit 1; }
-if LC_ALL=C readelf -l "$PREFIX/bin/mksquashfs.static" 2>/dev/null | grep -q "program interpreter"; then
+if [[ $(LC_ALL=C readelf -l "$PREFIX/bin/mksquashfs.static" 2>/dev/null) == *"program interpreter"* ]]; then
     echo "$PROG: failed: the mksquashfs built is not static" >&2; exit 1
 fi
 heavy_unlock

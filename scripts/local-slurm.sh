@@ -169,7 +169,7 @@ stop_munge() {
     exec 9>&-
 }
 
-port_busy() { ss -Htln "sport = :$1" 2>/dev/null | grep -q .; }
+port_busy() { [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]; }
 
 write_conf() {
     local n="$1" i
@@ -244,7 +244,7 @@ wait_idle() {
         bad=0
         for node in $want; do
             # idle, or busy with jobs (mix/alloc) when a running cluster is re-started
-            echo "$states" | grep -Eq "^$node (idle|mix|alloc)$" || bad=1
+            grep -Eq "^$node (idle|mix|alloc)$" <<<"$states" || bad=1
         done
         [ "$bad" = 0 ] && return 0
         if [ "$SECONDS" -ge "$deadline" ]; then
@@ -272,7 +272,7 @@ any_daemon_alive() {
 do_start() {
     [ "$(id -u)" -eq 0 ] || die "must run as root (starts munged/slurmctld/slurmd)"
     # start wipes state under DIR: only ever in an empty DIR or one of ours.
-    if [ -n "$(ls -A "$DIR")" ] && ! head -n 1 "$CONF" 2>/dev/null | grep -q '^# Written by scripts/local-slurm.sh'; then
+    if [ -n "$(ls -A "$DIR")" ] && [[ $(head -n 1 "$CONF" 2>/dev/null) != '# Written by scripts/local-slurm.sh'* ]]; then
         die "$DIR is not empty and holds no cluster of this script: pick another --dir"
     fi
     if [ -s "$DIR/nodes" ] && daemons_alive; then

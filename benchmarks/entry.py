@@ -1,0 +1,51 @@
+"""The commands `bench` and `benchrun`, as pyproject's console scripts and `python -m` start them.
+
+Only those import this module, and importing it is what makes an early Ctrl-C safe: from its first
+line a SIGINT is noted, not raised, until main_entry is inside its `try`. Without that, a Ctrl-C
+between the script's import and its call to bench()/benchrun() was a KeyboardInterrupt traceback
+(CI saw it at 0.0 s). Also where SIGINT came ignored (a script's background job: `benchrun ... &`):
+Python would leave it ignored while loading, and the runs take it later anyway (processes.StopScope).
+"""
+
+import signal
+
+_interrupted: list[int] = []
+signal.signal(signal.SIGINT, lambda signum, frame: _interrupted.append(signum))
+
+import os  # noqa: E402  (after the handler: nothing here may take the window back)
+import sys  # noqa: E402
+
+from .errors import EXIT_INTERRUPTED  # noqa: E402
+
+
+def main_entry(prog: str, cli_module: str) -> None:
+    """Load the CLI, run its main(), exit with its code.
+
+    Exit 130 is left through os._exit: a KeyboardInterrupt that passed through exec() of a string
+    (dataclasses and pydantic build their classes so) makes CPython 3.11 end by SIGINT even when it
+    was caught. Everything is written by then (records fsynced; stdio flushed here)."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if _interrupted:
+            raise KeyboardInterrupt
+        import importlib
+
+        main = importlib.import_module(cli_module).main
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    else:
+        code = main()
+    if code == EXIT_INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def bench() -> None:
+    main_entry("bench", "benchmarks.cli")
+
+
+def benchrun() -> None:
+    main_entry("benchrun", "runners.cli")
