@@ -73,11 +73,11 @@ CONTAINER = "dlbench-fault-matrix"
 RANK_VARIABLES = ("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-def benchrun_argv(case: str, results: Path) -> list[str]:
+def benchrun_argv(case: str, results: Path, horovod_image: str = HOROVOD_IMAGE) -> list[str]:
     """benchrun run, on the host (local launcher) or in the Horovod image (--results mounted)."""
     if case == "horovod":
         return ["docker", "run", "--rm", "--name", CONTAINER, "--network=host", "--ipc=host", "-v", f"{results}:/results",
-                "--entrypoint", "benchrun", HOROVOD_IMAGE, "run", "--runtime", "local", "--results", "/results"]
+                "--entrypoint", "benchrun", horovod_image, "run", "--runtime", "local", "--results", "/results"]
     return [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local",
             "--results", str(results)]
 
@@ -130,7 +130,7 @@ def rank_processes(port: int, rank: int) -> list[psutil.Process]:
     return found
 
 
-def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
+def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str = HOROVOD_IMAGE) -> dict:
     launch, bench, *_ = CASES[case]
     results = out_dir / f"{case}-{row['fault']}"
     results.mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ def run_row(case: str, row: dict, out_dir: Path, port: int) -> dict:
     if case != "comm" and row["phase"] == "gather":
         endless = ["--num-batches", "4"]  # the gather comes right after a short loop
     ports = ["--rendezvous-port", str(port), "--worker-port", str(port + 10), "--ps-port", str(port + 20)]
-    argv = [*benchrun_argv(case, results), *launch, "--", *bench, *endless, *ports, *row["extra"]]
+    argv = [*benchrun_argv(case, results, horovod_image), *launch, "--", *bench, *endless, *ports, *row["extra"]]
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

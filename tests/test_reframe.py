@@ -53,6 +53,7 @@ def reframe(reframe_path: str, tmp_path, *args: str, references: str | None = No
     """`reframe -C settings -c checks ARGS` with benchrun as this checkout runs it (or `benchrun`) and small runs."""
     environment = python_env(env)
     environment["PATH"] = f"{reframe_path}:{environment['PATH']}"
+    environment["TMPDIR"] = str(tmp_path)  # ReFrame's own log (rfm-*.log) with the run's, not one more in /tmp
     if references:
         environment["DLBENCH_REFERENCES"] = references
     argv = ["reframe", "--nocolor", "-C", str(settings), "-c", str(CHECKS), "--prefix", str(tmp_path / "rfm"),
