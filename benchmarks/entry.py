@@ -1,10 +1,10 @@
 """The commands `bench` and `benchrun`, as pyproject's console scripts and `python -m` start them.
 
 Only those import this module, and importing it is what makes an early Ctrl-C safe: from its first
-line a SIGINT is noted, not raised, until main_entry is inside its `try`. Without that, a Ctrl-C
-between the script's import and its call to bench()/benchrun() was a KeyboardInterrupt traceback
-(CI saw it at 0.0 s). Also where SIGINT came ignored (a script's background job: `benchrun ... &`):
-Python would leave it ignored while loading, and the runs take it later anyway (processes.StopScope).
+line a SIGINT is noted, not raised, until main_entry is inside its `try`, so that a Ctrl-C between
+the script's import and its call to bench()/benchrun() is no KeyboardInterrupt traceback. Also
+where SIGINT came ignored (a script's background job: `benchrun ... &`): Python would leave it
+ignored while loading, and the runs take it later anyway (processes.StopScope).
 """
 
 import signal
@@ -12,7 +12,7 @@ import signal
 _interrupted: list[int] = []
 signal.signal(signal.SIGINT, lambda signum, frame: _interrupted.append(signum))
 
-import os  # noqa: E402  (after the handler: nothing here may take the window back)
+import os  # noqa: E402  (the handler first)
 import sys  # noqa: E402
 
 from .errors import EXIT_INTERRUPTED  # noqa: E402
