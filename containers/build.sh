@@ -114,7 +114,6 @@ if [ "$rc" -ne 0 ]; then
     echo "dlbench-containers: error: building $image failed after $secs s (exit $rc); full log: $log" >&2
     exit 1
 fi
-# Rebuilds leave the previous image dangling; only ours are pruned.
-docker image prune -f --filter "label=io.dlbench.framework" >/dev/null
+prune_stale_images
 size=$(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1/1e9}')
 note "built $image in $secs s ($size)"

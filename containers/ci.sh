@@ -57,6 +57,6 @@ step "container tests"
 DLBENCH_TEST_BASE_IMAGE="$BASE_IMAGE" "$PYTHON" -m pytest -q -p no:cacheprovider \
     tests/test_containers.py tests/test_singularity_def.py
 
-docker image prune -f --filter "label=io.dlbench.framework" >/dev/null
+prune_stale_images
 step "done"
 docker system df

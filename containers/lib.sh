@@ -54,3 +54,18 @@ buildkit_build_cmd() {
 image_exists() {
     docker image inspect "$1" >/dev/null 2>&1
 }
+
+# Rebuilds leave earlier images dangling (a few GB each); only ours are removed: the images
+# (io.dlbench.* labels) and the dependency stage Horovod builds from (the dlbench base's labels).
+# One in use by a container stays.
+prune_stale_images() {
+    local dangling id labels
+    dangling=$(docker images -q --no-trunc --filter dangling=true)
+    [ -n "$dangling" ] || return 0
+    # shellcheck disable=SC2086  # one argument per id
+    while read -r id labels; do
+        case $labels in
+            *'"io.dlbench.'*|*'dlbench local base'*) docker rmi "$id" >/dev/null 2>&1 || true ;;
+        esac
+    done < <(docker image inspect -f '{{.Id}} {{json .Config.Labels}}' $dangling)
+}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
+from infra.docker import derived_image
 from infra.helpers import run
 from infra.images import BASE_IMAGE, IMAGES, VERSION
 
@@ -182,6 +183,26 @@ def test_compose_files_are_valid_and_cpu_by_default(docker, version):
 def test_missing_base_image_is_one_line(docker):
     one_line_error(run([C / "build.sh", "tf"], env={"BASE_IMAGE": "dlbench-no-such-base:0"}),
                    "'dlbench-no-such-base:0'", "dlbench-base:bookworm")
+
+
+def test_rebuilds_leave_no_image_of_ours_dangling(docker):
+    """prune_stale_images (build.sh's last step) removes the earlier ids of our images and of the
+    dependency stage (the dlbench base's labels only), and nobody else's dangling image."""
+    tag = f"dlbench-prune-test:{uuid.uuid4().hex[:8]}"
+    ours = [derived_image(tag, BASE_IMAGE, f"LABEL io.dlbench.framework=test-{n}") for n in (1, 2)]
+    ours.append(derived_image(tag, BASE_IMAGE, "LABEL prune-test=stage"))  # the base's labels and one more
+    tar = subprocess.Popen(["tar", "-C", str(C), "-c", "lib.sh"], stdout=subprocess.PIPE)
+    other = run(["docker", "import", "-", tag], stdin=tar.stdout).stdout.strip()  # no labels: not ours
+    tar.stdout.close()
+    assert tar.wait() == 0 and other
+    kept = derived_image(tag, BASE_IMAGE, "LABEL io.dlbench.framework=test-kept")  # the tag's image now
+    try:
+        p = run(["bash", "-c", f". {C}/lib.sh && prune_stale_images"])
+        assert p.returncode == 0, p.stderr
+        exists = {image: run(["docker", "image", "inspect", image]).returncode == 0 for image in [*ours, other, kept]}
+        assert exists == {**dict.fromkeys(ours, False), other: True, kept: True}
+    finally:
+        run(["docker", "rmi", "-f", tag, *ours, other])
 
 
 def test_too_little_disk_is_one_line(docker):

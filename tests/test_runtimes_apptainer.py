@@ -53,6 +53,10 @@ def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
     def build() -> str:
         DEF_SIFS.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)  # built from an earlier image or recipe: its room is needed (~3x the image)
+        try:  # the runtime's own rule: a full disk here would fail every later test, not only this one
+            singularity.check_room(image, DEF_SIFS)
+        except UsageError as error:
+            skip_loudly(f"SINGULARITY.DEF ({framework}) NOT BUILT: {error}")
         argv = ["apptainer", "build", "--force", "--disable-cache", "--mksquashfs-args", singularity.MKSQUASHFS_ARGS,
                 "--build-arg", f"FRAMEWORK={framework}", "--build-arg", f"DLBENCH_TAG={tag}", f"{target}.partial",
                 str(ROOT / "Singularity.def")]
@@ -69,15 +73,17 @@ def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def def_sifs(apptainer_bin, dlbench_images):
-    return {fw: def_sif(apptainer_bin, fw, image) for fw, image in sorted(dlbench_images.items())}
+def tf_sif(apptainer_bin, dlbench_images):
+    """The runs' SIF (a SIF given by path; the Docker-image path is the same once converted: tested with
+    the small base image below, so that a cold run converts each big image once, not twice)."""
+    return def_sif(apptainer_bin, "tensorflow", dlbench_images["tensorflow"])
 
 
 @pytest.fixture(scope="session")
-def tf_sif(def_sifs):
-    """The runs' SIF (a SIF given by path; the Docker-image path is the same once converted: tested with
-    the small base image below, so that a cold run converts each big image once, not twice)."""
-    return def_sifs["tensorflow"]
+def torch_sif(apptainer_bin, dlbench_images):
+    """Its own fixture: the torch image (CUDA wheels) is three times the TF one, and a disk too full for
+    its SIF skips only the tests that run it."""
+    return def_sif(apptainer_bin, "torch", dlbench_images["torch"])
 
 
 def benchrun_apptainer(bin_dir, *args, runtime="apptainer", environ=None, timeout=900):
@@ -177,8 +183,8 @@ def test_sifs_of_rebuilt_images_are_removed(tmp_path, dlbench_images):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current, "dlbench-base-bookworm.image"])
 
 @pytest.mark.parametrize("framework", ["tensorflow", "torch"])
-def test_singularity_def_builds_and_runs_bench(apptainer_bin, def_sifs, framework, monkeypatch):
-    sif = def_sifs[framework]
+def test_singularity_def_builds_and_runs_bench(apptainer_bin, framework, monkeypatch, request):
+    sif = request.getfixturevalue({"tensorflow": "tf_sif", "torch": "torch_sif"}[framework])
     helped = subprocess.run(["apptainer", "run", *(["--userns"] if singularity.needs_userns() else []), sif, "--help"],
                             capture_output=True, text=True, env=apptainer.env(apptainer_bin), timeout=300)
     assert helped.returncode == 0 and "usage: bench" in helped.stdout, helped.stderr[-2000:]
@@ -270,12 +276,12 @@ def srun_ddp(bin_dir, sif, cluster, *extra):
     return record
 
 
-def test_srun_one_node_torch_ddp(apptainer_bin, def_sifs, slurm_single):
-    assert srun_ddp(apptainer_bin, def_sifs["torch"], slurm_single)["world"]["nodes"] == 1
+def test_srun_one_node_torch_ddp(apptainer_bin, torch_sif, slurm_single):
+    assert srun_ddp(apptainer_bin, torch_sif, slurm_single)["world"]["nodes"] == 1
 
 
-def test_srun_two_emulated_nodes_torch_ddp(apptainer_bin, def_sifs, slurm_two_nodes):
-    record = srun_ddp(apptainer_bin, def_sifs["torch"], slurm_two_nodes, "--launcher-arg=--nodes=2")
+def test_srun_two_emulated_nodes_torch_ddp(apptainer_bin, torch_sif, slurm_two_nodes):
+    record = srun_ddp(apptainer_bin, torch_sif, slurm_two_nodes, "--launcher-arg=--nodes=2")
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
 
 

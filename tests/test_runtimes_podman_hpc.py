@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from infra import podman_hpc
+from infra.docker import derived_image
 from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record
 
 from benchmarks.processes import descendants
@@ -268,13 +269,19 @@ def test_sigint_of_a_shared_run_leaves_no_container(podman_hpc_bin, tf_image):
 
 # ---- bad input, for real: one line, exit 2, nothing left behind ----------------------------
 
+def one_file_image(image: str, script: str) -> str:
+    """A Docker image of one file of scripts/ (no libc): enough to pull and migrate, quick to do both."""
+    tar = subprocess.Popen(["tar", "-C", str(ROOT / "scripts"), "-c", script], stdout=subprocess.PIPE)
+    made = subprocess.run(["docker", "import", "-", image], stdin=tar.stdout, capture_output=True, text=True)
+    tar.stdout.close()
+    assert tar.wait() == 0 and made.returncode == 0, made.stderr
+    return made.stdout.strip().removeprefix("sha256:")
+
+
 @pytest.fixture()
 def small_image(podman_hpc_bin, docker):
-    """A one-file Docker image (no libc): enough to pull and migrate, quick to do both."""
     image = f"dlbench-phpc-test:{os.getpid()}"
-    made = subprocess.run(f"tar -C {ROOT}/scripts -c ensure-packages.sh | docker import - {image}", shell=True,
-                          capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
+    one_file_image(image, "ensure-packages.sh")
     yield image
     subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
     subprocess.run(["podman-hpc", "rmi", "-f", image], capture_output=True, env=podman_hpc.env(podman_hpc_bin))
@@ -326,3 +333,35 @@ def test_failed_migrate_leaves_nothing(podman_hpc_bin, small_image):
     refused(podman_hpc_bin, small_image, f"podman-hpc migrate {small_image} made no squashed image",
             PODMANHPC_MKSQUASHFS_BIN="/bin/true")
     assert store_state(podman_hpc_bin) == before
+
+
+@pytest.mark.slow
+def test_reimport_removes_the_squashed_copy_it_replaced(podman_hpc_bin, docker, tmp_path):
+    """A rebuilt image's squashed copy replaces the earlier one's (a full squashfs per rebuild piled up),
+    except after a rebuild that changed only a label: the two share a top layer, whose squashfs rmsqi
+    would delete from under the new copy."""
+    image, store = f"dlbench-phpc-rebuild-test:{os.getpid()}", tmp_path / "squash"
+    phpc = podman_hpc.env(podman_hpc_bin, SQUASH_DIR=str(store))  # a store of its own: no other test's mounts
+
+    def imported() -> dict[str, dict]:
+        done = subprocess.run([sys.executable, "-c", f"from runners.runtimes import get\n"
+                               f"get('podman-hpc').import_image({image!r})"], cwd=ROOT, env=phpc,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return {i["id"]: i for i in json.loads((store / "overlay-images" / "images.json").read_text())}
+
+    ids = []
+    try:
+        ids.append(one_file_image(image, "ensure-packages.sh"))
+        assert set(imported()) == {ids[0]}
+        ids.append(one_file_image(image, "install-podman-hpc.sh"))  # a new top layer
+        assert set(imported()) == {ids[1]}  # the earlier copy went, with its squashfs
+        ids.append(derived_image(image, image, "LABEL io.dlbench.test-rebuild=1").removeprefix("sha256:"))
+        index = imported()
+        assert set(index) == {ids[1], ids[2]} and index[ids[1]]["names"] == []  # shares the top layer: kept
+        link = (store / "overlay" / index[ids[2]]["layer"] / "link").read_text().strip()
+        assert (store / "overlay" / "l" / f"{link}.squash").is_file()
+    finally:
+        subprocess.run(["docker", "rmi", "-f", image, *ids], capture_output=True)
+        for squashed in (*reversed(ids), image):
+            subprocess.run(["podman-hpc", "rmsqi", squashed], capture_output=True, env=phpc)

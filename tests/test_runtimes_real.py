@@ -4,6 +4,7 @@ on one and two emulated Slurm nodes. Each test starts what it needs; nothing is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,11 @@ import pytest
 
 from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record
 from infra.cache import CACHE
+from infra.docker import derived_image
+from infra.images import BASE_IMAGE
 from infra.slurm import ensure_packages_or_skip, skip_loudly
+
+from runners import runtimes
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)
 
@@ -134,6 +139,31 @@ def test_podman_real(tmp_path):
                                text=True).stdout.strip()
     assert f"sha256:{podman_id}" == subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", TF_IMAGE],
                                                    capture_output=True, text=True).stdout.strip()
+
+
+def test_podman_reload_removes_the_copy_it_replaced():
+    """A rebuilt image is loaded again and Podman's copy of the earlier build goes (a few GB a rebuild
+    piled up), but not while another name still has it."""
+    docker_up(BASE_IMAGE)
+    ensure_packages_or_skip(("podman", "runc"), "PODMAN")
+    name, keep = f"dlbench-reload-test:{os.getpid()}", f"dlbench-reload-keep:{os.getpid()}"
+    rt = runtimes.get("podman")
+    ids = []
+    try:
+        subprocess.run(["docker", "tag", BASE_IMAGE, name], check=True)
+        rt.import_image(name)
+        ids.append(rt.image_id(name))
+        subprocess.run(["podman", "tag", ids[0], keep], check=True)  # another name: this copy stays
+        for n in (1, 2):
+            built = derived_image(name, BASE_IMAGE, f"LABEL io.dlbench.test-rebuild={n}")
+            rt.import_image(name)
+            ids.append(rt.image_id(name))
+            assert f"sha256:{ids[-1]}" == built
+        assert rt.image_id(keep) == ids[0]
+        assert rt.image_id(ids[1]) is None and rt.image_id(name) == ids[2]  # the unnamed copy went
+    finally:
+        subprocess.run(["podman", "rmi", name, keep], capture_output=True)
+        subprocess.run(["docker", "rmi", name, *ids[1:]], capture_output=True)
 
 
 def test_charliecloud_real(tmp_path):

@@ -41,4 +41,13 @@ class PodmanRuntime(DockerCliRuntime):
         save.stdout.close()
         if save.wait() != 0 or load.returncode != 0:
             raise UsageError(f"docker save {image} | podman load failed: {last_line(load.stderr)}")
+        if podman_id is not None:
+            self.remove_if_untagged(podman_id)
         return image
+
+    def remove_if_untagged(self, image_id: str) -> None:
+        """The copy a rebuilt image replaced, once the load moved its name away (a few GB per rebuild
+        otherwise); kept while another name or a container still uses it."""
+        tags = run_quiet([self.executable(), "image", "inspect", "--format", "{{len .RepoTags}}", image_id])
+        if tags.returncode == 0 and tags.stdout.strip() == "0":
+            run_quiet([self.executable(), "rmi", image_id], timeout=300)  # refused while a container uses it

@@ -2,7 +2,8 @@
 
 An image from the local Docker engine is imported once per image id: `podman-hpc pull
 docker-daemon:IMAGE` (its own automatic migrate fails on the transport-prefixed name), `podman-hpc
-migrate IMAGE` (the squashed, read-only copy runs use), `podman-hpc rmi IMAGE` (the read-write copy).
+migrate IMAGE` (the squashed, read-only copy runs use), `podman-hpc rmi IMAGE` (the read-write copy),
+then `podman-hpc rmsqi ID` of the squashed copy it replaced, once nothing names it.
 An image podman-hpc holds without a squashed copy is refused: runs use migrated images. Each rank:
 
     podman-hpc run --rm --name dlbench-ID --network=host --ipc=host [--gpu --nccl] -e NAME \\
@@ -124,9 +125,28 @@ class PodmanHpcRuntime(DockerCliRuntime):
                              f"a local Docker engine to import from (make images; or podman-hpc pull IMAGE, then migrate)")
         with open(Path(tempfile.gettempdir()) / f"dlbench-podman-hpc-import-{os.getuid()}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one import at a time: the snapshot below is then exact
-            if self.squashed_id(image) != docker_id:
+            earlier = self.squashed_id(image)
+            if earlier != docker_id:
                 self.migrate_from_docker(image, docker_id)
+                if earlier is not None:
+                    self.remove_if_unnamed(earlier)
         return image
+
+    def remove_if_unnamed(self, squashed_id: str) -> None:
+        """The squashed copy a rebuilt image replaced: migrate moves the name to the new copy and keeps the
+        old one's squashfs (one more per rebuild otherwise). rmsqi deletes the squashfs of the image's top
+        layer, which a rebuild that changed only labels shares, and fails half-way on a mounted one: it runs
+        only for an unnamed image whose top layer no other image has, while no squashfs is mounted."""
+        store = squash_dir()
+        try:
+            images = json.loads((store / STORE_INDEXES[0]).read_text())
+        except (OSError, ValueError):
+            return
+        old = next((image for image in images if image.get("id") == squashed_id), None)
+        if old is None or old.get("names") or squash_mounts(store) or any(
+                image.get("layer") == old.get("layer") for image in images if image is not old):
+            return
+        run_quiet([self.executable(), "rmsqi", squashed_id], timeout=300)
 
     def migrate_from_docker(self, image: str, image_id: str) -> None:
         """pull docker-daemon: + migrate + rmi; on any failure the squash store is put back as it was."""
@@ -198,11 +218,16 @@ def unmount_squashes(store: Path) -> None:
     """Unmount squashfuse mounts under podman-hpc's squash store. Its fuse-overlayfs-wrap mounts an
     image's squashfs at container start and leaves a helper to unmount it at the end; a run killed
     with its process group (Ctrl-C, timeout) kills that helper too, and the mount stays."""
+    for mount in squash_mounts(store):
+        if run_quiet(["umount", mount]).returncode != 0 and shutil.which("fusermount"):
+            run_quiet(["fusermount", "-u", mount])
+
+
+def squash_mounts(store: Path) -> list[str]:
+    """Mount points of squashfuse mounts under the squash store."""
     try:
         mounts = Path("/proc/self/mounts").read_text().splitlines()
     except OSError:
-        return
-    for fields in (line.split() for line in mounts):
-        if len(fields) > 2 and fields[2].startswith("fuse.squashfuse") and fields[1].startswith(f"{store}/"):
-            if run_quiet(["umount", fields[1]]).returncode != 0 and shutil.which("fusermount"):
-                run_quiet(["fusermount", "-u", fields[1]])
+        return []
+    return [fields[1] for fields in (line.split() for line in mounts)
+            if len(fields) > 2 and fields[2].startswith("fuse.squashfuse") and fields[1].startswith(f"{store}/")]
