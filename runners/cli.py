@@ -1,6 +1,7 @@
 """`benchrun`: host-side dispatch of `bench` (launchers, runtimes, sweeps, reports).
 
-Each subcommand is one module in runners/commands with `add_parser(sub)`.
+Each subcommand is one module in runners/commands with `add_parser(sub)`. They are imported with this
+module, which benchmarks.entry loads while a Ctrl-C is only noted (entry.py says why).
 """
 
 from __future__ import annotations
@@ -9,10 +10,14 @@ import argparse
 import importlib
 import sys
 
+from benchmarks.durable import OutputError
 from benchmarks.errors import (EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError,
                                check_working_directory, debug_enabled, report_internal_error)
 
-COMMANDS = ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]
+from .mlflow_export import TrackingError
+
+COMMANDS = {name: importlib.import_module(f"runners.commands.{name.replace('-', '_')}")
+            for name in ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,8 +29,8 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="benchrun", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"runners.commands.{name.replace('-', '_')}").add_parser(sub)
+    for command in COMMANDS.values():
+        command.add_parser(sub)
     return p
 
 
@@ -33,16 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         return _main(argv)
-    except KeyboardInterrupt:  # also while the modules below are imported (a Ctrl-C right after the start)
+    except KeyboardInterrupt:
         print("benchrun: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def _main(argv: list[str]) -> int:
-    from benchmarks.durable import OutputError
-
-    from .mlflow_export import TrackingError
-
     try:
         check_working_directory()
         args = parser().parse_args(argv)

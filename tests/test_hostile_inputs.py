@@ -192,6 +192,32 @@ def test_ctrl_c_between_the_scripts_import_and_its_call_is_one_line_and_exit_130
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, f"{command}: interrupted\n", "")
 
 
+CONVERTING_CLI = """import os, signal
+def converted():  # what pydantic-core's Rust init does with a KeyboardInterrupt: another error (a panic)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100000))  # Python runs the handler here
+    except KeyboardInterrupt as error:
+        raise SystemError("failed to import the datetime C API") from error
+    return 0
+{at_import}
+def main():
+    {in_main}
+"""
+
+
+@pytest.mark.parametrize("where", ["import", "main"])
+def test_ctrl_c_that_a_library_turns_into_another_error_is_still_a_ctrl_c(tmp_path, where):
+    """Seen 1 in 100 under load: SIGINT while pydantic-core loaded ended in its PanicException traceback,
+    exit 1. The CLI module loads with SIGINT noted, and an error a Ctrl-C caused later is that Ctrl-C."""
+    at_import, in_main = ("converted()", "return 0") if where == "import" else ("", "return converted()")
+    (tmp_path / "converting_cli.py").write_text(CONVERTING_CLI.format(at_import=at_import, in_main=in_main))
+    proc = subprocess.run([sys.executable, "-c", "from benchmarks.entry import main_entry; "
+                           "main_entry('benchrun', 'converting_cli')"], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}:{tmp_path}"}, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "benchrun: interrupted\n", ""), proc.stderr[-2000:]
+
+
 
 def test_internal_errors_are_one_line_unless_debug(monkeypatch, capsys):
     from benchmarks import cli
