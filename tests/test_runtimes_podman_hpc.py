@@ -356,6 +356,7 @@ def test_reimport_removes_the_squashed_copy_it_replaced(podman_hpc_bin, docker, 
         assert set(imported()) == {ids[0]}
         ids.append(one_file_image(image, "install-podman-hpc.sh"))  # a new top layer
         assert set(imported()) == {ids[1]}  # the earlier copy went, with its squashfs
+        assert len(list((store / "overlay" / "l").glob("*.squash"))) == 1
         ids.append(derived_image(image, image, "LABEL io.dlbench.test-rebuild=1").removeprefix("sha256:"))
         index = imported()
         assert set(index) == {ids[1], ids[2]} and index[ids[1]]["names"] == []  # shares the top layer: kept
