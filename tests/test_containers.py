@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
-from infra.docker import derived_image
+from infra.docker import derived_image, one_file_image
 from infra.helpers import run
 from infra.images import BASE_IMAGE, IMAGES, VERSION
 
@@ -191,10 +191,7 @@ def test_rebuilds_leave_no_image_of_ours_dangling(docker):
     tag = f"dlbench-prune-test:{uuid.uuid4().hex[:8]}"
     ours = [derived_image(tag, BASE_IMAGE, f"LABEL io.dlbench.framework=test-{n}") for n in (1, 2)]
     ours.append(derived_image(tag, BASE_IMAGE, "LABEL prune-test=stage"))  # the base's labels and one more
-    tar = subprocess.Popen(["tar", "-C", str(C), "-c", "lib.sh"], stdout=subprocess.PIPE)
-    other = run(["docker", "import", "-", tag], stdin=tar.stdout).stdout.strip()  # no labels: not ours
-    tar.stdout.close()
-    assert tar.wait() == 0 and other
+    other = one_file_image(tag, C / "lib.sh")  # no labels: not ours
     kept = derived_image(tag, BASE_IMAGE, "LABEL io.dlbench.framework=test-kept")  # the tag's image now
     try:
         p = run(["bash", "-c", f". {C}/lib.sh && prune_stale_images"])

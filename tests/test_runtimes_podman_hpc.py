@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from infra import podman_hpc
-from infra.docker import derived_image
+from infra.docker import derived_image, one_file_image
 from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record
 
 from benchmarks.processes import descendants
@@ -269,19 +269,10 @@ def test_sigint_of_a_shared_run_leaves_no_container(podman_hpc_bin, tf_image):
 
 # ---- bad input, for real: one line, exit 2, nothing left behind ----------------------------
 
-def one_file_image(image: str, script: str) -> str:
-    """A Docker image of one file of scripts/ (no libc): enough to pull and migrate, quick to do both."""
-    tar = subprocess.Popen(["tar", "-C", str(ROOT / "scripts"), "-c", script], stdout=subprocess.PIPE)
-    made = subprocess.run(["docker", "import", "-", image], stdin=tar.stdout, capture_output=True, text=True)
-    tar.stdout.close()
-    assert tar.wait() == 0 and made.returncode == 0, made.stderr
-    return made.stdout.strip().removeprefix("sha256:")
-
-
 @pytest.fixture()
 def small_image(podman_hpc_bin, docker):
     image = f"dlbench-phpc-test:{os.getpid()}"
-    one_file_image(image, "ensure-packages.sh")
+    one_file_image(image, ROOT / "scripts" / "ensure-packages.sh")
     yield image
     subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
     subprocess.run(["podman-hpc", "rmi", "-f", image], capture_output=True, env=podman_hpc.env(podman_hpc_bin))
@@ -352,9 +343,9 @@ def test_reimport_removes_the_squashed_copy_it_replaced(podman_hpc_bin, docker, 
 
     ids = []
     try:
-        ids.append(one_file_image(image, "ensure-packages.sh"))
+        ids.append(one_file_image(image, ROOT / "scripts" / "ensure-packages.sh"))
         assert set(imported()) == {ids[0]}
-        ids.append(one_file_image(image, "install-podman-hpc.sh"))  # a new top layer
+        ids.append(one_file_image(image, ROOT / "scripts" / "install-podman-hpc.sh"))  # a new top layer
         assert set(imported()) == {ids[1]}  # the earlier copy went, with its squashfs
         assert len(list((store / "overlay" / "l").glob("*.squash"))) == 1
         ids.append(derived_image(image, image, "LABEL io.dlbench.test-rebuild=1").removeprefix("sha256:"))
