@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.distributed.rendezvous import SILENT_AFTER_S  # noqa: E402
 from benchmarks.options import RENDEZVOUS_TIMEOUT_S  # noqa: E402
 from benchmarks.processes import STOP_GRACE_S  # noqa: E402
 
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOUND_KILL_S = 30.0
 BOUND_STARTUP_S = 5.0 * STOP_GRACE_S  # the launcher's 3 x grace, then process 0's stop (SIGTERM, 2 x grace)
 STOP_TIMEOUT_S = 45  # --timeout of the SIGSTOP row that has one (--stop-timeout: a loaded machine needs more)
+SILENT_MARGIN_S = 2.0  # a stopped rank is named once silent for SILENT_AFTER_S; its last beat may precede the stop
 GRACE_S = 2.0 * STOP_GRACE_S  # the supervisor's stop grace (SIGTERM, then SIGKILL) and the record's write
 PHASES = {  # bench's progress lines (stderr) that say a phase has begun, and how long after them to act
     "startup": (re.compile(r"meeting at "), 0.0),
@@ -180,6 +182,10 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
         except psutil.Error:
             pass
     faulted = time.monotonic()
+    timeout_s = float(row["extra"][row["extra"].index("--timeout") + 1]) if "--timeout" in row["extra"] else None
+    # a stopped rank is named once silent for SILENT_AFTER_S: a stop closer than that to --timeout is too late
+    too_late = (timeout_s is not None and row["signal"] == "STOP"
+                and faulted - started > timeout_s - SILENT_AFTER_S - SILENT_MARGIN_S)
     try:
         proc.wait(timeout=row["bound_s"] + 120)
         hung = False
@@ -209,7 +215,7 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
     records = [json.loads(line) for line in output.read_text().splitlines()] if output.exists() else []
     record = records[-1] if records else None
     message = ((record or {}).get("error") or {}).get("message") or ""
-    problems = []
+    problems, harness = [], ""
     if hung or ended_s > row["bound_s"]:
         problems.append(f"ended after {ended_s:.0f} s > bound {row['bound_s']:.0f} s" + (" (killed: hung)" if hung else ""))
     # Killed in the final gather, after process 0 had every rank's numbers (a PS worker is only waited
@@ -223,13 +229,18 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
     elif record.get("status") == "ok" and not complete:
         problems.append("record ok")
     elif not re.search(rf"(rank {row['rank']}|process 0) .*\bon \S", message):
-        problems.append("the record does not name the rank and its host")  # a stopped one: by its silence
+        if too_late:  # a slow start, not the product's fault
+            harness = (f"the stop came {faulted - started:.0f} s into a --timeout {timeout_s:g} s run, under "
+                       f"{SILENT_AFTER_S + SILENT_MARGIN_S:g} s before it: too late to be called silent (raise --stop-timeout)")
+        else:
+            problems.append("the record does not name the rank and its host")  # a stopped one: by its silence
     if left or container:
         problems.append(f"{len(left)} processes and {len(container)} containers left")
+    verdict = "FAIL" if problems else "harness" if harness else "pass"
     return {**result, "victims": len(victims), "ended_s": round(ended_s, 1), "exit": proc.returncode,
             "status": (record or {}).get("status"), "message": message[:240], "left": len(left),
-            "total_s": round(time.monotonic() - started, 1), "verdict": "pass" if not problems else "FAIL",
-            "why": "; ".join(problems), "stderr_tail": "".join(stderr_lines[-4:])[-600:] if problems else ""}
+            "total_s": round(time.monotonic() - started, 1), "verdict": verdict,
+            "why": "; ".join(problems) or harness, "stderr_tail": "".join(stderr_lines[-4:])[-600:] if problems or harness else ""}
 
 
 def main(argv=None) -> int:
