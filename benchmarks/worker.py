@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
-from .processes import die_with_parent
+from .processes import die_with_parent, fast_exit
 from .registry import load_target
 
 STACKS_SIGNAL = signal.SIGUSR1  # every thread's Python stack to stderr (relayed by bench), the run goes on
@@ -68,7 +68,7 @@ def main(spec_path: str) -> int:
     faulthandler.register(STACKS_SIGNAL, all_threads=True)  # `kill -USR1 WORKER` shows where a hung run waits
     spec = json.loads(Path(spec_path).read_text())
     if not die_with_parent(spec["parent_pid"]):  # the supervisor is already gone
-        os._exit(1)
+        fast_exit(1)
     # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
     kind = load_target(spec["measurement"])
@@ -78,8 +78,7 @@ def main(spec_path: str) -> int:
         # collective with the dead rank: write the record and leave at once.
         write_result(spec["result_path"], record)
         sys.stderr.write(f"bench: {record['error']['message']}\n")
-        sys.stderr.flush()
-        os._exit(EXIT_CODE_BY_STATUS[record["status"]])
+        fast_exit(EXIT_CODE_BY_STATUS[record["status"]])
 
     def ranks_silent(silent: dict) -> None:
         try:
@@ -114,9 +113,4 @@ def main(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1])
-    # Everything is written; skip interpreter teardown, where TensorFlow's remote contexts
-    # complain about servers that already left and framework finalisers can crash.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    fast_exit(main(sys.argv[1]))

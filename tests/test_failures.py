@@ -196,3 +196,15 @@ def test_classify_exit():
     status, error = classify_exit(1, ["Traceback", "ImportError: libcuda.so.1"])
     assert (status, error["exit_code"], error["kind"]) == ("failed", 1, "crash")
     assert error["message"] == "worker exited with code 1: ImportError: libcuda.so.1"
+
+
+@pytest.mark.slow
+def test_a_tensorflow_run_leaves_no_autograph_files_in_the_temp_dir(tmp_path):
+    """autograph writes every function it converts to the temp dir and removes them only at interpreter
+    exit, which the worker skips (processes.fast_exit): on an HPC login node's shared /tmp, thousands."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = bench("--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", *SMALL,
+                   "--output", str(tmp_path / "runs.jsonl"), env={"TMPDIR": str(scratch)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert not list(scratch.glob("__autograph_generated_file*")), sorted(p.name for p in scratch.iterdir())

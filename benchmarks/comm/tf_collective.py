@@ -3,9 +3,7 @@ the path --strategy allreduce trains with. TF_CONFIG is set by the caller before
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from ..frameworks import tf_setup  # noqa: F401 - before TensorFlow
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

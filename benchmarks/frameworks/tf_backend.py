@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from . import tf_setup  # noqa: F401 - before TensorFlow
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
