@@ -111,12 +111,23 @@ class PrivateDockerd:
 
         once(f"private-dockerd-{self.name}-image", wanted[-16:], build, there)
 
+    def unmount_leftovers(self) -> None:
+        """A dockerd killed with SIGKILL leaves its data root's bind mount and its network namespace
+        mounted (`rm -rf ~/.cache/dlbench` then fails: busy); once it is gone, they are ours to remove."""
+        import psutil
+
+        inside = [part.mountpoint for part in psutil.disk_partitions(all=True)
+                  if Path(part.mountpoint).is_relative_to(self.root)]
+        for mountpoint in sorted(inside, key=len, reverse=True):  # the deepest first
+            subprocess.run(["umount", mountpoint], capture_output=True)
+
     def close(self) -> None:
         if (self.root / "dockerd.pid").exists():
             from benchmarks.processes import alive
 
             if alive(self.pid()):
                 self.kill(signal.SIGTERM)
+        self.unmount_leftovers()
         shutil.rmtree(self.socket_dir, ignore_errors=True)
         self._lock.close()
 
