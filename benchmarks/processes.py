@@ -1,6 +1,6 @@
 """Process control, stated once: what a stop signal does (StopScope), stopping a process group,
-dying with a parent, finding processes (psutil), turning a wait status into an exit code, and the
-grace ladder.
+dying with a parent, finding processes (psutil), turning a wait status into an exit code, leaving
+without interpreter teardown (fast_exit), and the grace ladder.
 
 The grace ladder for a run with a time limit T (each layer gives the one below it
 time to stop by itself and write its record before stopping it):
