@@ -85,19 +85,19 @@ def benchrun_argv(case: str, results: Path, horovod_image: str = HOROVOD_IMAGE) 
 
 
 def fault_rows(case: str, long: bool, stop_timeout_s: float = STOP_TIMEOUT_S) -> list[dict]:
-    """The faults of one case: phase to wait for, whom, which signal, bench's extra options, the bound."""
+    """The faults of one case: phase to wait for, whom, which signal, bench's --timeout (or None), the bound."""
     _, _, rank, chief, ps = CASES[case]
     loop = {"comm": "comm", "tf-ps": "ps-timed"}.get(case, "timed")
     phases = ("comm",) if case == "comm" else ("startup", "warmup", loop, "gather")
-    rows = [{"fault": f"kill-rank-{phase}", "phase": phase, "rank": rank, "signal": "KILL", "extra": [],
+    rows = [{"fault": f"kill-rank-{phase}", "phase": phase, "rank": rank, "signal": "KILL", "timeout_s": None,
              "bound_s": BOUND_STARTUP_S if phase == "startup" else BOUND_KILL_S} for phase in phases]
-    rows.append({"fault": "kill-chief", "phase": loop, "rank": chief, "signal": "KILL", "extra": [], "bound_s": BOUND_KILL_S})
+    rows.append({"fault": "kill-chief", "phase": loop, "rank": chief, "signal": "KILL", "timeout_s": None, "bound_s": BOUND_KILL_S})
     if ps is not None:
-        rows.append({"fault": "kill-ps", "phase": loop, "rank": ps, "signal": "KILL", "extra": [], "bound_s": BOUND_KILL_S})
+        rows.append({"fault": "kill-ps", "phase": loop, "rank": ps, "signal": "KILL", "timeout_s": None, "bound_s": BOUND_KILL_S})
     rows.append({"fault": "stop-rank-timeout", "phase": loop, "rank": rank, "signal": "STOP",
-                 "extra": ["--timeout", f"{stop_timeout_s:g}"], "bound_s": stop_timeout_s + GRACE_S})
+                 "timeout_s": stop_timeout_s, "bound_s": stop_timeout_s + GRACE_S})
     if long:
-        rows.append({"fault": "stop-rank", "phase": loop, "rank": rank, "signal": "STOP", "extra": [],
+        rows.append({"fault": "stop-rank", "phase": loop, "rank": rank, "signal": "STOP", "timeout_s": None,
                      "bound_s": RENDEZVOUS_TIMEOUT_S + GRACE_S})
     return rows
 
@@ -143,7 +143,9 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
     if case != "comm" and row["phase"] == "gather":
         endless = ["--num-batches", "4"]  # the gather comes right after a short loop
     ports = ["--rendezvous-port", str(port), "--worker-port", str(port + 10), "--ps-port", str(port + 20)]
-    argv = [*benchrun_argv(case, results, horovod_image), *launch, "--", *bench, *endless, *ports, *row["extra"]]
+    timeout_s = row["timeout_s"]
+    limit = [] if timeout_s is None else ["--timeout", f"{timeout_s:g}"]
+    argv = [*benchrun_argv(case, results, horovod_image), *launch, "--", *bench, *endless, *ports, *limit]
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -182,7 +184,6 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
         except psutil.Error:
             pass
     faulted = time.monotonic()
-    timeout_s = float(row["extra"][row["extra"].index("--timeout") + 1]) if "--timeout" in row["extra"] else None
     # a stopped rank is named once silent for SILENT_AFTER_S: a stop closer than that to --timeout is too late
     too_late = (timeout_s is not None and row["signal"] == "STOP"
                 and faulted - started > timeout_s - SILENT_AFTER_S - SILENT_MARGIN_S)
