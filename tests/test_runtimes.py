@@ -318,6 +318,64 @@ def test_sif_build_needs_three_times_the_image_on_disk(tmp_path, monkeypatch):
             singularity.check_room("img:1", tmp_path / "sif")
 
 
+def fake_docker_save(tmp_path, monkeypatch, files: dict[str, bytes] | None, error: str = "") -> None:
+    """A `docker` on PATH whose `save` prints a tar of `files` (or fails saying `error`)."""
+    import io
+    import tarfile
+
+    saved = tmp_path / "saved.tar"
+    with tarfile.open(saved, "w") as tar:
+        for name, data in (files or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"#!/bin/sh\necho '{error}' >&2; exit 1\n" if error else f"#!/bin/sh\ncat {saved}\n")
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_docker_save_becomes_an_oci_layout_apptainer_reads_in_place(tmp_path, monkeypatch):
+    """Docker < 25 saves manifest.json: the index is written from the config's diff_ids, layers hard-linked;
+    a Docker that already saves a layout keeps it; a failed save is one line naming the image."""
+    import hashlib
+
+    layer = b"layer bytes"
+    diff_id = hashlib.sha256(layer).hexdigest()
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]}}).encode()
+    config_digest = hashlib.sha256(config).hexdigest()
+    fake_docker_save(tmp_path, monkeypatch, {"manifest.json": json.dumps([{"Config": f"{config_digest}.json",
+                                                                          "Layers": ["abc/layer.tar"]}]).encode(),
+                                             f"{config_digest}.json": config, "abc/layer.tar": layer})
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    singularity.save_oci_layout("img:1", layout)
+    index = json.loads((layout / "index.json").read_text())
+    manifest_digest = index["manifests"][0]["digest"].removeprefix("sha256:")
+    manifest_bytes = (layout / "blobs/sha256" / manifest_digest).read_bytes()
+    assert hashlib.sha256(manifest_bytes).hexdigest() == manifest_digest
+    manifest = json.loads(manifest_bytes)
+    assert manifest["config"] == {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                  "digest": f"sha256:{config_digest}", "size": len(config)}
+    assert manifest["layers"] == [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                                   "digest": f"sha256:{diff_id}", "size": len(layer)}]
+    assert (layout / "blobs/sha256" / diff_id).stat().st_ino == (layout / "abc/layer.tar").stat().st_ino
+    assert json.loads((layout / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
+
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (tmp_path / "bin").rename(tmp_path / "old-bin")
+    fake_docker_save(tmp_path, monkeypatch, {"index.json": b'{"schemaVersion": 2}', "oci-layout": b"{}"})
+    singularity.save_oci_layout("img:1", newer)
+    assert sorted(p.name for p in newer.iterdir()) == ["index.json", "oci-layout"]
+
+    (tmp_path / "bin").rename(tmp_path / "newer-bin")
+    fake_docker_save(tmp_path, monkeypatch, None, error="Error response from daemon: reference does not exist")
+    with pytest.raises(UsageError, match=r"^docker save img:1 failed: Error response from daemon: reference does not exist$"):
+        singularity.save_oci_layout("img:1", tmp_path)
+
+
 def test_a_stopped_run_gives_its_container_client_time_to_remove_its_container():
     """SIGTERM to SIGKILL for process 0 (the host's, and a sweep point's): a udocker client removes its
     container after bench ends (a removal cut short leaves a nameless container), so the grace is the rank
