@@ -18,7 +18,7 @@ CASE = ROOT / "examples" / "seed-000-table1"
 
 
 def _varied_store(path: Path, copies: int = 12, seed: int = 0) -> Path:
-    """The case study's 20 runs and the 3 of its `why` store (2 with traces, 1 `bench comm`), each
+    """The case study's 20 runs and the 11 of its `why` store (10 with traces, 1 `bench comm`), each
     `copies` times with new run ids and varied: throughput and memory noise, framework label, host,
     runtime, some out of memory or failed, some with FLOP counts and energy, one max-batch search;
     plain lines and sweep envelopes mixed, a duplicate line and a torn last line."""
@@ -86,7 +86,11 @@ def test_duckdb_records_give_the_python_readers_report_and_gate(varied, tmp_path
     found = load.load([varied], warn=lambda message: None)
     comm = load.load([varied], warn=lambda message: None, kind="comm")
     whole = _once(load.load_python([varied], warn=lambda message: None))
-    assert [r["run_id"] for r in found] == [r["run_id"] for r in whole] and len(found) == 22 * 12 and len(comm) == 12
+    lines = [json.loads(line) for store in (CASE / "results.jsonl", CASE / "why" / "results.jsonl")
+             for line in store.read_text().splitlines()]
+    comm_lines = sum((line.get("record") or line).get("kind") == "comm" for line in lines)
+    assert [r["run_id"] for r in found] == [r["run_id"] for r in whole]
+    assert len(found) == (len(lines) - comm_lines) * 12 and len(comm) == comm_lines * 12
     assert [r.key for r in found] == [keys.key_values(r) for r in whole]
     statuses = {r["status"] for r in found}
     assert {"ok", "oom", "failed"} <= statuses and aggregate.having(found, "trace") and aggregate.max_batch_answers(found)
