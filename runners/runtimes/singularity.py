@@ -5,7 +5,7 @@ Images: a `.sif` file (from Singularity.def, or `apptainer build X.sif docker-da
 local Docker image, converted to a SIF once per Docker image id (`docker save` into an OCI image layout, then
 `build oci:LAYOUT`, lz4-compressed, kept under $DLBENCH_SIF_DIR, default ~/.cache/dlbench/sif) and reused:
 `exec docker-daemon:IMAGE` would convert the whole image again on every run, and `build docker-daemon:`
-gzips every layer on one core first (3 of the 4 minutes a 6 GB image took). MPI is the hybrid model (`srun ... apptainer exec ...`).
+gzips every layer on one core first (docs/runtimes.md, "SIFs"). MPI is the hybrid model (`srun ... apptainer exec ...`).
 The host's Python settings (PYTHONPATH, PYTHONHOME, the user's site-packages in the bound $HOME) are
 kept out, so the image's bench runs, not the host's.
 As root, where the bounding set lacks CAP_SYS_RESOURCE (containers, some VMs) the default start fails
@@ -38,7 +38,7 @@ SIF_DIR_ENV = "DLBENCH_SIF_DIR"
 SIF_MAGIC = b"SIF_MAGIC"  # at byte 32 of every SIF, after the launch line
 CAP_SYS_RESOURCE = 24
 BUILD_TIMEOUT_S = 3600
-BUILD_ROOM = 4  # free disk a conversion needs, in image sizes (check_room): its own peak is ~2.9x, and the machine writes too
+BUILD_ROOM = 4  # free disk a conversion needs, in image sizes (check_room): its own peak is ~3x, and the machine writes too
 FUSE = "/dev/fuse"
 # mksquashfs options of the SIFs made from Docker images: lz4 (measured on the TensorFlow image: a third of
 # gzip's CPU time to build, a third faster to import TensorFlow from, 1.45x the size); override with the variable.
@@ -140,8 +140,8 @@ def remove_stale(store: Path) -> None:
 
 
 def save_oci_layout(image: str, layout: Path) -> None:
-    """`docker save` unpacked into `layout` as an OCI image layout with uncompressed layers, which Apptainer
-    reads in place. Docker >= 25 saves one already; the older format (manifest.json) gets its index here:
+    """`docker save` unpacked into `layout` as an OCI image layout with uncompressed layers, for `apptainer
+    build oci:`. Docker >= 25 saves one already; the older format (manifest.json) gets its index here:
     the config's file name is its digest and its rootfs.diff_ids are the layers' (hard links, no copies)."""
     with tempfile.TemporaryFile() as errors:
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL)
