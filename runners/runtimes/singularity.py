@@ -252,7 +252,7 @@ class SingularityRuntime(Runtime):
             said = ""
             try:
                 for line in build.stderr:
-                    said = line if line.strip() else said
+                    said = line if line.strip() else said  # its last line, kept without the whole output
                     if LAYOUT_COPIED in line:
                         shutil.rmtree(layout, ignore_errors=True)
                 build.wait()
@@ -263,7 +263,7 @@ class SingularityRuntime(Runtime):
                     build.wait()
         if build.returncode == 0:
             return None
-        return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else said.strip() or "(no message)"
+        return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
 
     def image_labels(self, image: str) -> dict[str, str]:
         found = run_quiet([self.executable(), "inspect", "--labels", "--json", image])
