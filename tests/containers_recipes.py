@@ -112,8 +112,11 @@ def render_def(text: str, **build_args: str) -> str:
     """What `apptainer build --build-arg K=V` does to {{ K }} before parsing."""
     values = {**def_arguments(text), **build_args}
 
+    def render(template: str) -> str:
+        return re.sub(r"\{\{\s*(\w+)\s*\}\}", repl, template)
+
     def repl(m: re.Match) -> str:
         if m.group(1) not in values:
             raise KeyError(f"{{{{ {m.group(1)} }}}} has no value (not in %arguments)")
-        return values[m.group(1)]
-    return re.sub(r"\{\{\s*(\w+)\s*\}\}", repl, text)
+        return render(values[m.group(1)])  # a default may name other arguments, with their given values
+    return render(text)

@@ -1,9 +1,10 @@
 """Singularity.def must promise what the Docker images promise.
 
-The recipe bootstraps from the Docker image (docker-daemon) and restates its
-entrypoint, environment and labels; these tests compare them with
-Dockerfile.tf / Dockerfile.torch so the two cannot drift. No Singularity or
-Apptainer exists on the project's machines: nothing here builds or runs a SIF.
+The recipe bootstraps from the Docker image (docker-daemon, or the image saved
+as an OCI layout) and restates its entrypoint, environment and labels; these
+tests compare them with Dockerfile.tf / Dockerfile.torch so the two cannot
+drift. They read the recipe only: tests/test_runtimes_apptainer.py builds and
+runs it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ FRAMEWORKS = sorted(DOCKERFILES)
 
 
 def parse_def(text: str):
+    """spython's recipe; comment lines left out, as Apptainer does (spython reads `bootstrap` in one as the header)."""
     with tempfile.NamedTemporaryFile("w", suffix=".def", delete=False) as f:
-        f.write(text)
+        f.write("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
     try:
         recipes = spython_parsers.SingularityParser(f.name).recipe
     finally:
@@ -68,10 +70,15 @@ def test_def_agrees_with_dockerfile(framework):
     assert not problems, "\n".join(problems)
 
 
-def test_def_bootstraps_from_the_docker_daemon():
+def test_def_bootstraps_from_the_docker_daemon_or_a_layout():
+    """By default from the local Docker daemon's image of the framework; BOOTSTRAP=oci FROM=DIR from that image
+    saved as an OCI layout (how the tests build it: tests/test_runtimes_apptainer.py)."""
     text = SINGULARITY_DEF.read_text()
-    assert text.splitlines()[0].split() == ["Bootstrap:", "docker-daemon"]
-    assert parse_def(render_def(text, FRAMEWORK="torch")).fromHeader.strip() == "dlbench-torch:latest"
+    default = parse_def(render_def(text, FRAMEWORK="tensorflow", DLBENCH_TAG="0.1.0"))
+    assert (default.fromHeader.strip(), render_def(text).splitlines()[0]) == (
+        "dlbench-tensorflow:0.1.0", "Bootstrap: docker-daemon")
+    layout = render_def(text, FRAMEWORK="torch", BOOTSTRAP="oci", FROM="/tmp/layout")
+    assert layout.splitlines()[:2] == ["Bootstrap: oci", "From: /tmp/layout"]
 
 
 # The comparison itself must be able to fail: feed it drifted recipes.

@@ -187,6 +187,32 @@ def save_oci_layout(image: str, layout: Path) -> None:
         {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": f"sha256:{digest}", "size": len(manifest)}]}))
 
 
+def build_from_layout(argv: list[str], layout: Path) -> str | None:
+    """Run `apptainer build` from an OCI layout (`oci:LAYOUT`, or a recipe bootstrapping from it); None when
+    it succeeded, else its last line. Apptainer first copies the layout, then says so (LAYOUT_COPIED): the
+    layout goes then, so the disk holds two copies of the image, not three."""
+    with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                          stdin=subprocess.DEVNULL) as build:
+        timed_out = threading.Event()
+        timer = threading.Timer(BUILD_TIMEOUT_S, lambda: (timed_out.set(), build.kill()))
+        timer.start()
+        said = ""
+        try:
+            for line in build.stderr:
+                said = line if line.strip() else said  # its last line, kept without the whole output
+                if LAYOUT_COPIED in line:
+                    shutil.rmtree(layout, ignore_errors=True)
+            build.wait()
+        finally:
+            timer.cancel()
+            if build.poll() is None:  # Ctrl-C
+                build.kill()
+                build.wait()
+    if build.returncode == 0:
+        return None
+    return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
+
+
 def sif_dir() -> Path:
     cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
     return Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
@@ -231,7 +257,7 @@ class SingularityRuntime(Runtime):
         try:
             save_oci_layout(image, layout)
             squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
-            said = self._build_from_layout([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args",
+            said = build_from_layout([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args",
                                             squash, str(partial), f"oci:{layout}"], layout)
             if said is not None:
                 raise UsageError(f"{self.name} build {target.name} from {image} failed: {said}")
@@ -239,31 +265,6 @@ class SingularityRuntime(Runtime):
         finally:
             partial.unlink(missing_ok=True)
             shutil.rmtree(layout, ignore_errors=True)
-
-    @staticmethod
-    def _build_from_layout(argv: list[str], layout: Path) -> str | None:
-        """Run the build; None when it succeeded, else its last line. Apptainer first copies the layout, then
-        says so (LAYOUT_COPIED): the layout goes then, so the disk holds two copies of the image, not three."""
-        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL) as build:
-            timed_out = threading.Event()
-            timer = threading.Timer(BUILD_TIMEOUT_S, lambda: (timed_out.set(), build.kill()))
-            timer.start()
-            said = ""
-            try:
-                for line in build.stderr:
-                    said = line if line.strip() else said  # its last line, kept without the whole output
-                    if LAYOUT_COPIED in line:
-                        shutil.rmtree(layout, ignore_errors=True)
-                build.wait()
-            finally:
-                timer.cancel()
-                if build.poll() is None:  # Ctrl-C
-                    build.kill()
-                    build.wait()
-        if build.returncode == 0:
-            return None
-        return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
 
     def image_labels(self, image: str) -> dict[str, str]:
         found = run_quiet([self.executable(), "inspect", "--labels", "--json", image])

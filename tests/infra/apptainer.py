@@ -11,6 +11,7 @@ the SIFs under its home, and read-write /dev/fuse through an ACL for the length 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
@@ -51,6 +52,17 @@ def sif(image: str, bin_dir: str) -> str:
                           timeout=3600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"SIF of {image}:\n{done.stderr[-3000:]}"
     return done.stdout.strip()
+
+
+@contextlib.contextmanager
+def heavy_work():
+    """The machine's heavy-work lock (one multi-GB conversion at a time), held by this process."""
+    if not HEAVY_LOCK:
+        yield
+        return
+    with open(HEAVY_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def copy_for_nobody(path: str) -> Path:

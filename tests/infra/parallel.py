@@ -15,16 +15,21 @@ appends the group to, so every test became its own unit and two workers ran one 
 
 Units are handed to the workers in the order of `HEAVY` (`--no-loadscope-reorder` keeps it), longest
 first, so that no long unit starts last and leaves one worker idle at the end. test_horovod leads: on a
-cold machine its fixture builds the images and then Horovod (~10 min) while the other worker runs
-modules that need no image.
+cold machine its fixture builds the images and then Horovod (~17 min). When the images are still to be
+built (the controller looks before the workers start), the other heavy modules that need no image come
+next, then those that do: the other worker runs tests beside the builds' single-core steps instead of
+waiting for the images.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import PurePosixPath
 
 import pytest
+
+from .images import IMAGES
 
 SHARED = {
     "container-engines": ("test_runtimes_real", "test_containers", "test_runtimes_podman_hpc"),
@@ -37,6 +42,8 @@ HEAVY = ("test_horovod", "test_runtimes_apptainer", "test_runtimes_real", "test_
          "test_distributed", "test_launchers_real", "test_failures", "test_env_faults", "test_compile",
          "test_reframe", "test_mlflow", "test_gpu_validate")
 _GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
+IMAGE_FIXTURES = {"dlbench_images", "horovod_images"}
+COLD = "DLBENCH_TEST_IMAGES_COLD"  # the controller's finding, inherited by the workers: one order for all
 
 
 def module_of(nodeid: str) -> str:
@@ -62,8 +69,32 @@ def pytest_xdist_make_scheduler(config, log):
     return ByUnit(config, log)
 
 
+def images_missing() -> bool:
+    """The torch image is not in the local Docker engine (or no engine answers): this run builds the images."""
+    try:
+        found = subprocess.run(["docker", "image", "inspect", IMAGES["torch"]], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    return found.returncode != 0
+
+
+def pytest_configure(config):
+    if not os.environ.get("PYTEST_XDIST_WORKER") and config.getoption("dist", "no") != "no":
+        os.environ[COLD] = "1" if images_missing() else "0"
+
+
+def order(module: str, needs_image: bool, cold: bool) -> tuple[int, int]:
+    """HEAVY's rank; when cold, the heavy modules that need no image before the others (HEAVY[0] first)."""
+    rank = HEAVY.index(module) if module in HEAVY else len(HEAVY)
+    if not cold:
+        return (0, rank)
+    return (0 if rank == 0 else 3 if rank == len(HEAVY) else 1 + needs_image, rank)
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("PYTEST_XDIST_WORKER"):  # a plain `pytest` keeps the file order
-        rank = {name: i for i, name in enumerate(HEAVY)}
+        needs_image = {module_of(item.nodeid) for item in items if IMAGE_FIXTURES & set(item.fixturenames)}
+        cold = os.environ.get(COLD) == "1"
         # sorted() is stable: within a module and among the other modules, collection order stays.
-        items[:] = sorted(items, key=lambda item: rank.get(module_of(item.nodeid), len(HEAVY)))
+        items[:] = sorted(items, key=lambda item: order(module_of(item.nodeid), module_of(item.nodeid) in needs_image,
+                                                        cold))
