@@ -47,7 +47,7 @@ def apptainer_bin():
 def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
     """`apptainer build --build-arg FRAMEWORK=... X.sif Singularity.def`, bootstrapping from the image saved as
     an OCI layout (BOOTSTRAP=oci, the recipe's own fast path: docker-daemon would gzip every layer on one
-    core; that default is built for real from the small base image in test_default_bootstrap_...)."""
+    core; that default is built for real in test_recipe_default_bootstraps_from_the_docker_daemon)."""
     tag = image.split(":")[-1]
     image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True,
                               text=True).stdout.strip()
@@ -63,9 +63,10 @@ def def_sif(apptainer_bin: str, framework: str, image: str) -> str:
         with apptainer.heavy_work(), tempfile.TemporaryDirectory(prefix=f".{framework}-oci-", dir=DEF_SIFS) as layout:
             singularity.save_oci_layout(image, Path(layout))
             said = singularity.build_from_layout(
-                [f"{apptainer_bin}/apptainer", "build", "--force", "--disable-cache", "--mksquashfs-args", singularity.MKSQUASHFS_ARGS,
-                 "--build-arg", f"FRAMEWORK={framework}", "--build-arg", f"DLBENCH_TAG={tag}",
-                 "--build-arg", "BOOTSTRAP=oci", "--build-arg", f"FROM={layout}", f"{target}.partial",
+                [f"{apptainer_bin}/apptainer", "build", "--force", "--disable-cache",
+                 "--mksquashfs-args", singularity.MKSQUASHFS_ARGS, "--build-arg", f"FRAMEWORK={framework}",
+                 "--build-arg", f"DLBENCH_TAG={tag}", "--build-arg", "BOOTSTRAP=oci", "--build-arg", f"FROM={layout}",
+                 f"{target}.partial",
                  str(ROOT / "Singularity.def")], Path(layout))
         assert said is None, f"Singularity.def ({framework}) did not build: {said}"
         os.replace(f"{target}.partial", target)

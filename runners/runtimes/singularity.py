@@ -258,7 +258,7 @@ class SingularityRuntime(Runtime):
             save_oci_layout(image, layout)
             squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
             said = build_from_layout([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args",
-                                            squash, str(partial), f"oci:{layout}"], layout)
+                                      squash, str(partial), f"oci:{layout}"], layout)
             if said is not None:
                 raise UsageError(f"{self.name} build {target.name} from {image} failed: {said}")
             os.replace(partial, target)
