@@ -11,7 +11,6 @@ the SIFs under its home, and read-write /dev/fuse through an ACL for the length 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import subprocess
@@ -19,7 +18,7 @@ import sys
 from pathlib import Path
 
 from .helpers import ROOT, python_env
-from .podman_hpc import HEAVY_LOCK
+from .podman_hpc import heavy_work
 from .slurm import skip_loudly
 from .unprivileged import UNPRIVILEGED_HOME
 
@@ -46,23 +45,11 @@ def env(bin_dir: str, **extra: str) -> dict[str, str]:
 def sif(image: str, bin_dir: str) -> str:
     """`image` as a SIF, built by the runtime once per Docker image id (the build takes the heavy-work lock)."""
     code = f"from runners.runtimes import get\nprint(get('apptainer').prepare({image!r}))"
-    if HEAVY_LOCK:
-        code = f"import fcntl\nlock = open({HEAVY_LOCK!r}, 'a')\nfcntl.flock(lock, fcntl.LOCK_EX)\n{code}"
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env(bin_dir), capture_output=True, text=True,
-                          timeout=3600, stdin=subprocess.DEVNULL)
+    with heavy_work():
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env(bin_dir), capture_output=True,
+                              text=True, timeout=3600, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"SIF of {image}:\n{done.stderr[-3000:]}"
     return done.stdout.strip()
-
-
-@contextlib.contextmanager
-def heavy_work():
-    """The machine's heavy-work lock (one multi-GB conversion at a time), held by this process."""
-    if not HEAVY_LOCK:
-        yield
-        return
-    with open(HEAVY_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def copy_for_nobody(path: str) -> Path:

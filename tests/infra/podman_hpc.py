@@ -9,6 +9,8 @@ where podman-hpc cannot be installed (not root, not Debian).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
@@ -20,6 +22,17 @@ from .slurm import skip_loudly
 
 INSTALL = ROOT / "scripts" / "install-podman-hpc.sh"
 HEAVY_LOCK = os.environ.get("DLBENCH_HEAVY_LOCK", "/tmp/dlbench-heavy.lock")
+
+
+@contextlib.contextmanager
+def heavy_work():
+    """The machine's heavy-work lock (one multi-GB conversion at a time), held by this process."""
+    if not HEAVY_LOCK:
+        yield
+        return
+    with open(HEAVY_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def install() -> str:
@@ -63,10 +76,8 @@ def imported(image: str, bin_dir: str) -> str:
 
     def build() -> str:
         if not valid(image_id):  # imported already (by an earlier run or by hand): no lock to wait for
-            code = f"print(rt.prepare({image!r}))"
-            if HEAVY_LOCK:
-                code = f"import fcntl\nlock = open({HEAVY_LOCK!r}, 'a')\nfcntl.flock(lock, fcntl.LOCK_EX)\n{code}"
-            _runtime(bin_dir, code)
+            with heavy_work():
+                _runtime(bin_dir, f"print(rt.prepare({image!r}))")
         return image_id
 
     once("podman-hpc-image", inputs_key([], [image, bin_dir, image_id]), build, valid)
