@@ -12,13 +12,24 @@ import socket
 from pathlib import Path
 from typing import Callable, Mapping
 
-CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "none")
+CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "containerd",
+                      "none")
 REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
 RUNTIME_VERSION_ENV = "DLBENCH_RUNTIME_VERSION"  # set by benchrun beside it: that runtime's version line
 
 
+def root_mount() -> str:
+    """The mount table's line for / (who made the root file system), "" if unreadable."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line for line in reversed(lines) if line.split()[4:5] == ["/"]), "")  # the last one is seen
+
+
 def detect_container_runtime(
-    env: Mapping[str, str] = os.environ, exists: Callable[[str], bool] = os.path.exists
+    env: Mapping[str, str] = os.environ, exists: Callable[[str], bool] = os.path.exists,
+    root: Callable[[], str] = root_mount,
 ) -> str:
     """The container runtime this process runs under, or "none".
 
@@ -26,7 +37,8 @@ def detect_container_runtime(
     APPTAINER_CONTAINER (and Singularity SINGULARITY_CONTAINER; Apptainer also
     sets the latter for compatibility); Shifter sets SHIFTER_RUNTIME; udocker sets
     container_uuid and container_execmode (P1, R1, F1...) in every container;
-    Podman writes /run/.containerenv; Docker writes /.dockerenv.
+    Podman writes /run/.containerenv; Docker writes /.dockerenv; a container of containerd
+    itself (ctr, nerdctl, Kubernetes) has its root from containerd's snapshotter.
     """
     if env.get("CH_RUNNING"):
         return "charliecloud"
@@ -42,6 +54,8 @@ def detect_container_runtime(
         return "podman"
     if exists("/.dockerenv"):
         return "docker"
+    if "/io.containerd.snapshotter." in root():
+        return "containerd"
     return "none"
 
 

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import convergence, lr_rules, step_timing
 from .options import DEFAULTS, choices_of
+from .provenance import CONTAINER_RUNTIMES
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
 
-SCHEMA_VERSION = "1.14"
+SCHEMA_VERSION = "1.15"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -348,7 +349,7 @@ class Provenance(_Model):
     cpu_model: str
     cpu_count: Optional[int]
     cpu_usable: int
-    container_runtime: Literal["docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "none"]
+    container_runtime: Literal[CONTAINER_RUNTIMES]
     requested_runtime: Optional[str] = Field(
         None, description="the runtime benchrun was asked for (its --runtime name); null when bench ran alone")
     runtime_version: Optional[str] = Field(
@@ -367,7 +368,7 @@ class ErrorInfo(_Model):
 
 
 class ResultRecord(_Model):
-    schema_version: Literal["1.14"] = SCHEMA_VERSION
+    schema_version: Literal[SCHEMA_VERSION] = SCHEMA_VERSION
     run_id: str
     timestamp_utc: str
     status: Status

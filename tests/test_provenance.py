@@ -20,7 +20,19 @@ from benchmarks.provenance import cpu_model, detect_container_runtime
     ],
 )
 def test_detect_container_runtime(env, paths, expected):
-    assert detect_container_runtime(env, paths.__contains__) == expected
+    assert detect_container_runtime(env, paths.__contains__, root=lambda: HOST_ROOT) == expected
+
+
+HOST_ROOT = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard"
+CONTAINERD_ROOT = ("75 47 0:39 / / rw,relatime - overlay overlay rw,lowerdir=/var/lib/containerd/io.containerd."
+                   "snapshotter.v1.overlayfs/snapshots/1/fs,upperdir=/var/lib/containerd/io.containerd.snapshotter.v1."
+                   "overlayfs/snapshots/2/fs")  # as `ctr run` mounts it (seen in tests/test_runtimes_containerd.py)
+
+
+def test_a_containerd_snapshot_as_root_is_containerd_unless_docker_or_podman_says_so():
+    assert detect_container_runtime({}, set().__contains__, root=lambda: CONTAINERD_ROOT) == "containerd"
+    for marker, runtime in (("/.dockerenv", "docker"), ("/run/.containerenv", "podman")):  # their containerd stores
+        assert detect_container_runtime({}, {marker}.__contains__, root=lambda: CONTAINERD_ROOT) == runtime
 
 
 def test_cpu_model_from_cpuinfo():

@@ -51,6 +51,9 @@ DRY_RUNS = {
                     f"--user=root -v {MOUNT} -w /results --entrypoint=bench dlbench-torch:latest {TAIL}",
     "podman-hpc": f"podman-hpc run --rm --gpu --nccl --mpi -v {MOUNT} -w /results --label dlbench.run=dlbench-abc "
                   f"--entrypoint= dlbench-torch:latest bench {TAIL}",
+    "containerd": "ctr --namespace dlbench run --rm --net-host --mount type=bind,src=/dev/shm,dst=/dev/shm,options=rbind:rw "
+                  "--mount type=bind,src=/tmp/RESULTS,dst=/results,options=rbind:rw --cwd /results "
+                  f"docker.io/library/dlbench-torch:latest dlbench-abc bench {TAIL}",
 }
 
 

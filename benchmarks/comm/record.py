@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
-COMM_SCHEMA_VERSION = "1.5"
+COMM_SCHEMA_VERSION = "1.6"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
 KIND = "comm"
 
@@ -80,7 +80,7 @@ class CommError(_Model):
 
 
 class CommRecord(_Model):
-    schema_version: Literal["1.5"] = COMM_SCHEMA_VERSION
+    schema_version: Literal[COMM_SCHEMA_VERSION] = COMM_SCHEMA_VERSION
     kind: Literal["comm"] = KIND
     run_id: str
     timestamp_utc: str

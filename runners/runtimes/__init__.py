@@ -25,6 +25,7 @@ RUNTIMES = Registry("runtime", {
     "udocker": "runners.runtimes.udocker:UdockerRuntime",
     "udocker-runc": "runners.runtimes.udocker:UdockerRuncRuntime",
     "podman-hpc": "runners.runtimes.podman_hpc:PodmanHpcRuntime",
+    "containerd": "runners.runtimes.containerd:ContainerdRuntime",
 })
 
 

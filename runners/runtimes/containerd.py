@@ -1,0 +1,134 @@
+"""`containerd`: containerd itself, through its own client `ctr`, without Docker's daemon on top.
+
+The image is imported once per Docker image id (`docker save IMAGE | ctr images import -`, the id kept
+as a label on containerd's image, so a rebuilt image is imported again), or run as containerd has it
+(`ctr images pull`). Each rank runs in its own container, removed when it ends:
+
+    ctr --namespace dlbench run --rm --net-host --mount type=bind,src=/dev/shm,dst=/dev/shm,options=rbind:rw \\
+        --env K=V --mount type=bind,src=/host/data,dst=/data,options=rbind:ro --cwd /results \\
+        docker.io/library/dlbench-tensorflow:latest NAME bench ARGS...
+
+`ctr run` forwards the signals it is given to bench and has no `-e NAME` form: a pass-through variable's
+value is read where the rank starts. The socket is ctr's own `CONTAINERD_ADDRESS` (default
+/run/containerd/containerd.sock); the namespace `CONTAINERD_NAMESPACE`, else `dlbench` (apart from
+Docker's `moby` and Kubernetes' `k8s.io`). GPUs: ctr 1.6 names them by index (`--gpus N`, the
+NVIDIA container CLI's hook), one per /dev/nvidiaN of the node. docs/runtimes.md, "containerd".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from benchmarks.errors import UsageError
+
+from .base import Command, Invocation, Mount, Runtime, last_line, local_docker_id, run_quiet
+
+NAMESPACE = "dlbench"
+ID_LABEL = "io.dlbench.docker-id"  # the Docker image id a containerd image was imported from
+DEV = "/dev"
+
+
+def reference(image: str) -> str:
+    """The name containerd keeps `image` under: Docker's short names in full (docker.io/library/NAME:latest)."""
+    name, digest = image.split("@", 1) if "@" in image else (image, None)
+    first = name.split("/", 1)[0]
+    if "/" not in name:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if digest is None and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return f"{name}@{digest}" if digest else name
+
+
+class ContainerdRuntime(Runtime):
+    name = "containerd"
+    binary = "ctr"
+    subcommand = ("run", "--rm")
+    removes_container = True
+    runs_as_image_user = True  # the image's USER (bench, uid 1000)
+    install_hint = "Debian's containerd package, which docker.io depends on"
+
+    def namespace(self) -> str:
+        return os.environ.get("CONTAINERD_NAMESPACE") or NAMESPACE
+
+    def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return run_quiet([self.executable(), "--namespace", self.namespace(), *args], timeout=timeout)
+
+    # ---- the image ----------------------------------------------------------------
+    def import_image(self, image: str) -> str:
+        ref, docker_id = reference(image), local_docker_id(image)
+        labels = self.labels(ref)
+        if labels is not None and docker_id in (None, labels.get(ID_LABEL)):
+            return ref  # imported from this build, or containerd's own image
+        if docker_id is None:
+            raise UsageError(f"image {image!r} not found by containerd, nor in a local Docker engine to import it from")
+        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            loaded = subprocess.run([self.executable(), "--namespace", self.namespace(), "images", "import", "-"],
+                                    stdin=save.stdout, capture_output=True, text=True)
+        except BaseException:  # Ctrl-C
+            save.kill()
+            raise
+        finally:
+            save.stdout.close()
+        if save.wait() != 0 or loaded.returncode != 0 or self.labels(ref) is None:
+            self.ctr("images", "rm", ref)  # nothing half-imported left
+            raise UsageError(f"docker save {image} | ctr images import - failed: {last_line(loaded.stderr)}")
+        self.ctr("images", "label", ref, f"{ID_LABEL}={docker_id}")
+        return ref
+
+    def labels(self, ref: str) -> dict[str, str] | None:
+        """containerd's labels of its image `ref` (None: it has no such image)."""
+        listed = self.ctr("images", "ls", f"name=={ref}")
+        rows = listed.stdout.splitlines()[1:] if listed.returncode == 0 else []
+        if not rows:
+            return None
+        found = rows[0].split()[-1]  # REF TYPE DIGEST SIZE(2 words) PLATFORMS LABELS; "-" for none
+        return dict(pair.split("=", 1) for pair in found.split(",") if "=" in pair)
+
+    # ---- the command line ----------------------------------------------------------
+    def slots(self, run: Invocation) -> Command:
+        command = super().slots(run)
+        command["program_options"] = ["--namespace", self.namespace()]
+        command["image"] = [reference(run.image), run.name or f"dlbench-{os.getpid()}"]  # ctr run IMAGE ID COMMAND
+        return command
+
+    def base_options(self, image: str) -> list[str]:
+        # Ranks talk over loopback; the host's /dev/shm for DataLoader workers (ctr's own is 64 MB).
+        return ["--net-host", "--mount", "type=bind,src=/dev/shm,dst=/dev/shm,options=rbind:rw"]
+
+    def gpu_options(self) -> list[str]:
+        indices = sorted(int(m[1]) for m in map(re.compile(r"nvidia(\d+)").fullmatch, os.listdir(DEV)) if m)
+        if not indices:
+            raise UsageError(f"--gpus: no {DEV}/nvidiaN on this node (ctr names each GPU by its index)")
+        return [arg for index in indices for arg in ("--gpus", str(index))]
+
+    def env_option(self, key: str, value: str | None) -> list[str]:
+        return ["--env", f"{key}={os.environ.get(key, '') if value is None else value}"]
+
+    def mount_option(self, mount: Mount) -> list[str]:
+        return ["--mount", f"type=bind,src={mount.source},dst={mount.target},options=rbind:{'ro' if mount.readonly else 'rw'}"]
+
+    def workdir_option(self, workdir: str) -> list[str]:
+        return ["--cwd", workdir]
+
+    # ---- clean up ---------------------------------------------------------------------
+    def clean_up(self, name: str, prefix: bool = False) -> None:
+        try:
+            listed = self.ctr("containers", "ls", "-q").stdout.split()
+            for found in (c for c in listed if c == name or (prefix and c.startswith(name))):
+                self.ctr("tasks", "rm", "-f", found)  # kills a task still running
+                self.ctr("containers", "rm", found)  # and its snapshot
+        except subprocess.TimeoutExpired:  # a daemon that hangs
+            pass
+
+    def fault(self) -> str | None:
+        try:
+            answer = self.ctr("version", timeout=15)
+        except subprocess.TimeoutExpired:
+            return "containerd does not answer (no answer within 15 s)"
+        return None if answer.returncode == 0 else f"containerd does not answer ({last_line(answer.stderr)[:200]})"
