@@ -19,12 +19,14 @@ RUNTIME_VERSION_ENV = "DLBENCH_RUNTIME_VERSION"  # set by benchrun beside it: th
 
 
 def root_mount() -> str:
-    """The mount table's line for / (who made the root file system), "" if unreadable."""
+    """The options of the mount at / (who made the root file system: an overlay's layers), "" if unknown."""
+    import psutil  # lazily: bench --help stays light
+
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        roots = [mount.opts for mount in psutil.disk_partitions(all=True) if mount.mountpoint == "/"]
     except OSError:
         return ""
-    return next((line for line in reversed(lines) if line.split()[4:5] == ["/"]), "")  # the last one is seen
+    return roots[-1] if roots else ""  # the last one mounted there is the one seen
 
 
 def detect_container_runtime(

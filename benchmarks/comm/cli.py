@@ -12,7 +12,6 @@ from ..errors import UsageError, choices
 from ..options import COMM, RENDEZVOUS_TIMEOUT_S, RUN, check_values, given, of
 from . import BACKENDS
 
-COMM_STRATEGIES = tuple(name for name, s in strategies.STRATEGIES.items() if s.comm_ops)
 DESCRIPTION = """\
 Communication microbenchmark with the frameworks' own collectives, under the same
 launchers and images as training: all-reduce over message sizes (nccl-tests'
@@ -58,8 +57,8 @@ def options_from(args, installed_here: bool = True):
 
     framework = resolve_framework(args.framework)
     check_values({o.dest: getattr(args, o.dest) for o in of(COMM)})
-    if args.strategy not in COMM_STRATEGIES:
-        raise UsageError(f"--strategy {args.strategy!r} is invalid for comm (choices: {choices(COMM_STRATEGIES)})")
+    if args.strategy not in strategies.COMM_NAMES:
+        raise UsageError(f"--strategy {args.strategy!r} is invalid for comm (choices: {choices(strategies.COMM_NAMES)})")
     strategy = strategies.get(args.strategy)
     if not strategy.supports(framework):
         raise UsageError(f"--strategy {args.strategy} applies to --framework {choices(strategy.frameworks)} only")

@@ -12,6 +12,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from ..distributed import strategies
+from ..options import choices_of
 from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
 COMM_SCHEMA_VERSION = "1.6"
@@ -25,9 +27,9 @@ def is_comm(record: dict) -> bool:
 
 
 class CommConfig(_Model):
-    framework: Literal["torch", "tensorflow"]
+    framework: Literal[choices_of("framework")]
     backend: str = Field(description="gloo, nccl, mpi, horovod, collective (TF) or ps (TF)")
-    ops: list[Literal["allreduce", "pingpong", "gradients", "pull", "push", "ps_step"]]
+    ops: list[Literal[strategies.COMM_OPS]]
     dtype: Literal["float32"]
     min_bytes: int
     max_bytes: int
@@ -36,10 +38,10 @@ class CommConfig(_Model):
     iters: int
     model: str = Field(description="model whose gradient buckets / variables are communicated")
     image_size: Optional[int] = Field(default=None, description="input size the model's variables were built for (TensorFlow; 1.2)")
-    device: Literal["auto", "cpu", "gpu"]
-    strategy: Literal["none", "ps"]
+    device: Literal[choices_of("device")]
+    strategy: Literal[strategies.COMM_NAMES]
     num_ps: int
-    ps_placement: Literal["round-robin", "greedy"]
+    ps_placement: Literal[choices_of("ps_placement")]
     worker_port: int
     ps_port: int
     rendezvous_port: int
@@ -48,7 +50,7 @@ class CommConfig(_Model):
 
 
 class CommRow(_Model):
-    op: Literal["allreduce", "pingpong", "gradients", "pull", "push", "ps_step"]
+    op: Literal[strategies.COMM_OPS]
     backend: str
     bytes: int = Field(description="message size; for gradients/ps_step the sum over buckets/variables (per worker)")
     elements: int

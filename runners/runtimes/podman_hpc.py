@@ -225,9 +225,7 @@ def unmount_squashes(store: Path) -> None:
 
 def squash_mounts(store: Path) -> list[str]:
     """Mount points of squashfuse mounts under the squash store."""
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return []
-    return [fields[1] for fields in (line.split() for line in mounts)
-            if len(fields) > 2 and fields[2].startswith("fuse.squashfuse") and fields[1].startswith(f"{store}/")]
+    import psutil
+
+    return [mount.mountpoint for mount in psutil.disk_partitions(all=True)
+            if mount.fstype.startswith("fuse.squashfuse") and mount.mountpoint.startswith(f"{store}/")]

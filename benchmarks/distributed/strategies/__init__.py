@@ -12,6 +12,8 @@ from .ps import CHIEF, PS, PsStrategy
 _ALL = (NoStrategy(), DdpStrategy(), HorovodStrategy(), AllreduceStrategy(), PsStrategy())
 STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in _ALL}
 NAMES = tuple(STRATEGIES)  # bench's --strategy choices, in this order
+COMM_NAMES = tuple(name for name, s in STRATEGIES.items() if s.comm_ops)  # bench comm's
+COMM_OPS = tuple(op for s in _ALL for op in s.comm_ops)  # every operation bench comm measures
 DEFAULT = NoStrategy.name
 ROLES = (WORKER, CHIEF, PS)  # every role kind a process can have
 
@@ -22,4 +24,4 @@ def get(name: str | None) -> Strategy:
     return STRATEGIES[name or DEFAULT]
 
 
-__all__ = ["DEFAULT", "NAMES", "ROLES", "STRATEGIES", "Role", "Strategy", "get"]
+__all__ = ["COMM_NAMES", "COMM_OPS", "DEFAULT", "NAMES", "ROLES", "STRATEGIES", "Role", "Strategy", "get"]
