@@ -18,10 +18,10 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import convergence, lr_rules, step_timing
-from .options import DEFAULTS, choices_of
-from .provenance import CONTAINER_RUNTIMES
 from .distributed import strategies
 from .durable import append_jsonl  # noqa: F401 - kept importable from here
+from .options import DEFAULTS, choices_of
+from .provenance import CONTAINER_RUNTIMES
 
 SCHEMA_VERSION = "1.15"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
