@@ -55,8 +55,11 @@ class ContainerdRuntime(Runtime):
     def namespace(self) -> str:
         return os.environ.get("CONTAINERD_NAMESPACE") or NAMESPACE
 
+    def ctr_argv(self, *args: str) -> list[str]:
+        return [self.executable(), "--namespace", self.namespace(), *args]
+
     def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return run_quiet([self.executable(), "--namespace", self.namespace(), *args], timeout=timeout)
+        return run_quiet(self.ctr_argv(*args), timeout=timeout)
 
     # ---- the image ----------------------------------------------------------------
     def import_image(self, image: str) -> str:
@@ -68,8 +71,7 @@ class ContainerdRuntime(Runtime):
             raise UsageError(f"image {image!r} not found by containerd, nor in a local Docker engine to import it from")
         save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         try:
-            loaded = subprocess.run([self.executable(), "--namespace", self.namespace(), "images", "import", "-"],
-                                    stdin=save.stdout, capture_output=True, text=True)
+            loaded = subprocess.run(self.ctr_argv("images", "import", "-"), stdin=save.stdout, capture_output=True, text=True)
         except BaseException:  # Ctrl-C
             save.kill()
             raise
@@ -93,7 +95,7 @@ class ContainerdRuntime(Runtime):
     # ---- the command line ----------------------------------------------------------
     def slots(self, run: Invocation) -> Command:
         command = super().slots(run)
-        command["program_options"] = ["--namespace", self.namespace()]
+        command["program_options"] = self.ctr_argv()[1:]  # --namespace NAME
         command["image"] = [reference(run.image), run.name or f"dlbench-{os.getpid()}"]  # ctr run IMAGE ID COMMAND
         return command
 
