@@ -120,7 +120,6 @@ class Measurement(RankSession):
                          on_peer_failure, on_silence)
         self.config = config
         self.mllog = mllog
-        self.backend: Framework | None = None
         self.tensorboard = tensorboard  # directory for per-step scalars, or None
         self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
         self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
@@ -157,7 +156,7 @@ class Measurement(RankSession):
             result = self._measure(monitor)
         finally:
             monitor.close()
-            self.backend.close()
+            self.close_backend()
         self.leave()
         return result
 

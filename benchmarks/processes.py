@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, NoReturn
 
@@ -27,6 +28,7 @@ STOP_GRACE_S = 10  # SIGTERM -> SIGKILL when stopping a process group (worker, r
 CLIENT_GRACE_S = 20  # a container client forwarding SIGTERM, a sweep point's children: before SIGKILL
 HOST_GRACE_S = 60  # beyond T: bench's own stop and the launcher's grace
 SWEEP_GRACE_S = 90  # beyond T: the host's grace plus start-up
+CLOSE_GRACE_S = 60  # a framework's shutdown (MPI_Finalize) once the measurement is taken
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -112,6 +114,27 @@ def exit_code(returncode: int | None) -> int:
     if returncode is None:
         return 1
     return 128 - returncode if returncode < 0 else returncode
+
+
+def returns_within(call: Callable[[], None], seconds: float) -> bool:
+    """call() in a daemon thread, waited for up to `seconds`: False, and the call left running, when it
+    has not returned by then (the process then leaves without it). Its exception is raised here."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        return False
+    if errors:
+        raise errors[0]
+    return True
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:

@@ -72,3 +72,16 @@ def test_stop_scope_raises_notes_and_restores():
     finally:
         scope.restore()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_returns_within_waits_raises_and_gives_up():
+    import threading
+
+    import pytest
+
+    assert processes.returns_within(lambda: None, 5)
+    with pytest.raises(ValueError, match="the call's own"):
+        processes.returns_within(lambda: (_ for _ in ()).throw(ValueError("the call's own")), 5)
+    started = time.monotonic()
+    assert not processes.returns_within(threading.Event().wait, 0.5)
+    assert 0.5 <= time.monotonic() - started < 5

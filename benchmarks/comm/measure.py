@@ -27,7 +27,7 @@ from ..supervisor import Job
 from ..timing import clock
 from . import load, metrics
 from . import record as comm_record
-from .base import CommBackend, CommOptions
+from .base import CommOptions
 
 
 def _stopped(signum: int) -> Stopped:
@@ -41,7 +41,6 @@ class CommMeasurement(RankSession):
         super().__init__(base, options.strategy, options.num_ps, options.rendezvous_port, options.rendezvous_timeout,
                          on_peer_failure, on_silence)
         self.options = options
-        self.backend: CommBackend | None = None
         self.rows: list[dict] = []  # process 0: finished rows
         self.gradients: dict | None = None
         self.placement: list[dict] | None = None  # --strategy ps: variables and bytes per PS
@@ -87,7 +86,7 @@ class CommMeasurement(RankSession):
             for op in opts.ops:
                 getattr(self, f"_op_{op}")()
         finally:
-            backend.close()
+            self.close_backend()
         self.leave()
         if self.world.rank != 0:
             return None

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from .. import processes
 from ..errors import UsageError
 from ..frameworks.base import Distributed
 from . import cluster, strategies
@@ -67,6 +68,7 @@ class RankSession:
         self.silent: dict[int, dict] = {}  # process 0: ranks alive but not heard from -> {"host", "since" (epoch s)}
         self.world = worlds.World()
         self.peers: list[dict] = []
+        self.backend = None  # the framework (training) or communication backend, once the subclass loads it
         self.rendezvous: Rendezvous | None = None
         self.peer_failed = threading.Event()
         self.peer_record: dict | None = None  # a failed peer's report, as this run's record (process 0)
@@ -123,6 +125,14 @@ class RankSession:
         if serving is not None:
             serving()
         self.rendezvous.allgather(DONE, None, wait_forever=True)
+
+    def close_backend(self) -> None:
+        """The backend's shutdown, bounded: Horovod's (MPI_Finalize) once waited on a peer until the test's
+        timeout on a loaded host, and the measurement already taken must not be lost to that."""
+        if self.backend is not None and not processes.returns_within(self.backend.close, processes.CLOSE_GRACE_S):
+            self.progress(f"warning: the {type(self.backend).__name__} backend did not shut down within "
+                          f"{processes.CLOSE_GRACE_S} s (MPI_Finalize waiting for a peer?); leaving without it, "
+                          "the measurement kept")
 
     def leave(self) -> None:
         """After success only: on a failure the rendezvous stays open so that a failed peer's report

@@ -83,14 +83,15 @@ print(json.dumps(out))
 
 def complete_run_ids(url: str, experiment: str = "dlbench") -> list[str]:
     """The dlbench run ids of the complete runs a tracking server holds, through its REST API (quick: no
-    MLflow client started, for polling while a sweep runs)."""
+    MLflow client started, for polling while a sweep runs). The server has one worker, busy with the sweep's own
+    logging on a loaded machine: an answer may take a while (10 s was once too short under CI)."""
     from urllib.parse import quote
 
     def call(path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(f"{url}/api/2.0/mlflow/{path}", data=data,
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=90) as answer:
             return json.load(answer)
 
     try:
