@@ -118,7 +118,8 @@ def exit_code(returncode: int | None) -> int:
 
 def returns_within(call: Callable[[], None], seconds: float) -> bool:
     """call() in a daemon thread, waited for up to `seconds`: False, and the call left running, when it
-    has not returned by then (the process then leaves without it). Its exception is raised here."""
+    has not returned by then (the process then leaves without it). Its exception is raised here. Where no
+    thread can start (an address-space limit just hit: a probe's OOM), call() runs here, unbounded."""
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -128,7 +129,11 @@ def returns_within(call: Callable[[], None], seconds: float) -> bool:
             errors.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # "can't start new thread"
+        call()
+        return True
     thread.join(seconds)
     if thread.is_alive():
         return False

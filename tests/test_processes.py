@@ -85,3 +85,17 @@ def test_returns_within_waits_raises_and_gives_up():
     started = time.monotonic()
     assert not processes.returns_within(threading.Event().wait, 0.5)
     assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_returns_within_calls_inline_where_no_thread_starts(monkeypatch):
+    """Under an address-space limit just hit (a max-batch probe's OOM) no thread starts: the call runs in
+    the caller's thread, so the OOM stays the record's status (test_maxbatch's limit run sees it for real)."""
+    import threading
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    called = []
+    assert processes.returns_within(lambda: called.append(threading.current_thread()), 5)
+    assert called == [threading.main_thread()]
