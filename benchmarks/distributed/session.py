@@ -127,8 +127,8 @@ class RankSession:
         self.rendezvous.allgather(DONE, None, wait_forever=True)
 
     def close_backend(self) -> None:
-        """The backend's shutdown, bounded: Horovod's (MPI_Finalize) once waited on a peer until the test's
-        timeout on a loaded host, and the measurement already taken must not be lost to that."""
+        """The backend's shutdown, bounded: Horovod's (MPI_Finalize) can wait on a peer for ever on a loaded
+        host, and the measurement already taken must not be lost to that (docs/results.md)."""
         if self.backend is not None and not processes.returns_within(self.backend.close, processes.CLOSE_GRACE_S):
             self.progress(f"warning: the {type(self.backend).__name__} backend did not shut down within "
                           f"{processes.CLOSE_GRACE_S} s (MPI_Finalize waiting for a peer?); leaving without it, "

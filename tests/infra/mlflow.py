@@ -84,7 +84,7 @@ print(json.dumps(out))
 def complete_run_ids(url: str, experiment: str = "dlbench") -> list[str]:
     """The dlbench run ids of the complete runs a tracking server holds, through its REST API (quick: no
     MLflow client started, for polling while a sweep runs). The server has one worker, busy with the sweep's own
-    logging on a loaded machine: an answer may take a while (10 s was once too short under CI)."""
+    logging on a loaded machine: an answer may take a while."""
     from urllib.parse import quote
 
     def call(path: str, body: dict | None = None) -> dict:
