@@ -116,10 +116,12 @@ def exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def returns_within(call: Callable[[], None], seconds: float) -> bool:
-    """call() in a daemon thread, waited for up to `seconds`: False, and the call left running, when it
-    has not returned by then (the process then leaves without it). Its exception is raised here. Where no
-    thread can start (an address-space limit just hit: a probe's OOM), call() runs here, unbounded."""
+def returns_within(call: Callable[[], None], seconds: float | None) -> bool:
+    """call() in a daemon thread, waited for up to `seconds` (None: until it returns) while this thread stays
+    free for signals (a StopScope's exception is raised here, the call left stuck in a collective): False,
+    and the call left running, when it has not returned by then (the process then leaves without it). Its
+    exception is raised here. Where no thread can start (an address-space limit just hit: a probe's OOM),
+    call() runs here, unbounded."""
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -229,9 +229,9 @@ frameworks.load = load
 
 @pytest.mark.slow
 def test_a_shutdown_that_never_returns_keeps_the_measurement(tmp_path):
-    """hvd.shutdown() once hung in MPICH's MPI_Finalize on a loaded host: the record taken before it must
-    still be written, with one warning, and the run must end (here the shutdown hangs for real, injected
-    through a sitecustomize in the worker)."""
+    """A shutdown that never returns (MPI_Finalize waiting for a peer): the record taken before it is still
+    written, with one warning, and the run ends (the shutdown hangs for real, injected through a
+    sitecustomize in the worker)."""
     (tmp_path / "sitecustomize.py").write_text(HANGING_SHUTDOWN)
     output = tmp_path / "runs.jsonl"
     started = time.monotonic()

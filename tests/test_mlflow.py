@@ -269,7 +269,7 @@ def test_sweep_logs_each_point_as_it_finishes(mlflow_env, tmp_path):
             deadline = time.monotonic() + 300
             while not (logged := complete_run_ids(url)):
                 assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.5)
+                time.sleep(0.2)
             os.kill(sweep.pid, signal.SIGSTOP)  # the sweep logs nothing more until SIGCONT
             first = lines(store_path)
             assert len(first) == 1 and sweep.poll() is None, "point 2 was stored before point 1's run was seen"

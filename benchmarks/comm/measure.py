@@ -22,7 +22,7 @@ from ..distributed import world as worlds
 from ..distributed.session import RankSession, world_section
 from ..errors import Stopped
 from ..frameworks.base import framework_section
-from ..processes import StopScope
+from ..processes import StopScope, returns_within
 from ..supervisor import Job
 from ..timing import clock
 from . import load, metrics
@@ -57,20 +57,8 @@ class CommMeasurement(RankSession):
     def run(self) -> dict | None:
         """The record (process 0), or None; Stopped on SIGTERM, with the rows so far kept for finish()."""
         outcome: dict = {}
-
-        def body():
-            try:
-                outcome["record"] = self._measure()
-            except BaseException as error:  # noqa: BLE001 - raised again below, in the main thread
-                outcome["error"] = error
-
-        thread = threading.Thread(target=body, name="bench-comm", daemon=True)
         with StopScope(_stopped):
-            thread.start()
-            while thread.is_alive():
-                thread.join(0.1)
-        if "error" in outcome:
-            raise outcome["error"]
+            returns_within(lambda: outcome.update(record=self._measure()), None)
         return outcome["record"]
 
     def _measure(self) -> dict | None:
