@@ -23,7 +23,7 @@ from .durable import append_jsonl  # noqa: F401 - kept importable from here
 from .options import DEFAULTS, choices_of
 from .provenance import CONTAINER_RUNTIMES
 
-SCHEMA_VERSION = "1.15"
+SCHEMA_VERSION = "1.16"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -338,6 +338,9 @@ class FrameworkInfo(_Model):
     visible_gpus: int
     cuda_version: Optional[str]
     cudnn_version: Optional[str]
+    intra_op_threads: Optional[int] = Field(
+        None, description="the framework's intra-op CPU threads as the run used them (torch.get_num_threads(): "
+        "--num-threads, else OMP_NUM_THREADS, else the cores; TensorFlow: the setting, null when it picks at run time) (1.16)")
 
 
 class Provenance(_Model):

@@ -152,11 +152,13 @@ def test_rank_environment_forwarded_and_names_unique(tmp_path):
                          mounts=[Mount(str(tmp_path), "/results", readonly=False)], workdir="/results")
     environ = {"SLURM_PROCID": "1", "SLURM_JOB_NODELIST": "node[1-2]", "SLURMD_NODENAME": "node2", "RANK": "1",
                "MASTER_ADDR": "127.0.0.1", "OMPI_COMM_WORLD_RANK": "1", "PMI_RANK": "1", "HOROVOD_RANK": "1",
-               "DLBENCH_COORDINATOR": "127.0.0.1", "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": "/work"}
+               "DLBENCH_COORDINATOR": "127.0.0.1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
+               "KMP_AFFINITY": "compact", "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+               "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": "/work", "TF_CONFIG": "{}", "OMPX_X": "1"}
     cmd, name = argv_for(spec, ["bench"], environ)
     assert name == f"dlbench-run1-r1-{os.getpid()}" and cmd[cmd.index("--name") + 1] == name
     forwarded = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
-    assert forwarded == sorted(k for k in environ if k not in ("HOME", "PATH", "PYTHONPATH"))
+    assert forwarded == sorted(k for k in environ if k not in ("HOME", "PATH", "PYTHONPATH", "TF_CONFIG", "OMPX_X"))
     assert rank_name("dlbench-run1", {}) == "dlbench-run1"
     assert ContainerSpec.from_json(spec.to_json()) == spec
 

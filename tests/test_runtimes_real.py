@@ -180,11 +180,14 @@ def test_charliecloud_real(tmp_path):
 
 
 def srun_docker(cluster, *extra):
+    """The ranks' threads from the host's OMP_NUM_THREADS (forwarded into each rank's container), not --num-threads."""
     docker_up(TORCH_IMAGE)
-    result, record = benchrun_run("--runtime", "docker", "--launcher", "srun", "-n", "2", *extra, "--", *DDP,
-                                  env={**cluster["env"], "DLBENCH_COORDINATOR": "127.0.0.1"})
+    without_threads = DDP[:DDP.index("--num-threads")]
+    result, record = benchrun_run("--runtime", "docker", "--launcher", "srun", "-n", "2", *extra, "--", *without_threads,
+                                  env={**cluster["env"], "DLBENCH_COORDINATOR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-4000:]
     validate_in_image(record)
+    assert record["config"]["num_threads"] is None and record["provenance"]["framework"]["intra_op_threads"] == 1
     assert record["status"] == "ok" and len(record["ranks"]) == 2 and record["replicas"]["in_sync"]
     assert record["world"]["launcher"] == "srun"
     assert record["provenance"]["container_runtime"] == "docker" and record["provenance"]["image"].startswith("dlbench-torch")

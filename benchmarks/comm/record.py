@@ -16,7 +16,7 @@ from ..distributed import strategies
 from ..options import choices_of
 from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
 
-COMM_SCHEMA_VERSION = "1.6"
+COMM_SCHEMA_VERSION = "1.7"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"
 KIND = "comm"
 

@@ -42,13 +42,14 @@ class DeviceInfo:
     cudnn_version: str | None = None
     visible_gpus: int = 0
     ordinals: tuple[int, ...] = ()  # CUDA ordinals of the GPUs it trains on: what NVML must sample
+    intra_op_threads: int | None = None  # as the framework runs them; None: it picks at run time
 
 
 def framework_section(name: str, version: str, device: DeviceInfo) -> dict:
     """The record's provenance.framework, for training and `bench comm` alike."""
     return {"name": name, "version": version, "device_kind": device.kind, "device_name": device.name,
             "device_count": device.count, "visible_gpus": device.visible_gpus, "cuda_version": device.cuda_version,
-            "cudnn_version": device.cudnn_version}
+            "cudnn_version": device.cudnn_version, "intra_op_threads": device.intra_op_threads}
 
 
 @dataclass

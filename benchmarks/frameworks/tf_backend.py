@@ -172,6 +172,7 @@ class TensorFlowFramework(Framework):
             cudnn_version=build.get("cudnn_version"),
             visible_gpus=len(tf.config.list_physical_devices("GPU")),
             ordinals=(self.gpu_index,) if self.gpus else (),
+            intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads() or None,
         )
 
     def parameter_checksum(self) -> str:

@@ -222,6 +222,7 @@ class TorchFramework(Framework):
             cudnn_version=str(cudnn) if cudnn else None,
             visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
             ordinals=(self.device.index,) if self.device.type == "cuda" else (),
+            intra_op_threads=torch.get_num_threads(),
         )
 
     def _to_device(self, images: torch.Tensor, labels: torch.Tensor):

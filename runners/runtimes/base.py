@@ -39,10 +39,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PATH_BAD = re.compile(r"[,:\s=\x00-\x1f]")  # separators of the mount syntaxes, whitespace, control chars
 
-# What ranks need from the launcher, forwarded into containers by name.
+# Forwarded into containers by name: what ranks need from the launcher, and the CPU threading settings,
+# which every runtime must see alike (Apptainer and Charliecloud pass the host's environment, Docker does
+# not: a host OMP_NUM_THREADS would otherwise reach only some of the runtimes a comparison measures).
 FORWARD_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_")
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                 "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS")
+FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_", "OMP_", "GOMP_", "KMP_", "MKL_")
 
 
 # Descriptors a launcher hands its ranks by number (MPICH Hydra's PMI-1 socket): the rank wrapper keeps
@@ -66,7 +69,7 @@ def launcher_fds(environ: Mapping[str, str]) -> tuple[int, ...]:
 
 
 def forwarded_names(environ: Mapping[str, str] = os.environ) -> list[str]:
-    """Names of the rank variables present in `environ` (sorted, stable argv)."""
+    """Names of the variables to forward that are present in `environ` (sorted, stable argv)."""
     return sorted(k for k in environ if k in FORWARD_NAMES or k.startswith(FORWARD_PREFIXES))
 
 
