@@ -25,7 +25,7 @@ def _ms(seconds: float | None) -> str:
 def headline(record: dict) -> str:
     cfg, fw = record["config"], record["provenance"].get("framework") or {}
     device = fw.get("device_name") or cfg["device"]
-    count = fw.get("intra_op_threads") or cfg["num_threads"]
+    count = fw.get("intra_op_threads") if fw.get("device_kind") == "cpu" else cfg["num_threads"]
     threads = f", {count} thread{'s' * (count != 1)}" if count else ""
     effective = (record.get("precision") or {}).get("effective", cfg["precision"])
     precision = effective if effective == cfg["precision"] else f"{cfg['precision']} = {effective}"

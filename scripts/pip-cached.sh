@@ -31,7 +31,10 @@ pins=""
 if [ "$mode" = target ]; then  # editable and direct-URL installs have no version to pin
     pins="$("$python" -m pip freeze --exclude-editable 2>/dev/null | grep -E '^[A-Za-z0-9_.-]+==' || true)"
 fi
-key="$( { cat "${BASH_SOURCE[0]}"; echo "$mode $requirement $third"; "$python" -c 'import sys; print(sys.version)'
+# Not PYTHON's path (each clone's .venv names the same venv): its version and packages are what matter.
+command_name=""
+[ "$mode" = venv ] && command_name="$third"
+key="$( { cat "${BASH_SOURCE[0]}"; echo "$mode $requirement $command_name"; "$python" -c 'import sys; print(sys.version)'
           echo "$pins"; } | sha256sum | cut -c1-12)"
 cache="${DLBENCH_CACHE:-$HOME/.cache/dlbench}"
 prefix="$cache/${requirement/==/-}-$key"

@@ -1,5 +1,6 @@
 import pytest
 
+from benchmarks.output import headline
 from benchmarks.provenance import cpu_model, detect_container_runtime
 
 
@@ -36,3 +37,18 @@ def test_a_containerd_snapshot_as_root_is_containerd_unless_docker_or_podman_say
 
 def test_cpu_model_from_cpuinfo():
     assert cpu_model("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\n") == "Example CPU @ 2.0GHz"
+
+
+@pytest.mark.parametrize("kind, used, asked, shown", [
+    ("cpu", 2, None, ", 2 threads |"),  # what the framework ran with, asked for or not
+    ("cpu", 1, 1, ", 1 thread |"),
+    ("cpu", None, None, " |"),  # TensorFlow picking at run time: nothing to show
+    ("gpu", 16, None, " |"),  # a GPU run's CPU threads only when asked for
+    ("gpu", 4, 4, ", 4 threads |"),
+])
+def test_headline_shows_the_threads_a_cpu_run_used(kind, used, asked, shown):
+    record = {"config": {"framework": "torch", "model": "alexnet", "batch_size": 2, "image_size": 64, "precision": "fp32",
+                         "data": "synthetic", "device": "auto", "num_threads": asked},
+              "provenance": {"container_runtime": "docker",
+                             "framework": {"version": "2", "device_kind": kind, "device_name": "X", "intra_op_threads": used}}}
+    assert f"{kind}: X{shown} runtime: docker" in headline(record)
