@@ -36,64 +36,35 @@ CONFIG_FIELDS = ("framework", "model", "batch_size", "image_size", "num_warmup_b
                  "precision", "data_format", "device", "num_threads", "num_data_workers", "data_dir", "data", "seed",
                  "xla", "compile", "synthetic_batches", "num_classes", "strategy", "num_ps", "ps_placement", "step_timing")
 
+
+def _same(*paths: str) -> dict[str, str]:
+    """Columns named as the record field they hold."""
+    return {path: path for path in paths}
+
+
+def _in(section: str, *names: str) -> tuple[str, ...]:
+    return tuple(f"{section}.{name}" for name in names)
+
+
 # column name -> a dotted path into the record, or (SQL over the record `r` of runners.reporting.scan, the paths it reads)
 COLUMNS: dict[str, str | tuple[str, tuple[str, ...]]] = {
-    "run_id": "run_id",
-    "timestamp_utc": "timestamp_utc",
-    "status": "status",
-    "error.kind": "error.kind",
-    "error.message": "error.message",
-    **{f"config.{name}": f"config.{name}" for name in CONFIG_FIELDS},
-    "model.parameters": "model.parameters",
-    "throughput.images_per_sec": "throughput.images_per_sec",
-    "throughput.ci95_halfwidth": "throughput.ci95_halfwidth",
-    "throughput.ci_method": "throughput.ci_method",
-    "throughput.total_images": "throughput.total_images",
-    "throughput.total_wall_time_s": "throughput.total_wall_time_s",
-    "step_time_s.mean": "step_time_s.mean",
-    "step_time_s.median": "step_time_s.median",
-    "step_time_s.p90": "step_time_s.p90",
-    "step_time_s.jitter": "step_time_s.jitter",
-    "input_wait_s.mean": "input_wait_s.mean",
+    **_same("run_id", "timestamp_utc", "status", *_in("error", "kind", "message"), *_in("config", *CONFIG_FIELDS),
+            "model.parameters",
+            *_in("throughput", "images_per_sec", "ci95_halfwidth", "ci_method", "total_images", "total_wall_time_s"),
+            *_in("step_time_s", "mean", "median", "p90", "jitter"), "input_wait_s.mean"),
     "input_wait_fraction": ("list_sum(list_transform(r.repeats, lambda x: x.input_wait_fraction)) "
                             "/ nullif(len(r.repeats), 0)", ("repeats.input_wait_fraction",)),  # mean over repeats
     "repeats.count": ("coalesce(len(r.repeats), 0)", ("repeats.input_wait_fraction",)),
-    "memory.allocator_peak_bytes": "memory.allocator_peak_bytes",
-    "memory.reserved_peak_bytes": "memory.reserved_peak_bytes",
-    "memory.device_peak_bytes": "memory.device_peak_bytes",
-    "memory.device_total_bytes": "memory.device_total_bytes",
-    "memory.host_rss_peak_bytes": "memory.host_rss_peak_bytes",
-    "memory.host_rss_peak_since": "memory.host_rss_peak_since",
-    "final_loss": "final_loss",
-    "precision.effective": "precision.effective",
-    "flops.forward_per_image": "flops.forward_per_image",
-    "flops.achieved_flops_per_sec": "flops.achieved_flops_per_sec",
-    "flops.mfu": "flops.mfu",
-    "energy.joules": "energy.joules",
-    "energy.images_per_joule": "energy.images_per_joule",
-    "world.workers": "world.workers",
-    "world.processes": "world.processes",
-    "world.num_ps": "world.num_ps",
-    "world.nodes": "world.nodes",
-    "world.launcher": "world.launcher",
+    **_same(*_in("memory", "allocator_peak_bytes", "reserved_peak_bytes", "device_peak_bytes", "device_total_bytes",
+                 "host_rss_peak_bytes", "host_rss_peak_since"),
+            "final_loss", "precision.effective", *_in("flops", "forward_per_image", "achieved_flops_per_sec", "mfu"),
+            *_in("energy", "joules", "images_per_joule"), *_in("world", "workers", "processes", "num_ps", "nodes", "launcher")),
     "world.hosts": ("array_to_string(r.world.hosts, ';')", ("world.hosts",)),
-    "replicas.in_sync": "replicas.in_sync",
-    "duration_s": "duration_s",
-    "provenance.hostname": "provenance.hostname",
-    "provenance.cpu_model": "provenance.cpu_model",
-    "provenance.cpu_count": "provenance.cpu_count",
-    "provenance.container_runtime": "provenance.container_runtime",
-    "provenance.requested_runtime": "provenance.requested_runtime",
-    "provenance.image": "provenance.image",
-    "provenance.dlbench_version": "provenance.dlbench_version",
-    "provenance.python": "provenance.python",
-    "provenance.framework.name": "provenance.framework.name",
-    "provenance.framework.version": "provenance.framework.version",
-    "provenance.framework.device_kind": "provenance.framework.device_kind",
-    "provenance.framework.device_name": "provenance.framework.device_name",
-    "provenance.framework.device_count": "provenance.framework.device_count",
-    "provenance.framework.cuda_version": "provenance.framework.cuda_version",
-    "provenance.framework.cudnn_version": "provenance.framework.cudnn_version",
+    **_same("replicas.in_sync", "duration_s",
+            *_in("provenance", "hostname", "cpu_model", "cpu_count", "container_runtime", "requested_runtime", "image",
+                 "dlbench_version", "python"),
+            *_in("provenance.framework", "name", "version", "device_kind", "device_name", "device_count", "cuda_version",
+                 "cudnn_version")),
 }
 
 
@@ -103,7 +74,7 @@ def projection() -> tuple[list[str], list[str]]:
     for column in COLUMNS.values():
         if isinstance(column, str):
             fields.append(column)
-            select.append("r." + ".".join(f'"{part}"' for part in column.split(".")))
+            select.append(keys.Field(column).sql())
         else:
             select.append(column[0])
             fields.extend(column[1])

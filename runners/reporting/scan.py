@@ -17,11 +17,11 @@ and the field (DuckDB would read it as null, or give up on the store).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
@@ -195,9 +195,9 @@ def _load_file(con, index: int, path: Path, paths: list[str], select: list[str],
             raise
         # the torn line itself is what DuckDB cannot take (longer than MAX_LINE): read what precedes it
         con.execute("DELETE FROM rows WHERE file = ?", [index])
-        with open(path, "rb") as source, tempfile.NamedTemporaryFile(suffix=".jsonl", dir=tmp) as sound:
-            shutil.copyfileobj(io.BufferedReader(_Prefix(source, torn[1])), sound)
-            sound.flush()
+        with tempfile.NamedTemporaryFile(suffix=".jsonl", dir=tmp) as sound:
+            shutil.copyfile(path, sound.name)
+            os.truncate(sound.name, torn[1])
             con.execute(insert, params + [sound.name])
         torn = (torn[0], None)
     if torn and torn[1] is not None:  # the last line of this file: skipped, whatever DuckDB made of it
@@ -205,8 +205,6 @@ def _load_file(con, index: int, path: Path, paths: list[str], select: list[str],
     bad, unlike = con.execute("SELECT count(*) FILTER (WHERE bad), count(*) FILTER (WHERE unlike) FROM rows "
                               "WHERE file = ?", [index]).fetchone()
     if bad:
-        import warnings
-
         with warnings.catch_warnings():  # where and why, in runners.store's words (CorruptStore)
             warnings.simplefilter("ignore", store.StoreWarning)
             for _ in store.iter_entries(path):
@@ -240,8 +238,6 @@ def _expected(node: dict, tree: dict, where: str) -> dict[str, tuple[str, dict]]
 def check_types(path: Path, paths: list[str]) -> None:
     """Refuse a store holding a record whose field (among those read) is not of the schema's type,
     in one line naming the line and the field, as runners.store refuses a line that is not JSON."""
-    import warnings
-
     expected = _expected({"type": "object", "properties": _schema()["properties"]}, _tree(p for p in paths if p not in EXTRA_TYPES), "")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", store.StoreWarning)
@@ -270,22 +266,6 @@ def _values(value, expected: dict, where: str):
             elif expected[field][0] == "array" and isinstance(sub, list):
                 for item in sub:
                     yield from _values(item, expected, field)
-
-
-class _Prefix(io.RawIOBase):
-    """The first `size` bytes of a file."""
-
-    def __init__(self, f, size: int):
-        self.f, self.left = f, size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer)[:self.left]
-        n = self.f.readinto(view) if len(view) else 0
-        self.left -= n
-        return n
 
 
 @contextmanager
