@@ -81,14 +81,11 @@ def max_batch_answers(records: Iterable[dict]) -> list[dict]:
 def throughput(records: Iterable[dict]) -> Summary | None:
     """images/sec over records: with >= 2 records a t-interval over them; with one, the
     record's own interval (over its repeats, or the delta method on its steps)."""
-    good = ok(records)
-    if not good:
-        return None
-    values = field_values(good, "throughput", "images_per_sec")
-    if len(values) >= 2:
-        return Summary(values, good, t_halfwidth(values), "t-interval over records")
-    own = good[0]["throughput"]
-    return Summary(values, good, own["ci95_halfwidth"], f"one record: {own['ci_method'] or 'no interval'}")
+    summary = metric(records, "throughput", "images_per_sec")
+    if summary is None or summary.n >= 2:
+        return summary
+    own = summary.records[0]["throughput"]
+    return Summary(summary.values, summary.records, own["ci95_halfwidth"], f"one record: {own['ci_method'] or 'no interval'}")
 
 
 def memory(records: Iterable[dict], name: str) -> Summary | None:
@@ -187,11 +184,7 @@ def _weights(records: list[dict]) -> list[tuple[dict, int]]:
     weights: dict[tuple, list] = {}
     for record in records:
         ident = (id(record["provenance"]), id(record["world"]), id(record["config"]), record["status"])
-        entry = weights.get(ident)
-        if entry is None:
-            weights[ident] = [record, 1]
-        else:
-            entry[1] += 1
+        weights.setdefault(ident, [record, 0])[1] += 1
     return [(record, weight) for record, weight in weights.values()]
 
 

@@ -5,6 +5,7 @@ where the loss is significant; else it says the runs cannot tell. Definitions: d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import median
 
 from benchmarks.distributed import strategies
 
@@ -67,12 +68,6 @@ def _mean_or_none(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else _mean(values)
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def traced_ranks(record: dict) -> list[dict]:
     """The per-rank trace summaries of a record that has them for every training rank (else [])."""
     ranks = ((record.get("trace") or {}).get("ranks")) or []
@@ -102,9 +97,9 @@ def trace_parts(record: dict) -> dict | None:
             slowest = max(steps, key=lambda s: s["compute_s"])
             per_step.append({
                 "step": slowest["step_s"],
-                "straggler_wait": slowest["compute_s"] - _median(computes),
+                "straggler_wait": slowest["compute_s"] - median(computes),
                 "exposed_communication": slowest["exposed_communication_s"],
-                "compute": _median(computes),
+                "compute": median(computes),
                 "idle": slowest["idle_s"],
             })
     else:
@@ -144,11 +139,9 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
             continue
         steps_n, steps_1 = field_values(members, "step_time_s", "mean"), field_values(twins, "step_time_s", "mean")
         t_n, t_1 = _mean(steps_n), _mean(steps_1)
-        input_wait = _mean(field_values(members, "input_wait_s", "mean")) - _mean(field_values(twins, "input_wait_s", "mean"))
-        traced_n = [p for p in map(trace_parts, having(members, "trace")) if p]
-        traced_1 = [p for p in map(trace_parts, having(twins, "trace")) if p]
-        parts: dict[str, float | None] = {name: None for name in LOSS_PARTS}
-        parts["input_wait"] = input_wait
+        wait_n, wait_1 = (_mean(field_values(side, "input_wait_s", "mean")) for side in (members, twins))
+        traced_n, traced_1 = ([p for p in map(trace_parts, having(side, "trace")) if p] for side in (members, twins))
+        parts: dict[str, float | None] = {**dict.fromkeys(LOSS_PARTS), "input_wait": wait_n - wait_1}
         overlap = None
         if traced_n:
             at_n = {name: _mean_or_none([p[name] for p in traced_n])
@@ -157,7 +150,7 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
                 at_1 = {name: _mean([p[name] for p in traced_1]) for name in ("exposed_communication", "compute", "idle")}
             else:  # no trace at 1 worker: its whole step but the input wait counts as compute
                 at_1 = {"exposed_communication": 0.0, "idle": 0.0,
-                        "compute": t_1 - _mean(field_values(twins, "input_wait_s", "mean"))}
+                        "compute": t_1 - wait_1}
             parts.update(exposed_communication=at_n["exposed_communication"] - at_1["exposed_communication"],
                          straggler_wait=at_n["straggler_wait"], compute=at_n["compute"] - at_1["compute"],
                          idle=at_n["idle"] - at_1["idle"])
