@@ -63,6 +63,11 @@ class Arm:
     flags: list[str] = field(default_factory=list)
 
     @property
+    def family(self) -> tuple:
+        """What the arm shares with its reference."""
+        return (*(self.key[f] for f in REFERENCE_FIELDS), self.alike)
+
+    @property
     def sections(self) -> list[dict]:
         return [r["accuracy"] for r in self.records]
 
@@ -139,10 +144,7 @@ def arms(records) -> list[Arm]:
 
 def reference_for(arm: Arm, candidates: list[Arm]) -> Arm | None:
     """The 1-worker arm of the same family; of several, the one with rule none, then the most runs."""
-    def family(a: Arm) -> tuple:
-        return (*(a.key[f] for f in REFERENCE_FIELDS), a.alike)
-
-    ones = [c for c in candidates if c.key["workers"] == 1 and family(c) == family(arm)]
+    ones = [c for c in candidates if c.key["workers"] == 1 and c.family == arm.family]
     if not ones:
         return None
     return min(ones, key=lambda c: (c.rule != "none", -c.n, c.key["strategy"]))

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from benchmarks.comm.record import is_comm
 from benchmarks.errors import UsageError
 
+from .reporting.keys import runtime_of
+
 EXPERIMENT = "dlbench"
 RUN_ID_TAG = "dlbench.run_id"
 COMPLETE_TAG = "dlbench.export"
@@ -166,13 +168,6 @@ def _tags(record: dict, sweep: dict | None) -> dict[str, str]:
     if sweep:
         tags.update({f"sweep.{key}": _text(sweep[key]) for key in ("config_hash", "plan", "attempt") if key in sweep})
     return {key: value[:TAG_LIMIT] for key, value in tags.items() if value != ""}
-
-
-def runtime_of(record: dict) -> str:
-    """The runtime in benchrun's names, as reports group by it."""
-    from .reporting.keys import runtime_of as named
-
-    return named(record)
 
 
 def run_name(record: dict) -> str:

@@ -76,8 +76,8 @@ def in_parallel(workers: int | None = None):
         pool.shutdown(cancel_futures=True)
 
 
-def _label(key: dict, fields: list[str]) -> str:
-    return ", ".join(f"{name}={key[name]}" for name in fields) or "all"
+def _label(fields: list[str], values: tuple) -> str:
+    return keys.describe(dict(zip(fields, values))) or "all"
 
 
 def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
@@ -145,7 +145,7 @@ def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, lis
 def throughput_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> Path:
     good = aggregate.ok(records)
     lines, fields = _series(good)
-    series = [(_label(dict(zip(fields, line_key)), fields), *_points(by_batch, aggregate.throughput))
+    series = [(_label(fields, line_key), *_points(by_batch, aggregate.throughput))
               for line_key, by_batch in lines.items()]
     searches = [(a["batch_search"]["max_batch"], a["batch_search"]["search_id"][:keys.ID_PREFIX])
                 for a in aggregate.max_batch_answers(records) if a["batch_search"]["max_batch"] is not None]
@@ -182,7 +182,7 @@ def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path)
         for line_key, by_batch in lines.items():
             xs, ys, errs = _points(by_batch, lambda rs: aggregate.memory(rs, name))
             if xs:
-                series.append((_label(dict(zip(fields, line_key)), fields), xs, [y / MiB for y in ys], [e / MiB for e in errs]))
+                series.append((_label(fields, line_key), xs, [y / MiB for y in ys], [e / MiB for e in errs]))
         panels.append((title, series))
     batches = [b for by_batch in lines.values() for b in by_batch]
     return _render(_draw_memory, path, panels, _oom_batches(records), batches, f"{framework} {model}"), [t for _, t in views]
@@ -247,9 +247,7 @@ def runtime_overhead(rows: list[aggregate.RuntimeRow], title: str, path: Path) -
 def _draw_runtimes(path: Path, bars, title: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    names = [name for name, _, _, _, _ in bars]
-    means = [mean for _, mean, _, _, _ in bars]
-    errors = [error for _, _, error, _, _ in bars]
+    names, means, errors, _, _ = zip(*bars)
     ax.bar(names, means, yerr=errors, capsize=6, color="#4C72B0", edgecolor="black")
     for i, (_, mean, error, n, overhead) in enumerate(bars):
         note = "" if overhead is None else f"\n{100 * overhead:+.1f}%"

@@ -302,7 +302,7 @@ def section_accuracy(doc: Document, records, out: Path) -> None:
              f"t-test p < {accuracy.ALPHA}).")
     families: dict[tuple, list[accuracy.Arm]] = defaultdict(list)
     for arm in arms:
-        families[(*(arm.key[f] for f in accuracy.REFERENCE_FIELDS), arm.alike)].append(arm)
+        families[arm.family].append(arm)
     for index, members in enumerate(families.values()):
         first = members[0]
         title = f"{_short(first.key, accuracy.REFERENCE_FIELDS)}, target {first.target:g}"

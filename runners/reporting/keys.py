@@ -88,8 +88,8 @@ def _config(name: str) -> Field:
 
 # compile: the torch.compile mode, `xla` (TensorFlow --xla), else `none` (torch eager; TensorFlow's
 # plain tf.function); device_kind: the framework's view, else the one asked for (a run that died
-# before the framework loaded); runtime: the one benchrun was asked for (schema 1.4), else the one
-# detected inside, `none` read as the bare host
+# before the framework loaded); runtime: the one benchrun was asked for, else (older records) the
+# one detected inside, `none` read as the bare host
 KEY = {
     **{name: _config(name) for name in ("framework", "model", "batch_size", "image_size", "precision")},
     "compile": Either(_config("compile"), Flag(_config("xla"), "xla", "none")),

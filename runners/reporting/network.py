@@ -53,17 +53,14 @@ def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | No
     for comm in sorted(matching, key=lambda c: c["timestamp_utc"], reverse=True):
         rows = [row for row in comm["results"] if row["backend"] == backend and row["ranks"] == workers]
         run = comm["run_id"][:ID_PREFIX]
-        if strategy.uses_ps:
-            exact = [row for row in rows if row["op"] == strategy.exchange_op and same_ps(comm)]
-            if exact:
-                row = exact[0]
-                return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "pull+push of every variable", run)
-            continue
-        exact = [row for row in rows if row["op"] == strategy.exchange_op and row["bytes"] == nbytes
-                 and comm["config"]["model"] == cfg["model"]]
+        exact = [row for row in rows if row["op"] == strategy.exchange_op
+                 and (same_ps(comm) if strategy.uses_ps else row["bytes"] == nbytes and comm["config"]["model"] == cfg["model"])]
         if exact:
             row = exact[0]
-            return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], "gradient buckets", run)
+            how = "pull+push of every variable" if strategy.uses_ps else "gradient buckets"
+            return Predicted(row["time_s"], row["bytes"], row["busbw_gbps"], how, run)
+        if strategy.uses_ps:
+            continue
         sized = sorted((row for row in rows if row["op"] == "allreduce" and row["busbw_gbps"] > 0), key=lambda r: r["bytes"])
         if sized:
             row = next((r for r in sized if r["bytes"] >= nbytes), sized[-1])
