@@ -11,6 +11,8 @@ next export deletes and writes again; a complete run is never written twice.
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib.util
 import json
 import math
 import os
@@ -110,8 +112,6 @@ def _text(value) -> str:
 
 
 def _millis(timestamp: str | None) -> int | None:
-    import datetime as dt
-
     try:
         return int(dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
     except (AttributeError, ValueError):
@@ -197,8 +197,6 @@ class Tracker:
     """One tracking store and experiment, through MLflow's client (MlflowClient)."""
 
     def __init__(self, uri: str | None, experiment: str = EXPERIMENT):
-        import importlib.util
-
         if importlib.util.find_spec("mlflow") is None:
             raise UsageError(f"--mlflow needs MLflow, which this Python ({sys.executable}) lacks: {INSTALL_HINT}")
         for name, value in ENV_DEFAULTS.items():

@@ -2,8 +2,8 @@
 
 Each figure is two steps: its data (numbers and labels, computed here from records and the
 report's aggregates) and its drawing (`_draw_*`, which sees only that data). The drawing is
-most of a report's fixed cost (~0.1 s a figure, dozens of figures), so inside `in_parallel`
-it runs in worker processes while the caller goes on with its tables.
+most of a report's fixed cost, so inside `in_parallel` it runs in worker processes while the
+caller goes on with its tables.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
+from .accuracy import arm_label
 from .reporting import aggregate, keys, why
 
 MiB = 1024 * 1024
@@ -321,8 +322,6 @@ def _draw_network(path: Path, series, what: str, link_gbps: float | None) -> Non
 
 def accuracy_curves(arms, title: str, path: Path) -> Path:
     """Validation accuracy vs training images and vs time, every run of every arm (runners/accuracy.py)."""
-    from .accuracy import arm_label
-
     data = [(arm_label(arm), [[(p["samples"], p["wall_time_s"], p["val_accuracy"]) for p in s["curve"]]
                               for s in arm.sections]) for arm in arms]
     return _render(_draw_accuracy, path, data, arms[0].target, title)

@@ -26,6 +26,7 @@ import os
 import warnings
 from pathlib import Path
 
+from benchmarks.durable import check_file
 from benchmarks.errors import UsageError
 
 from .. import mlflow_export, store
@@ -98,8 +99,6 @@ def _partial(target: Path) -> Path:
 
 
 def run(args) -> int:
-    from benchmarks.durable import check_file
-
     if not args.csv and not args.parquet and args.mlflow is None:
         raise UsageError("export needs --csv OUT.csv, --parquet OUT.parquet and/or --mlflow [TRACKING_URI]")
     for flag, path in (("--csv", args.csv), ("--parquet", args.parquet)):

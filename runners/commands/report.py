@@ -16,9 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.distributed import strategies
+from benchmarks.durable import check_dir
+from benchmarks.errors import UsageError
 
 from .. import accuracy, plots
 from ..reporting import aggregate, keys, load, network, why
+from ..reporting.scan import timestamp
 from ..reporting.render import Document
 
 MiB = 1024 * 1024
@@ -46,8 +49,6 @@ def add_selection(p) -> None:
 
 def selection(args) -> dict:
     """load()'s keyword arguments from add_selection's options."""
-    from ..reporting.scan import timestamp
-
     return {"where": args.where, "since": args.since and timestamp(args.since, "--since"),
             "until": args.until and timestamp(args.until, "--until")}
 
@@ -353,7 +354,7 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
              "(all workers); ± is a 95% interval; runs are run_id prefixes.")
     section_environment(doc, records)
     section_accuracy(doc, records, out)
-    records = aggregate.lacking(records, "accuracy")  # the sections below are about throughput runs
+    records = [r for r in records if r.get("accuracy") is None]  # the sections below are about throughput runs
     section_batch(doc, records, out)
     section_scaling(doc, records, out)
     section_why(doc, records, list(comm_records), out)
@@ -365,10 +366,6 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
 
 
 def run(args) -> int:
-    from benchmarks.errors import UsageError
-
-    from benchmarks.durable import check_dir
-
     check_dir(args.out, "--out")
     if args.link_gbps is not None and not args.link_gbps > 0:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")

@@ -68,11 +68,6 @@ def having(records: Iterable[dict], section: str) -> list[dict]:
     return [r for r in records if r.get(section) is not None]
 
 
-def lacking(records: Iterable[dict], section: str) -> list[dict]:
-    """The records whose `section` is null (the complement of `having`)."""
-    return [r for r in records if r.get(section) is None]
-
-
 def max_batch_answers(records: Iterable[dict]) -> list[dict]:
     """The final probe record of each --find-max-batch search (batch_search.final), by search."""
     return [r for r in records if (r.get("batch_search") or {}).get("final")]

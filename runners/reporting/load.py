@@ -21,7 +21,7 @@ from benchmarks.errors import UsageError
 
 from .. import store
 from . import scan
-from .keys import KEY
+from .keys import KEY, conditions
 
 # The record fields the tables, plots and the gate read
 FIELDS = (
@@ -173,8 +173,6 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
     stores may hold both. A run_id seen twice counts once; `where` ("field=value[,value...]",
     keys.WHERE_FIELDS) and since/until (timestamps as scan.timestamp returns) select records
     (`where` does not apply to `bench comm` records)."""
-    from .keys import conditions
-
     warn = warn or print_warning
     if kind == "comm":
         return comm_records(paths, warn, since, until)

@@ -46,13 +46,9 @@ class ScalingLoss:
         return self.t_n - self.t_1
 
     @property
-    def explained(self) -> float:
-        return sum(v for v in self.parts.values() if v is not None)
-
-    @property
     def residual(self) -> float:
         """Measured loss minus the sum of the parts: what the split does not account for."""
-        return self.loss - self.explained
+        return self.loss - sum(v for v in self.parts.values() if v is not None)
 
     @property
     def adds_up(self) -> bool:
