@@ -206,10 +206,13 @@ SCALING_FAMILY = without("workers", "strategy", "num_ps", "ps_placement")
 TABLE1_FAMILY = without("workers", "strategy", "num_ps", "ps_placement", "batch_size", "data")
 
 
-def best(groups: dict[tuple, list[dict]]) -> tuple[tuple, Summary] | None:
-    scored = [(k, throughput(rs)) for k, rs in groups.items()]
-    scored = [(k, s) for k, s in scored if s is not None]
-    return max(scored, key=lambda item: item[1].mean) if scored else None
+def fastest(records: list[dict], cell) -> dict:
+    """cell(key) -> (key values, throughput) of the fastest configuration among the ok records of that
+    cell, in cell order."""
+    cells: dict = defaultdict(dict)
+    for key, rs in group(records).items():
+        cells[cell(dict(zip(KEY_FIELDS, key)))][key] = throughput(rs)
+    return {c: max(cells[c].items(), key=lambda item: item[1].mean) for c in sorted(cells)}
 
 
 def scaling(records: list[dict]) -> list[ScalingLine]:
@@ -223,15 +226,8 @@ def scaling(records: list[dict]) -> list[ScalingLine]:
     for family_key, members in group(ok(records), fields).items():
         family = dict(zip(fields, family_key))
         strategy = family.pop("strategy")
-        by_workers: dict[int, dict[tuple, list[dict]]] = defaultdict(dict)
-        for key, rs in group(members).items():
-            by_workers[dict(zip(KEY_FIELDS, key))["workers"]][key] = rs
         line = ScalingLine(family, strategy)
-        for workers in sorted(by_workers):
-            chosen = best(by_workers[workers])
-            if chosen is None:
-                continue
-            key, summary = chosen
+        for workers, (key, summary) in fastest(members, lambda k: k["workers"]).items():
             if workers == 1:
                 line.baseline = summary
             line.points.append(ScalingPoint(workers, summary, dict(zip(KEY_FIELDS, key)), None))
@@ -247,16 +243,9 @@ def best_per_workers(records: list[dict]) -> list[tuple[dict, list[tuple[int, st
     (worker count, data) among all strategies, PS counts, placements and batch sizes."""
     out = []
     for family_key, members in group(ok(records), TABLE1_FAMILY).items():
-        family = dict(zip(TABLE1_FAMILY, family_key))
-        cells: dict[tuple[int, str], dict[tuple, list[dict]]] = defaultdict(dict)
-        for key, rs in group(members).items():
-            k = dict(zip(KEY_FIELDS, key))
-            cells[(k["workers"], k["data"])][key] = rs
-        rows = []
-        for (workers, data), groups in sorted(cells.items()):
-            key, summary = best(groups)
-            rows.append((workers, data, dict(zip(KEY_FIELDS, key)), summary))
-        out.append((family, rows))
+        cells = fastest(members, lambda k: (k["workers"], k["data"]))
+        rows = [(workers, data, dict(zip(KEY_FIELDS, key)), summary) for (workers, data), (key, summary) in cells.items()]
+        out.append((dict(zip(TABLE1_FAMILY, family_key)), rows))
     return out
 
 
