@@ -123,13 +123,13 @@ def welch_p(a: Summary, b: Summary) -> float | None:
     return welch(a.values, b.values)
 
 
-def welch(a: list[float], b: list[float]) -> float | None:
+def welch(a: list[float], b: list[float], alternative: str = "two-sided") -> float | None:
     """Welch's t-test p; None where a side has < 2 values or the test is undefined (no spread)."""
     if len(a) < 2 or len(b) < 2:
         return None
     from scipy.stats import ttest_ind
 
-    p = float(ttest_ind(a, b, equal_var=False).pvalue)
+    p = float(ttest_ind(a, b, equal_var=False, alternative=alternative).pvalue)
     return None if math.isnan(p) else p
 
 
