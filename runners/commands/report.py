@@ -21,8 +21,8 @@ from benchmarks.errors import UsageError
 
 from .. import accuracy, plots
 from ..reporting import aggregate, keys, load, network, why
-from ..reporting.scan import timestamp
 from ..reporting.render import Document
+from ..reporting.scan import timestamp
 
 MiB = 1024 * 1024
 
