@@ -151,8 +151,7 @@ def conditions(where: Iterable[str]) -> list[tuple[str, list]]:
 
 
 def describe(key: dict, fields: Iterable[str] | None = None) -> str:
-    fields = list(key) if fields is None else list(fields)
-    return ", ".join(f"{name}={key[name]}" for name in fields)
+    return ", ".join(f"{name}={key[name]}" for name in (key if fields is None else fields))
 
 
 def ids(records: Iterable) -> str:

@@ -132,7 +132,7 @@ class Found(list):
 def read(paths: Iterable[str | Path], warn: Callable[[str], None], **filters) -> Found:
     """The training records of `scan` in store order, holding only FIELDS, each with its configuration
     key (`key`: keys.KEY's values) as DuckDB computed it; equal keys are one tuple."""
-    cols = scan.columns(["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *FIELDS])
+    cols = scan.columns([*scan.CHECKED, *FIELDS])
     select, parts, shared_at = _parts(cols, set(SHARED))
     keys = [expression.sql() for expression in KEY.values()]
     Record = slim_type("Record", (name for name, _ in parts), "key")

@@ -33,6 +33,8 @@ from benchmarks.errors import UsageError
 from .. import store
 
 SCHEMA = Path(__file__).resolve().parents[2] / "benchmarks" / "schema" / "result-1.json"
+# read by every scan: its record checks, de-duplication and filters
+CHECKED = ("run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model")
 EXTRA_TYPES = {"kind": "VARCHAR"}  # comm records (benchmarks.comm.record) share stores with training records
 BATCH = 20_000  # rows fetched from DuckDB at a time (export --csv)
 MAX_LINE = 32 << 20  # longest store line DuckDB reads (its buffers are a few times this)
@@ -280,7 +282,7 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
     import duckdb
 
     files = store_files(paths)
-    paths = ["run_id", "status", "timestamp_utc", "kind", "config.framework", "config.model", *fields]
+    paths = [*CHECKED, *fields]
     cols = columns(paths)
     select, where = list(select), list(where)
     with tempfile.TemporaryDirectory(prefix="dlbench-scan-") as tmp:
