@@ -90,14 +90,6 @@ def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, d
     return dict(sorted(lines.items(), key=lambda item: tuple(map(str, item[0])))), fields
 
 
-def _oom_marks(ax, batches: list[int], y: float) -> None:
-    if batches:
-        ax.scatter(batches, [y] * len(batches), marker="x", s=80, color="red", zorder=5, label="OOM")
-        for batch in batches:
-            ax.annotate("OOM", (batch, y), textcoords="offset points", xytext=(0, 6), ha="center",
-                        color="red", fontsize=8)
-
-
 def _finish(fig, ax_list, path: Path, legend_below: bool = False) -> Path:
     """Legends inside each axis, or (legend_below) one shared legend under the figure so
     long configuration labels never cover data."""
@@ -118,13 +110,25 @@ def _finish(fig, ax_list, path: Path, legend_below: bool = False) -> Path:
     return path
 
 
-def _batch_axis(ax, batches) -> None:
-    batches = sorted(set(batches))
+def _batch_panel(ax, series, ooms: list[int], batches: list[int], searches=()) -> None:
+    """Lines with error bars over batch sizes (log scale where they span 8x or more), red crosses at
+    those that ran out of memory, green dashed lines at --find-max-batch answers."""
+    for label, xs, ys, errs in series:
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
+    if ooms:
+        ax.scatter(ooms, [0.0] * len(ooms), marker="x", s=80, color="red", zorder=5, label="OOM")
+        for batch in ooms:
+            ax.annotate("OOM", (batch, 0.0), textcoords="offset points", xytext=(0, 6), ha="center",
+                        color="red", fontsize=8)
+    for max_batch, search in searches:
+        ax.axvline(max_batch, linestyle="--", color="green", label=f"max batch {max_batch} (search {search})")
+    batches = sorted(set(batches + ooms + [max_batch for max_batch, _ in searches]))
     if batches and max(batches) / max(min(batches), 1) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks(batches)
     ax.set_xticklabels([str(b) for b in batches])
     ax.margins(x=0.08)
+    ax.set_ylim(bottom=0)
 
 
 def _oom_batches(records: list[dict]) -> list[int]:
@@ -157,13 +161,7 @@ def throughput_vs_batch(records: list[dict], framework: str, model: str, path: P
 def _draw_throughput(path: Path, series, ooms: list[int], searches, batches: list[int], title: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, xs, ys, errs in series:
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
-    _oom_marks(ax, ooms, 0.0)
-    for max_batch, search in searches:
-        ax.axvline(max_batch, linestyle="--", color="green", label=f"max batch {max_batch} (search {search})")
-    _batch_axis(ax, batches + ooms + [max_batch for max_batch, _ in searches])
-    ax.set_ylim(bottom=0)
+    _batch_panel(ax, series, ooms, batches, searches)
     ax.set_xlabel("batch size (images per step per worker)")
     ax.set_ylabel("total images/sec (mean ± 95% CI)")
     ax.set_title(f"{title}: throughput vs batch size")
@@ -194,11 +192,7 @@ def _draw_memory(path: Path, panels, ooms: list[int], batches: list[int], title:
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1, 4.0), squeeze=False)
     axes = list(axes[0])
     for ax, (panel, series) in zip(axes, panels):
-        for label, xs, ys, errs in series:
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
-        _oom_marks(ax, ooms, 0.0)
-        _batch_axis(ax, batches + ooms)
-        ax.set_ylim(bottom=0)
+        _batch_panel(ax, series, ooms, batches)
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("batch size")
         ax.set_ylabel("MiB")
