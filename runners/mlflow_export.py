@@ -38,9 +38,9 @@ INSTALL_HINT = "pip install mlflow-skinny (the client; scripts/install-mlflow.sh
 ENV_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
-# record sections whose numeric leaves become metrics named SECTION.FIELD (nested: SECTION.A.B)
-METRIC_SECTIONS = ("throughput", "step_time_s", "input_wait_s", "memory", "flops", "energy", "model")
-TOP_METRICS = ("final_loss", "duration_s")
+# record fields whose numeric leaves become metrics named SECTION.FIELD (nested: SECTION.A.B; a number: its name)
+METRIC_SECTIONS = ("throughput", "step_time_s", "input_wait_s", "memory", "flops", "energy", "model", "final_loss",
+                   "duration_s")
 # per repeat / per rank: metric NAME logged at step = repeat index / rank
 REPEAT_METRICS = {"repeat.images_per_sec": ("images_per_sec",), "repeat.wall_time_s": ("wall_time_s",),
                   "repeat.step_time_s.p90": ("step_time_s", "p90"), "repeat.step_time_s.mean": ("step_time_s", "mean"),
@@ -125,7 +125,6 @@ def _metrics(record: dict) -> list[tuple[str, float, int]]:
         busbw = [value for key, value, _ in found if key.endswith(".busbw_gbps")]
         return found + ([("busbw_gbps.max", max(busbw), 0)] if busbw else [])
     found = [(name, value, 0) for section in METRIC_SECTIONS for name, value in _leaves(section, record.get(section))]
-    found += [(name, value, 0) for name in TOP_METRICS if (value := _number(record.get(name))) is not None]
     workers = _get(record, ("world", "workers"))
     total = _number(_get(record, ("throughput", "images_per_sec")))
     if total is not None and isinstance(workers, int) and workers > 0:
