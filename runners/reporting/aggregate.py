@@ -151,14 +151,13 @@ def environment(records: list[dict]) -> list[tuple[str, str]]:
         framework = record["provenance"].get("framework")
         return [" ".join(str(framework[n]) for n in names if framework.get(n))] if framework else []
 
-    gpu = lambda r: [f[0] for f in [fw(r, "device_name")] if f and device_kind(r) == "gpu"]  # noqa: E731
     stamps = [r["timestamp_utc"] for r in records]
     return [
         ("records", str(len(records))),
         ("status", values(lambda r: [r["status"]])),
         ("hosts", values(lambda r: sorted({r["provenance"]["hostname"], *r["world"]["hosts"]}))),
         ("CPU", values(lambda r: [f"{r['provenance']['cpu_model']} x{r['provenance']['cpu_count']}"])),
-        ("GPU", values(gpu)),
+        ("GPU", values(lambda r: fw(r, "device_name") if device_kind(r) == "gpu" else [])),
         ("frameworks", values(lambda r: fw(r, "name", "version"))),
         ("CUDA / cuDNN", values(lambda r: [f"CUDA {f['cuda_version']} cuDNN {f['cudnn_version']}" for f in
                                            [r["provenance"].get("framework")] if f and device_kind(r) == "gpu"])),

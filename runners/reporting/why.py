@@ -15,9 +15,9 @@ from .network import Predicted, predicted_transfer
 
 SIGNIFICANCE = 0.05  # Welch's p below which T(N) and T(1) differ (the verdict's)
 
-LOSS_PARTS = ("exposed_communication", "input_wait", "straggler_wait", "compute", "idle")
 LOSS_LABELS = {"exposed_communication": "exposed communication", "input_wait": "input wait",
                "straggler_wait": "straggler wait", "compute": "compute slowdown", "idle": "idle (other)"}
+LOSS_PARTS = tuple(LOSS_LABELS)
 LOSS_TOLERANCE = 0.05  # of T(N): how far the parts' sum may miss the measured loss and still "add up"
 
 
