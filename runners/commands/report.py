@@ -143,12 +143,9 @@ def section_scaling(doc: Document, records: list[dict], out: Path) -> None:
         families[tuple(line.family.items())].append(line)
     missing = []
     for index, (family_items, members) in enumerate(families.items()):
-        family = dict(family_items)
-        title = _short(family, ("framework", "model", "batch_size", "image_size", "data", "device_kind",
-                                "runtime"))
+        title = _short(dict(family_items), ("framework", "model", "batch_size", "image_size", "data", "device_kind", "runtime"))
         doc.heading(title, 3)
-        path = plots.scaling(members, title, out / f"scaling-{index + 1}.png")
-        doc.image(path, f"scaling: {title}")
+        doc.image(plots.scaling(members, title, out / f"scaling-{index + 1}.png"), f"scaling: {title}")
         rows = []
         for line in members:
             if line.baseline is None:
