@@ -10,7 +10,6 @@ and multi-rank totals computed from every rank's own loop (aggregate()).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import sys
@@ -42,6 +41,10 @@ def loop_payload(loop: timing.TimedLoop) -> dict:
     }
 
 
+def _pooled(loops: list[dict], key: str) -> list[float]:
+    return [t for loop in loops for t in loop[key]]
+
+
 def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
     """Totals over ranks: per repeat, all images / the slowest rank's wall time.
 
@@ -50,8 +53,7 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
     repeats = []
     for r in range(len(per_rank[0])):
         loops = [rank_loops[r] for rank_loops in per_rank]
-        steps = [t for loop in loops for t in loop["step_times_s"]]
-        waits = [t for loop in loops for t in loop["input_wait_s"]]
+        waits = _pooled(loops, "input_wait_s")
         images = sum(loop["images"] for loop in loops)
         wall = max(loop["wall_time_s"] for loop in loops)
         repeats.append(
@@ -60,7 +62,7 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
                 "images": images,
                 "wall_time_s": wall,
                 "images_per_sec": images / wall,
-                "step_time_s": stats.Stats.of(steps).as_dict(),
+                "step_time_s": stats.Stats.of(_pooled(loops, "step_times_s")).as_dict(),
                 "input_wait_s": stats.Stats.of(waits).as_dict(),
                 "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
                 "joules": energy.repeat_joules(loops),
@@ -68,12 +70,11 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
             }
         )
     rates = [rep["images_per_sec"] for rep in repeats]
-    all_steps = [t for rank_loops in per_rank for loop in rank_loops for t in loop["step_times_s"]]
+    every = [loop for rank_loops in per_rank for loop in rank_loops]
     if len(repeats) > 1:
         halfwidth, method = stats.t_halfwidth(rates), "t-interval over repeats"
     else:
-        steps = [t for rank_loops in per_rank for t in rank_loops[0]["step_times_s"]]
-        halfwidth = stats.throughput_halfwidth_from_steps(steps, batch_size * len(per_rank))
+        halfwidth = stats.throughput_halfwidth_from_steps(_pooled(every, "step_times_s"), batch_size * len(per_rank))
         method = "delta method on step times" if halfwidth is not None else None
     return {
         "throughput": {
@@ -83,10 +84,8 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
             "total_images": sum(rep["images"] for rep in repeats),
             "total_wall_time_s": sum(rep["wall_time_s"] for rep in repeats),
         },
-        "step_time_s": stats.Stats.of(all_steps).as_dict(),
-        "input_wait_s": stats.Stats.of(
-            [t for rank_loops in per_rank for loop in rank_loops for t in loop["input_wait_s"]]
-        ).as_dict(),
+        "step_time_s": stats.Stats.of(_pooled(every, "step_times_s")).as_dict(),
+        "input_wait_s": stats.Stats.of(_pooled(every, "input_wait_s")).as_dict(),
         "repeats": repeats,
     }
 
@@ -264,8 +263,7 @@ class Measurement(RankSession):
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
-            summary = {**trace.summarize(path, rank), "summary_file": f"rank-{rank}.summary.json"}
-            (directory / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+            summary = trace.write_summary(path, rank)
         except Exception as error:  # noqa: BLE001 - the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
@@ -319,9 +317,7 @@ class Measurement(RankSession):
                 if role.kind == strategies.WORKER:
                     if told["error"]:
                         raise RuntimeError(f"the chief's traced steps failed: {told['error']}")
-                    summary = {**trace.summarize(path, rank, told["stamps"][role.index]),
-                               "summary_file": f"rank-{rank}.summary.json"}
-                    (path.parent / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+                    summary = trace.write_summary(path, rank, told["stamps"][role.index])
             except Exception as failure:  # noqa: BLE001
                 error = f"{type(failure).__name__}: {failure}"
         if error is not None:
