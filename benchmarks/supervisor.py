@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
-from .memory import PeakSampler
+from .memory import PeakSampler, address_space_limit, gib
 from .processes import StopScope, stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
@@ -59,16 +58,6 @@ def _relay(source, sink: TextIO, tail: collections.deque | None, bar=None) -> No
         if tail is not None:
             tail.append(line.rstrip("\n"))
     source.close()
-
-
-def address_space_limit() -> int | None:
-    """RLIMIT_AS (`ulimit -v`) the worker inherits, or None when unlimited."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _gib(value: int) -> str:
-    return f"{value / 2**30:.1f} GiB"
 
 
 def oom_kills() -> int | None:
@@ -120,8 +109,8 @@ def classify_exit(
         return "failed", {**error, "kind": "crash", "message": message}
     if returncode < 0 and as_limit and vm_peak >= AS_LIMIT_NEAR * as_limit:
         message = (
-            f"worker died with {error['signal']} after its address space reached {_gib(vm_peak)} "
-            f"of the {_gib(as_limit)} limit (ulimit -v): out of memory"
+            f"worker died with {error['signal']} after its address space reached {gib(vm_peak)} "
+            f"of the {gib(as_limit)} limit (ulimit -v): out of memory"
         )
         return "oom", {**error, "kind": "oom", "message": message}
     reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
