@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import energy, flops, frameworks, memory, record, stats, timing
+from . import energy, flops, frameworks, memory, record, stats, tensorboard, timing
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
@@ -205,13 +205,8 @@ class Measurement(RankSession):
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
         if self.tensorboard is not None:  # after the timed loops and the memory peaks
-            from . import tensorboard
-
             logdir = self.tensorboard if self.world.size == 1 else os.path.join(self.tensorboard, f"rank-{self.world.rank}")
-            try:
-                tensorboard.write_loops(logdir, loops, cfg.batch_size, backend.loss_value)
-            except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
-                progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+            self._write_events(tensorboard.write_loops, logdir, loops, cfg.batch_size, backend.loss_value)
         if self.strategy.gathers_at_chief:  # the chief measured every worker itself
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
@@ -229,24 +224,15 @@ class Measurement(RankSession):
             memories = [peer["memory"] for peer in everyone]
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
-        result = {
-            **totals,
+        sections = {
             "flops": self._flops(totals["throughput"]["images_per_sec"]),
             "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
-            "memory": max_memory(memories),
-            "final_loss": backend.loss_value(loops[-1].last_loss),
-            "ranks": rank_rows(per_rank, ranks, self.peers),
-            "replicas": {
-                "checksums": checksums,
-                "in_sync": len(set(checksums)) == 1,
-                "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1,
-            },
-            "placement": backend.placement(),
         }
         if self.trace is not None:
-            result["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
+            sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
-        return self.finish("ok", None, **result)
+        return self.finish_ok(totals, per_rank, ranks, checksums, memories, backend.loss_value(loops[-1].last_loss),
+                              **sections)
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -338,6 +324,13 @@ class Measurement(RankSession):
         return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
                              max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
 
+    def _write_events(self, write, logdir: str, *args) -> None:
+        """--tensorboard: write(logdir, *args) after the measurement; a failure is said, the measurement stands."""
+        try:
+            write(logdir, *args)
+        except Exception as error:  # noqa: BLE001 - say why there are no events
+            progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
         if not self.display_every or self.world.rank != 0:
@@ -358,6 +351,16 @@ class Measurement(RankSession):
     def failure(self, status: str, kind: str, message: str) -> dict:
         self.mllog.end("run_stop", status="aborted")
         return super().failure(status, kind, message)
+
+    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], checksums: list[str],
+                  memories: list[dict], final_loss: float | None, **sections) -> dict:
+        """An ok run's record from every training rank's loops, weights' checksums and memory peaks."""
+        return self.finish(
+            "ok", None, **totals, **sections, memory=max_memory(memories), final_loss=final_loss,
+            ranks=rank_rows(per_rank, ranks, self.peers), placement=self.backend.placement(),
+            replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
+                      "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
+        )
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
         """The record; a failed run's memory is the host's alone."""
