@@ -15,7 +15,7 @@ from .distributed import cluster, strategies
 from .distributed.world import run_token
 from . import framework_specs, step_timing
 from .errors import UsageError, choices
-from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
+from .models import MODELS
 from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
                       RENDEZVOUS_TIMEOUT_S, check_values, choices_of)
 
