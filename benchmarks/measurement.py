@@ -237,25 +237,26 @@ class Measurement(RankSession):
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
 
+    def _trace_file(self) -> Path:
+        return self._trace_dir() / f"rank-{self.world.rank}{self.backend.trace_suffix}"
+
     def _trace(self, batches) -> dict:
         """--trace: K more steps under the framework's profiler; this rank's trace file and summary.
         A profiler failure is reported in the record; the measurement stands."""
         from . import trace
 
-        rank, steps = self.world.rank, self.trace["steps"]
-        directory = self._trace_dir()
-        path = directory / f"rank-{rank}{self.backend.trace_suffix}"
+        rank, steps, path = self.world.rank, self.trace["steps"], self._trace_file()
         progress(f"tracing {steps} steps after the timed loops: {path}")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
-            summary = trace.write_summary(path, rank)
+            return trace.write_summary(path, rank)
         except Exception as error:  # noqa: BLE001 - the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
-            progress(f"warning: --trace: {type(error).__name__}: {error}")
-            return {"rank": rank, "error": f"{type(error).__name__}: {error}"}
-        return summary
+            failure = f"{type(error).__name__}: {error}"
+        progress(f"warning: --trace: {failure}")
+        return {"rank": rank, "error": failure}
 
     def _trace_served(self, batches) -> list[dict]:
         """--trace under a strategy whose chief drives the workers (PS): every serving process profiles
@@ -286,8 +287,7 @@ class Measurement(RankSession):
         a worker then summarises its steps from the chief's stamps of them."""
         from . import trace
 
-        role, rank = self.backend.dist.role, self.world.rank
-        path = self._trace_dir() / f"rank-{rank}{self.backend.trace_suffix}"
+        role, rank, path = self.backend.dist.role, self.world.rank, self._trace_file()
         handle, error, summary = None, None, None
         self.rendezvous.allgather("trace-start", None, wait_forever=True)  # the chief's timed loops come first
         try:
