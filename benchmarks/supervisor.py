@@ -92,29 +92,27 @@ def classify_exit(
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
     oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)
-    error = {"exit_code": returncode if returncode >= 0 else None, "signal": None}
-    if returncode < 0:
-        error["signal"] = signal.Signals(-returncode).name
+    signal_name = signal.Signals(-returncode).name if returncode < 0 else None
+    error = {"exit_code": returncode if returncode >= 0 else None, "signal": signal_name}
+
+    def ended(status: str, message: str) -> tuple[str, dict]:
+        return status, {**error, "kind": "oom" if status == "oom" else "crash", "message": message}
+
     if oom_line is not None or looks_like_oom(text):
-        return "oom", {**error, "kind": "oom", "message": oom_line or last}
+        return ended("oom", oom_line or last)
     if returncode == -signal.SIGKILL and oom_kills_during is None:
-        message = "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)"
-        return "oom", {**error, "kind": "oom", "message": message}
+        return ended("oom", "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)")
     if returncode == -signal.SIGKILL and oom_kills_during > 0:
-        message = f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} during the run)"
-        return "oom", {**error, "kind": "oom", "message": message}
+        return ended("oom", f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} "
+                            "during the run)")
     if returncode == -signal.SIGKILL:
-        message = ("worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did not move): "
-                   "by another process or a scheduler's limit")
-        return "failed", {**error, "kind": "crash", "message": message}
+        return ended("failed", "worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did "
+                               "not move): by another process or a scheduler's limit")
     if returncode < 0 and as_limit and vm_peak >= AS_LIMIT_NEAR * as_limit:
-        message = (
-            f"worker died with {error['signal']} after its address space reached {gib(vm_peak)} "
-            f"of the {gib(as_limit)} limit (ulimit -v): out of memory"
-        )
-        return "oom", {**error, "kind": "oom", "message": message}
-    reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
-    return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
+        return ended("oom", f"worker died with {signal_name} after its address space reached {gib(vm_peak)} of the "
+                            f"{gib(as_limit)} limit (ulimit -v): out of memory")
+    reason = f"worker died with {signal_name}" if signal_name else f"worker exited with code {returncode}"
+    return ended("failed", f"{reason}: {last}" if last else reason)
 
 
 def inherited_launcher_fds(env) -> tuple[int, ...]:
