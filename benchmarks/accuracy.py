@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 
-from . import convergence, labelled, lr_rules, memory, stats, timing
-from .measurement import Measurement, aggregate, loop_payload, max_memory, progress, rank_rows
+from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
+from .measurement import Measurement, aggregate, loop_payload, progress
 
 EVAL_BATCH = 500  # validation images per forward pass; the last batch of a shard may be smaller
 
@@ -106,7 +106,6 @@ class AccuracyMeasurement(Measurement):
             per_rank = [[{**peer["loop"], "energy": None, "device_state": None}] for peer in everyone]
             ranks = list(range(len(everyone)))
         totals = aggregate(per_rank, cfg.batch_size)
-        checksums = [peer["checksum"] for peer in everyone]
         section = {
             "target": cfg.target_accuracy,
             **convergence.summary(curve, cfg.target_accuracy),
@@ -123,18 +122,9 @@ class AccuracyMeasurement(Measurement):
             "curve": curve,
         }
         if self.tensorboard is not None:
-            self._write_curve(curve, started_unix)
-        result = {
-            **totals,
-            "memory": max_memory([peer["memory"] for peer in everyone]),
-            "final_loss": curve[-1]["train_loss"],
-            "ranks": rank_rows(per_rank, ranks, self.peers),
-            "replicas": {"checksums": checksums, "in_sync": len(set(checksums)) == 1,
-                         "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
-            "placement": backend.placement(),
-            "accuracy": section,
-        }
-        return self.finish("ok", None, **result)
+            self._write_events(tensorboard.write_curve, self.tensorboard, curve, started_unix)
+        return self.finish_ok(totals, per_rank, ranks, [peer["checksum"] for peer in everyone],
+                              [peer["memory"] for peer in everyone], curve[-1]["train_loss"], accuracy=section)
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
         """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total)."""
@@ -151,14 +141,6 @@ class AccuracyMeasurement(Measurement):
         if self.rendezvous is None or self.strategy.gathers_at_chief:
             return [value]
         return self.rendezvous.allgather(tag, value)
-
-    def _write_curve(self, curve: list[dict], started_unix: float) -> None:
-        from . import tensorboard
-
-        try:
-            tensorboard.write_curve(self.tensorboard, curve, started_unix)
-        except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
-            progress(f"warning: --tensorboard {self.tensorboard}: {type(error).__name__}: {error}")
 
 
 def all_segments(segments) -> timing.TimedLoop:

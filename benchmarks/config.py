@@ -15,17 +15,11 @@ from .distributed import cluster, strategies
 from .distributed.world import run_token
 from . import framework_specs, step_timing
 from .errors import UsageError, choices
-from .models import MODELS, ModelSpec  # noqa: F401 - the --model table, importable from here
+from .models import MODELS
 from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
                       RENDEZVOUS_TIMEOUT_S, check_values, choices_of)
 
 FRAMEWORKS = choices_of("framework")
-FRAMEWORK_ALIASES = OPTIONS["framework"].aliases
-
-STRATEGIES = strategies.NAMES  # each one's frameworks, processes and roles: distributed/strategies/
-PS_PLACEMENTS = choices_of("ps_placement")
-DATA_FORMATS = choices_of("data_format")
-DEVICES = choices_of("device")
 NUM_CLASSES = 1000
 FASHION_MNIST_CLASSES = 10
 
@@ -60,7 +54,7 @@ def resolve_framework(name: str | None) -> str:
     if not name:
         raise UsageError(
             "no framework given: pass --framework or set BENCH_FRAMEWORK "
-            f"(choices: {choices(FRAMEWORKS + tuple(FRAMEWORK_ALIASES))})"
+            f"(choices: {choices((*FRAMEWORKS, *OPTIONS['framework'].aliases))})"
         )
     OPTIONS["framework"].validate(name)
     return OPTIONS["framework"].resolved(name)

@@ -56,7 +56,6 @@ def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[st
     return paths, labels, classes
 
 
-
 def make_dataset(
     root: str | os.PathLike,
     images: int,
@@ -166,14 +165,12 @@ class ImageScan:
 def scan_images(root: str | os.PathLike, threads: int = 16) -> ImageScan:
     from concurrent.futures import ThreadPoolExecutor
 
-    root = Path(root)
-    classes = list_classes(root)
-    files = [(str(image), label) for label, name in enumerate(classes) for image in list_images(root / name)]
+    paths, labels, classes = image_folder(root)
     with ThreadPoolExecutor(max_workers=threads) as pool:  # I/O bound: threads overlap the reads
-        problems = list(pool.map(image_problem, (path for path, _ in files)))
-    good = [(path, label) for (path, label), problem in zip(files, problems) if problem is None]
-    bad = [(path, problem) for (path, _), problem in zip(files, problems) if problem is not None]
-    return ImageScan([p for p, _ in good], [label for _, label in good], classes, bad)
+        problems = list(pool.map(image_problem, paths))
+    good = [index for index, problem in enumerate(problems) if problem is None]
+    bad = [(path, problem) for path, problem in zip(paths, problems) if problem is not None]
+    return ImageScan([paths[i] for i in good], [labels[i] for i in good], classes, bad)
 
 
 def check_images(root: str | os.PathLike, strict: bool) -> ImageScan:

@@ -34,6 +34,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import UsageError
+
 MIN_FREE_BYTES = 1 << 20  # refuse an output on a file system with less free space than this (a record is ~10 KB)
 STREAM_WAIT_S = 30.0  # how long a record waits for a FIFO's reader to appear
 
@@ -47,8 +49,13 @@ class OutputError(Exception):
         self.path, self.reason, self.fallback = path, reason, fallback
 
 
-def _existing_ancestor(path: Path) -> Path:
-    return next((p for p in [path, *path.parents] if p.exists()), Path("."))
+def _probe_ancestor(start: Path, path, flag: str) -> str | None:
+    """Why nothing can be created in the nearest existing directory at or above `start`, or None;
+    UsageError when what exists there is not a directory."""
+    ancestor = next((p for p in [start, *start.parents] if p.exists()), Path("."))
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
+    return _probe_dir(ancestor)
 
 
 def _probe_dir(directory: Path) -> str | None:
@@ -75,8 +82,6 @@ def _free_space_problem(directory: Path) -> str | None:
 
 def check_file(path: str | os.PathLike, flag: str) -> None:
     """Refuse an output file that cannot be appended to (raises UsageError); creates nothing."""
-    from .errors import UsageError
-
     target = Path(path)
     if target.is_dir():
         raise UsageError(f"{flag} {str(path)!r} is a directory; give a file path")
@@ -88,25 +93,17 @@ def check_file(path: str | os.PathLike, flag: str) -> None:
                 raise UsageError(f"{flag} {str(path)!r} is not writable ({os.strerror(error.errno)})") from None
         problem = _free_space_problem(target.parent) if _is_regular(target) else None
     else:
-        ancestor = _existing_ancestor(target.parent)
-        if not ancestor.is_dir():
-            raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
-        problem = _probe_dir(ancestor)
+        problem = _probe_ancestor(target.parent, path, flag)
     if problem:
         raise UsageError(f"{flag} {str(path)!r} is not writable ({problem})")
 
 
 def check_dir(path: str | os.PathLike, flag: str) -> None:
     """Refuse an output directory that cannot be created or written (raises UsageError); creates nothing."""
-    from .errors import UsageError
-
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{flag} {str(path)!r} exists and is not a directory")
-    ancestor = _existing_ancestor(target)
-    if not ancestor.is_dir():
-        raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
-    problem = _probe_dir(ancestor)
+    problem = _probe_ancestor(target, path, flag)
     if problem:
         raise UsageError(f"{flag} {str(path)!r} is not writable ({problem})")
 
@@ -200,8 +197,6 @@ def sole_writer(path: str | os.PathLike, flag: str, who: str):
     """Hold `path` (through PATH.lock beside it) for the length of the block; a second holder is
     refused at once in one line naming the first (UsageError). The kernel drops the lock when its
     process dies, so a killed sweep never leaves its store locked."""
-    from .errors import UsageError
-
     lock_path = Path(f"{path}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)

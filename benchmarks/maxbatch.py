@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_LIMIT = 65536  # doubling stops here: a bound, not a guess at what fits
-DEFAULT_BUDGET_S = 1800.0
 
 
 @dataclass

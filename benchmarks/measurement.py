@@ -10,14 +10,13 @@ and multi-rank totals computed from every rank's own loop (aggregate()).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import sys
 import time
 from pathlib import Path
 
-from . import energy, flops, frameworks, memory, record, stats, timing
+from . import energy, flops, frameworks, memory, record, stats, tensorboard, timing
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
@@ -42,6 +41,10 @@ def loop_payload(loop: timing.TimedLoop) -> dict:
     }
 
 
+def _pooled(loops: list[dict], key: str) -> list[float]:
+    return [t for loop in loops for t in loop[key]]
+
+
 def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
     """Totals over ranks: per repeat, all images / the slowest rank's wall time.
 
@@ -50,8 +53,7 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
     repeats = []
     for r in range(len(per_rank[0])):
         loops = [rank_loops[r] for rank_loops in per_rank]
-        steps = [t for loop in loops for t in loop["step_times_s"]]
-        waits = [t for loop in loops for t in loop["input_wait_s"]]
+        waits = _pooled(loops, "input_wait_s")
         images = sum(loop["images"] for loop in loops)
         wall = max(loop["wall_time_s"] for loop in loops)
         repeats.append(
@@ -60,7 +62,7 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
                 "images": images,
                 "wall_time_s": wall,
                 "images_per_sec": images / wall,
-                "step_time_s": stats.Stats.of(steps).as_dict(),
+                "step_time_s": stats.Stats.of(_pooled(loops, "step_times_s")).as_dict(),
                 "input_wait_s": stats.Stats.of(waits).as_dict(),
                 "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
                 "joules": energy.repeat_joules(loops),
@@ -68,12 +70,11 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
             }
         )
     rates = [rep["images_per_sec"] for rep in repeats]
-    all_steps = [t for rank_loops in per_rank for loop in rank_loops for t in loop["step_times_s"]]
+    every = [loop for rank_loops in per_rank for loop in rank_loops]
     if len(repeats) > 1:
         halfwidth, method = stats.t_halfwidth(rates), "t-interval over repeats"
     else:
-        steps = [t for rank_loops in per_rank for t in rank_loops[0]["step_times_s"]]
-        halfwidth = stats.throughput_halfwidth_from_steps(steps, batch_size * len(per_rank))
+        halfwidth = stats.throughput_halfwidth_from_steps(_pooled(every, "step_times_s"), batch_size * len(per_rank))
         method = "delta method on step times" if halfwidth is not None else None
     return {
         "throughput": {
@@ -83,10 +84,8 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
             "total_images": sum(rep["images"] for rep in repeats),
             "total_wall_time_s": sum(rep["wall_time_s"] for rep in repeats),
         },
-        "step_time_s": stats.Stats.of(all_steps).as_dict(),
-        "input_wait_s": stats.Stats.of(
-            [t for rank_loops in per_rank for loop in rank_loops for t in loop["input_wait_s"]]
-        ).as_dict(),
+        "step_time_s": stats.Stats.of(_pooled(every, "step_times_s")).as_dict(),
+        "input_wait_s": stats.Stats.of(_pooled(every, "input_wait_s")).as_dict(),
         "repeats": repeats,
     }
 
@@ -206,13 +205,8 @@ class Measurement(RankSession):
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
         if self.tensorboard is not None:  # after the timed loops and the memory peaks
-            from . import tensorboard
-
             logdir = self.tensorboard if self.world.size == 1 else os.path.join(self.tensorboard, f"rank-{self.world.rank}")
-            try:
-                tensorboard.write_loops(logdir, loops, cfg.batch_size, backend.loss_value)
-            except Exception as error:  # noqa: BLE001 - the measurement stands; say why no events
-                progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+            self._write_events(tensorboard.write_loops, logdir, loops, cfg.batch_size, backend.loss_value)
         if self.strategy.gathers_at_chief:  # the chief measured every worker itself
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
@@ -230,48 +224,39 @@ class Measurement(RankSession):
             memories = [peer["memory"] for peer in everyone]
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
-        result = {
-            **totals,
+        sections = {
             "flops": self._flops(totals["throughput"]["images_per_sec"]),
             "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
-            "memory": max_memory(memories),
-            "final_loss": backend.loss_value(loops[-1].last_loss),
-            "ranks": rank_rows(per_rank, ranks, self.peers),
-            "replicas": {
-                "checksums": checksums,
-                "in_sync": len(set(checksums)) == 1,
-                "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1,
-            },
-            "placement": backend.placement(),
         }
         if self.trace is not None:
-            result["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
+            sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
-        return self.finish("ok", None, **result)
+        return self.finish_ok(totals, per_rank, ranks, checksums, memories, backend.loss_value(loops[-1].last_loss),
+                              **sections)
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
+
+    def _trace_file(self) -> Path:
+        return self._trace_dir() / f"rank-{self.world.rank}{self.backend.trace_suffix}"
 
     def _trace(self, batches) -> dict:
         """--trace: K more steps under the framework's profiler; this rank's trace file and summary.
         A profiler failure is reported in the record; the measurement stands."""
         from . import trace
 
-        rank, steps = self.world.rank, self.trace["steps"]
-        directory = self._trace_dir()
-        path = directory / f"rank-{rank}{self.backend.trace_suffix}"
+        rank, steps, path = self.world.rank, self.trace["steps"], self._trace_file()
         progress(f"tracing {steps} steps after the timed loops: {path}")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
-            summary = {**trace.summarize(path, rank), "summary_file": f"rank-{rank}.summary.json"}
-            (directory / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+            return trace.write_summary(path, rank)
         except Exception as error:  # noqa: BLE001 - the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
-            progress(f"warning: --trace: {type(error).__name__}: {error}")
-            return {"rank": rank, "error": f"{type(error).__name__}: {error}"}
-        return summary
+            failure = f"{type(error).__name__}: {error}"
+        progress(f"warning: --trace: {failure}")
+        return {"rank": rank, "error": failure}
 
     def _trace_served(self, batches) -> list[dict]:
         """--trace under a strategy whose chief drives the workers (PS): every serving process profiles
@@ -302,8 +287,7 @@ class Measurement(RankSession):
         a worker then summarises its steps from the chief's stamps of them."""
         from . import trace
 
-        role, rank = self.backend.dist.role, self.world.rank
-        path = self._trace_dir() / f"rank-{rank}{self.backend.trace_suffix}"
+        role, rank, path = self.backend.dist.role, self.world.rank, self._trace_file()
         handle, error, summary = None, None, None
         self.rendezvous.allgather("trace-start", None, wait_forever=True)  # the chief's timed loops come first
         try:
@@ -319,9 +303,7 @@ class Measurement(RankSession):
                 if role.kind == strategies.WORKER:
                     if told["error"]:
                         raise RuntimeError(f"the chief's traced steps failed: {told['error']}")
-                    summary = {**trace.summarize(path, rank, told["stamps"][role.index]),
-                               "summary_file": f"rank-{rank}.summary.json"}
-                    (path.parent / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+                    summary = trace.write_summary(path, rank, told["stamps"][role.index])
             except Exception as failure:  # noqa: BLE001
                 error = f"{type(failure).__name__}: {failure}"
         if error is not None:
@@ -341,6 +323,13 @@ class Measurement(RankSession):
         framework = framework_info(self.backend)
         return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
                              max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
+
+    def _write_events(self, write, logdir: str, *args) -> None:
+        """--tensorboard: write(logdir, *args) after the measurement; a failure is said, the measurement stands."""
+        try:
+            write(logdir, *args)
+        except Exception as error:  # noqa: BLE001 - say why there are no events
+            progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
@@ -362,6 +351,16 @@ class Measurement(RankSession):
     def failure(self, status: str, kind: str, message: str) -> dict:
         self.mllog.end("run_stop", status="aborted")
         return super().failure(status, kind, message)
+
+    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], checksums: list[str],
+                  memories: list[dict], final_loss: float | None, **sections) -> dict:
+        """An ok run's record from every training rank's loops, weights' checksums and memory peaks."""
+        return self.finish(
+            "ok", None, **totals, **sections, memory=max_memory(memories), final_loss=final_loss,
+            ranks=rank_rows(per_rank, ranks, self.peers), placement=self.backend.placement(),
+            replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
+                      "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
+        )
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
         """The record; a failed run's memory is the host's alone."""

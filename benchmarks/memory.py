@@ -37,17 +37,27 @@ def parse_status_bytes(status_text: str, field: str) -> int | None:
     return None
 
 
+def address_space_limit() -> int | None:
+    """RLIMIT_AS (`ulimit -v`), which a worker inherits, or None when unlimited."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def gib(value: int) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
 def near_address_space_limit(fraction: float) -> str | None:
     """'X GiB of the Y GiB limit' when this process's address-space peak (VmPeak) reached
     `fraction` of RLIMIT_AS (`ulimit -v`); None without a limit, below it, or off Linux."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    limit = address_space_limit()
     try:
         peak = parse_status_bytes(PROC_STATUS.read_text(), "VmPeak")
     except OSError:
         return None
-    if soft == resource.RLIM_INFINITY or peak is None or peak < fraction * soft:
+    if limit is None or peak is None or peak < fraction * limit:
         return None
-    return f"{peak / 2**30:.1f} GiB of the {soft / 2**30:.1f} GiB limit"
+    return f"{gib(peak)} of the {gib(limit)} limit"
 
 
 def host_rss_peak_bytes() -> int:

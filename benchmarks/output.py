@@ -77,8 +77,8 @@ def state_text(state: dict) -> str:
 
 
 def render(record: dict, stream: TextIO) -> None:
-    console = Console(file=stream, highlight=False, width=100, soft_wrap=True)
-    console.print(headline(record), markup=False)
+    console = Console(file=stream, highlight=False, markup=False, width=100, soft_wrap=True)
+    console.print(headline(record))
     if record["status"] == "ok":
         table = Table(box=box.SIMPLE, show_edge=False, pad_edge=False)
         kind = (record["provenance"].get("framework") or {}).get("device_kind", "cpu")
@@ -104,8 +104,7 @@ def render(record: dict, stream: TextIO) -> None:
             f"memory: host RSS peak {_bytes(mem['host_rss_peak_bytes'])} (since {mem['host_rss_peak_since']}), "
             f"allocator peak {_bytes(mem['allocator_peak_bytes'])}, reserved peak {_bytes(mem['reserved_peak_bytes'])}, "
             f"device peak {_bytes(mem['device_peak_bytes'])}"
-            + (f" ({mem['device_unavailable_reason']})" if mem.get("device_unavailable_reason") else ""),
-            markup=False,
+            + (f" ({mem['device_unavailable_reason']})" if mem.get("device_unavailable_reason") else "")
         )
         world = record["world"]
         if world["processes"] > 1:
@@ -115,35 +114,34 @@ def render(record: dict, stream: TextIO) -> None:
             ps = f" + {world['num_ps']} PS + chief" if strategies.get(world["strategy"]).uses_ps else ""
             console.print(
                 f"world: {world['workers']} workers{ps} ({world['strategy']}, {world['launcher']}) on "
-                f"{world['nodes']} node(s); images/sec per worker: {per_rank}; replicas in sync: {sync}",
-                markup=False,
+                f"{world['nodes']} node(s); images/sec per worker: {per_rank}; replicas in sync: {sync}"
             )
             if record["placement"]:
                 loads = ", ".join(f"PS{p['ps']} {p['variables']} vars {_bytes(p['bytes'])}" for p in record["placement"])
-                console.print(f"placement: {loads}", markup=False)
+                console.print(f"placement: {loads}")
         compiled = record.get("compile")
         if compiled is not None:
             eager = f", FELL BACK TO EAGER: {compiled['fallback_reason']}" if compiled["fell_back_to_eager"] else ""
             breaks = f", {compiled['graph_breaks']} graph breaks" if compiled["graph_breaks"] is not None else ""
             console.print(f"compile: {compiled['mode']} ({compiled['backend']}) first step {compiled['compile_time_s']:.1f} s, "
-                          f"not in warmup or timing{breaks}{eager}", markup=False)
+                          f"not in warmup or timing{breaks}{eager}")
         if counted:
-            console.print(flops_line(counted, kind), markup=False)
+            console.print(flops_line(counted, kind))
         if record.get("energy"):
-            console.print(energy_line(record["energy"]), markup=False)
+            console.print(energy_line(record["energy"]))
         for rep in record["repeats"]:
             if rep.get("device_state"):
-                console.print(f"device, repeat {rep['index'] + 1}: {state_text(rep['device_state'])}", markup=False)
+                console.print(f"device, repeat {rep['index'] + 1}: {state_text(rep['device_state'])}")
         throughput = record["throughput"]
         data = record.get("data")
         if data is not None:
             first = f" (first: {data['skipped_examples'][0]['path']})" if data["skipped_examples"] else ""
-            console.print(f"data: {data['images']} images, {data['skipped_images']} skipped as undecodable{first}", markup=False)
+            console.print(f"data: {data['images']} images, {data['skipped_images']} skipped as undecodable{first}")
         if throughput["ci_method"]:
-            console.print(f"interval: 95% {throughput['ci_method']}", markup=False)
+            console.print(f"interval: 95% {throughput['ci_method']}")
         if record.get("accuracy"):
-            console.print(accuracy_line(record["accuracy"]), markup=False)
-    console.print(throughput_line(record), markup=False)
+            console.print(accuracy_line(record["accuracy"]))
+    console.print(throughput_line(record))
 
 
 def accuracy_line(section: dict) -> str:

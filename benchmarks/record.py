@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import convergence, lr_rules, step_timing
 from .distributed import strategies
-from .durable import append_jsonl  # noqa: F401 - kept importable from here
 from .options import DEFAULTS, choices_of
 from .provenance import CONTAINER_RUNTIMES
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
-from .memory import PeakSampler
+from .memory import PeakSampler, address_space_limit, gib
 from .processes import StopScope, stop_process_group
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
@@ -61,16 +60,6 @@ def _relay(source, sink: TextIO, tail: collections.deque | None, bar=None) -> No
     source.close()
 
 
-def address_space_limit() -> int | None:
-    """RLIMIT_AS (`ulimit -v`) the worker inherits, or None when unlimited."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _gib(value: int) -> str:
-    return f"{value / 2**30:.1f} GiB"
-
-
 def oom_kills() -> int | None:
     """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat, Linux >= 4.13;
     host-wide, also inside a container), or None where the count is not kept."""
@@ -103,29 +92,27 @@ def classify_exit(
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
     oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)
-    error = {"exit_code": returncode if returncode >= 0 else None, "signal": None}
-    if returncode < 0:
-        error["signal"] = signal.Signals(-returncode).name
+    signal_name = signal.Signals(-returncode).name if returncode < 0 else None
+    error = {"exit_code": returncode if returncode >= 0 else None, "signal": signal_name}
+
+    def ended(status: str, message: str) -> tuple[str, dict]:
+        return status, {**error, "kind": "oom" if status == "oom" else "crash", "message": message}
+
     if oom_line is not None or looks_like_oom(text):
-        return "oom", {**error, "kind": "oom", "message": oom_line or last}
+        return ended("oom", oom_line or last)
     if returncode == -signal.SIGKILL and oom_kills_during is None:
-        message = "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)"
-        return "oom", {**error, "kind": "oom", "message": message}
+        return ended("oom", "worker killed by SIGKILL: most likely the kernel OOM killer (check `dmesg`)")
     if returncode == -signal.SIGKILL and oom_kills_during > 0:
-        message = f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} during the run)"
-        return "oom", {**error, "kind": "oom", "message": message}
+        return ended("oom", f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} "
+                            "during the run)")
     if returncode == -signal.SIGKILL:
-        message = ("worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did not move): "
-                   "by another process or a scheduler's limit")
-        return "failed", {**error, "kind": "crash", "message": message}
+        return ended("failed", "worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did "
+                               "not move): by another process or a scheduler's limit")
     if returncode < 0 and as_limit and vm_peak >= AS_LIMIT_NEAR * as_limit:
-        message = (
-            f"worker died with {error['signal']} after its address space reached {_gib(vm_peak)} "
-            f"of the {_gib(as_limit)} limit (ulimit -v): out of memory"
-        )
-        return "oom", {**error, "kind": "oom", "message": message}
-    reason = f"worker died with {error['signal']}" if error["signal"] else f"worker exited with code {returncode}"
-    return "failed", {**error, "kind": "crash", "message": f"{reason}: {last}" if last else reason}
+        return ended("oom", f"worker died with {signal_name} after its address space reached {gib(vm_peak)} of the "
+                            f"{gib(as_limit)} limit (ulimit -v): out of memory")
+    reason = f"worker died with {signal_name}" if signal_name else f"worker exited with code {returncode}"
+    return ended("failed", f"{reason}: {last}" if last else reason)
 
 
 def inherited_launcher_fds(env) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ each) after the loop.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -30,14 +31,8 @@ class Writer:
     def __init__(self, logdir: str | Path):
         self.name = available()
         Path(logdir).mkdir(parents=True, exist_ok=True)
-        if self.name == "tensorboardX":
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(str(logdir))
-        elif self.name == "torch.utils.tensorboard":
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(logdir))
+        if self.name in ("tensorboardX", "torch.utils.tensorboard"):
+            self._writer = importlib.import_module(self.name).SummaryWriter(str(logdir))
         elif self.name == "tf.summary":
             import tensorflow as tf
 

@@ -272,3 +272,10 @@ def summarize(path: str | Path, rank: int, stamps: list[list[float]] | None = No
         "mean": mean,
         "overlap_fraction": mean["overlap_s"] / mean["communication_s"] if mean["communication_s"] > 0 else None,
     }
+
+
+def write_summary(path: Path, rank: int, stamps: list[list[float]] | None = None) -> dict:
+    """summarize(), also written beside the trace as the entry's `summary_file`."""
+    summary = {**summarize(path, rank, stamps), "summary_file": f"rank-{rank}.summary.json"}
+    (path.parent / summary["summary_file"]).write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
