@@ -6,7 +6,6 @@ import contextlib
 import datetime
 import hashlib
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -17,6 +16,7 @@ from PIL import Image
 
 from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
+from ..distributed.cluster import torch_init_method
 from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
 
 TORCHVISION_MODELS = {
@@ -160,8 +160,9 @@ class TorchFramework(Framework):
             torch.channels_last if cfg.data_format == "channels_last" else torch.contiguous_format
         )
         self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
-        self.model = self._build_model().to(self.device, memory_format=self.memory_format)
-        self.model.train()
+        # this rank's own network; self.model is what trains it: wrapped (DDP), compiled (--compile)
+        self.replica = build_model(cfg.model, cfg.num_classes, self.aux_head, cfg.image_size, cfg.seed)
+        self.model = self.replica.to(self.device, memory_format=self.memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.base_lr, momentum=0.9)
         self._init_distributed()
         self.eager_model = self.model
@@ -190,38 +191,32 @@ class TorchFramework(Framework):
 
     def parameter_checksum(self) -> str:
         digest = hashlib.sha256()
-        for parameter in getattr(self, "replica", self.eager_model).parameters():
+        for parameter in self.replica.parameters():
             digest.update(parameter.detach().float().cpu().numpy().tobytes())
         return digest.hexdigest()[:16]
-
-    def _build_model(self) -> torch.nn.Module:
-        return build_model(self.config.model, self.config.num_classes, self.aux_head, self.config.image_size, self.config.seed)
 
     def count_flops(self):
         return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
 
     def model_info(self) -> dict:
         return {
-            "parameters": sum(p.numel() for p in getattr(self, "replica", self.eager_model).parameters() if p.requires_grad),
+            "parameters": sum(p.numel() for p in self.replica.parameters() if p.requires_grad),
             "aux_head": self.aux_head,
         }
 
     def device_info(self) -> DeviceInfo:
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        if self.device.type == "cuda":
-            name, count = torch.cuda.get_device_name(self.device), 1
-        else:
-            from ..provenance import cpu_model
+        from ..provenance import cpu_model
 
-            name, count = cpu_model(), 1
+        gpu = self.device.type == "cuda"
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         return DeviceInfo(
-            kind="gpu" if self.device.type == "cuda" else "cpu",
-            name=name,
-            count=count,
+            kind="gpu" if gpu else "cpu",
+            name=torch.cuda.get_device_name(self.device) if gpu else cpu_model(),
+            count=1,
             cuda_version=torch.version.cuda,
             cudnn_version=str(cudnn) if cudnn else None,
             visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            ordinals=(self.device.index,) if self.device.type == "cuda" else (),
+            ordinals=(self.device.index,) if gpu else (),
             intra_op_threads=torch.get_num_threads(),
         )
 
@@ -321,7 +316,7 @@ class TorchFramework(Framework):
 
     def evaluate(self, batch) -> tuple[int, float]:
         images, labels = batch
-        model = getattr(self, "replica", self.eager_model)  # no DDP wrapper: evaluation is this rank's own
+        model = self.replica  # no DDP wrapper: evaluation is this rank's own
         model.eval()
         try:
             with torch.no_grad(), torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
@@ -426,23 +421,17 @@ class TorchDdpFramework(TorchFramework):
     """--strategy ddp."""
 
     def _init_distributed(self) -> None:
-        """DistributedDataParallel: NCCL on GPU, gloo on CPU. Under torchrun (MASTER_ADDR/PORT
-        set) join its store; otherwise process 0 hosts one next to dlbench's rendezvous."""
+        """DistributedDataParallel: NCCL on GPU, gloo on CPU."""
         import torch.distributed as dist
 
         cfg, world = self.config, self.dist.world
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            init_method = "env://"
-        else:
-            init_method = f"tcp://{self.dist.coordinator}:{cfg.rendezvous_port + 1}"
         dist.init_process_group(
             "nccl" if self.device.type == "cuda" else "gloo",
-            init_method=init_method,
+            init_method=torch_init_method(self.dist.coordinator, cfg.rendezvous_port),
             rank=world.rank,
             world_size=world.size,
             timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
         )
-        self.replica = self.model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
 
