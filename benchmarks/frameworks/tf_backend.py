@@ -50,6 +50,13 @@ def count_forward_flops(model, image_shape: tuple):
     return Counted(float(total), None, f"TensorFlow registered op statistics of the traced graph ({', '.join(COUNTED_OPS)})")
 
 
+def all_reduce_strategy(gpu: bool) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """MultiWorkerMirroredStrategy: NCCL when this worker has a GPU, TF's own ring otherwise."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if gpu else implementation.RING))
+
+
 class TensorFlowFramework(Framework):
     name = "tensorflow"
 
@@ -131,14 +138,8 @@ class TensorFlowFramework(Framework):
         """A tf.distribute strategy (the strategy's subclass); alone: none, the model on one device."""
         return None
 
-    @contextlib.contextmanager
-    def _variable_scope(self):
-        if self.strategy is None:
-            with tf.device(self.device_name):
-                yield
-            return
-        with self.strategy.scope():
-            yield
+    def _variable_scope(self) -> contextlib.AbstractContextManager:
+        return tf.device(self.device_name) if self.strategy is None else self.strategy.scope()
 
     def _image_shape(self) -> tuple:
         s = self.config.image_size
@@ -382,14 +383,7 @@ class TensorFlowAllreduceFramework(TensorFlowFramework):
     """--strategy allreduce: MultiWorkerMirroredStrategy (ring on CPU, NCCL on GPU)."""
 
     def _make_strategy(self):
-        implementation = (
-            tf.distribute.experimental.CommunicationImplementation.NCCL
-            if self.gpus
-            else tf.distribute.experimental.CommunicationImplementation.RING
-        )
-        return tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
-        )
+        return all_reduce_strategy(bool(self.gpus))
 
     def _make_step(self):
         return tf.function(self._allreduce_step, jit_compile=False)

@@ -89,7 +89,7 @@ class TensorFlowPsFramework(TensorFlowFramework):
     def setup(self) -> None:
         if self.serves_only:
             self._configure()
-            self._start_server()
+            self.server = start_server()
             return
         super().setup()
         if self.config.accuracy_mode:
@@ -97,9 +97,6 @@ class TensorFlowPsFramework(TensorFlowFramework):
                 self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="dlbench_updates")
             self._labelled_step = tf.function(self._labelled_worker_step)
             self.staleness = []
-
-    def _start_server(self) -> None:
-        self.server = start_server()
 
     def _make_strategy(self):
         return make_strategy()
