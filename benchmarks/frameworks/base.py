@@ -20,6 +20,15 @@ from ..distributed.strategies import Role
 from ..distributed.world import World
 
 
+INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
+AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
+
+
+def has_aux_head(model: str, image_size: int) -> bool:
+    """InceptionV3 trains its auxiliary classifier, in every framework, where its input is large enough."""
+    return model == "inception3" and image_size >= INCEPTION_AUX_MIN_SIZE
+
+
 @dataclass
 class Distributed:
     """What a backend needs to know about the other ranks."""

@@ -234,8 +234,8 @@ class TensorFlowPsFramework(TensorFlowFramework):
         per_worker = {}
         for worker, steps in sorted(stamps.items()):
             steps.sort(key=lambda step: step[1])
-            per_worker[worker] = timing.loop_from_stamps(steps[0][0], [(start, end) for start, end in steps],
-                                                         self.config.batch_size, fetch_started=[s for s, _ in steps])
+            per_worker[worker] = timing.loop_from_stamps(steps[0][0], steps, self.config.batch_size,
+                                                         fetch_started=[s for s, _ in steps])
         merged = timing.merge_loops(per_worker, last_loss=losses[-1])
         merged.losses = losses
         return merged

@@ -17,7 +17,7 @@ from PIL import Image
 from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
-from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, has_aux_head, looks_like_oom
 
 TORCHVISION_MODELS = {
     "alexnet": "alexnet",
@@ -26,8 +26,6 @@ TORCHVISION_MODELS = {
     "resnet152": "resnet152",
     "inception3": "inception_v3",
 }
-INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
-AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
 
 
 MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
@@ -117,6 +115,14 @@ def build_model(model: str, num_classes: int, aux_head: bool, image_size: int = 
     return builder(**kwargs)
 
 
+def training_loss(output, labels, aux_head: bool) -> torch.Tensor:
+    """Cross-entropy; with InceptionV3's auxiliary head, plus its own weighted by AUX_LOSS_WEIGHT."""
+    cross_entropy = torch.nn.functional.cross_entropy
+    if not aux_head:
+        return cross_entropy(output, labels)
+    return cross_entropy(output.logits, labels) + AUX_LOSS_WEIGHT * cross_entropy(output.aux_logits, labels)
+
+
 FLOP_COUNT_BATCH = 2  # batch norm in training mode needs more than one value per channel
 
 
@@ -132,14 +138,9 @@ def count_flops(model: str, image_size: int, num_classes: int, aux_head: bool):
         images = torch.empty(FLOP_COUNT_BATCH, 3, image_size, image_size)
         labels = torch.zeros(FLOP_COUNT_BATCH, dtype=torch.long)
     with FlopCounterMode(display=False) as forward:
-        output = net(images)
+        net(images)
     with FlopCounterMode(display=False) as step:
-        output = net(images)
-        logits = output.logits if aux_head else output
-        loss = torch.nn.functional.cross_entropy(logits, labels)
-        if aux_head:
-            loss = loss + AUX_LOSS_WEIGHT * torch.nn.functional.cross_entropy(output.aux_logits, labels)
-        loss.backward()
+        training_loss(net(images), labels, aux_head).backward()
     return Counted(forward.get_total_flops() / FLOP_COUNT_BATCH, step.get_total_flops() / FLOP_COUNT_BATCH,
                    "torch.utils.flop_counter.FlopCounterMode on meta tensors (convolutions and matrix products)")
 
@@ -159,7 +160,7 @@ class TorchFramework(Framework):
         self.memory_format = (
             torch.channels_last if cfg.data_format == "channels_last" else torch.contiguous_format
         )
-        self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
+        self.aux_head = has_aux_head(cfg.model, cfg.image_size)
         # this rank's own network; self.model is what trains it: wrapped (DDP), compiled (--compile)
         self.replica = build_model(cfg.model, cfg.num_classes, self.aux_head, cfg.image_size, cfg.seed)
         self.model = self.replica.to(self.device, memory_format=self.memory_format).train()
@@ -168,7 +169,6 @@ class TorchFramework(Framework):
         self.eager_model = self.model
         if cfg.compile:
             self.model = compilation.torch_compile(self.model, cfg.compile)
-        self.criterion = torch.nn.CrossEntropyLoss()
         plan = precision.plan(cfg.precision, "gpu" if self.device.type == "cuda" else "cpu")
         self.precision_state = precision.apply_torch(plan, self.device)
         self.new_step_event, self.step_timing_state = step_timing.apply_torch(cfg.step_timing, self.device)
@@ -279,13 +279,7 @@ class TorchFramework(Framework):
         images, labels = batch
         self.model.zero_grad(set_to_none=True)  # Horovod's optimizer wrapper lacks set_to_none
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            output = self.model(images)
-            if self.aux_head:
-                loss = self.criterion(output.logits, labels) + AUX_LOSS_WEIGHT * self.criterion(
-                    output.aux_logits, labels
-                )
-            else:
-                loss = self.criterion(output, labels)
+            loss = training_loss(self.model(images), labels, self.aux_head)
         self.scaler.scale(loss).backward()
         if self.uses_lars:
             with self._gradients_final():
