@@ -86,11 +86,11 @@ class CommMeasurement(RankSession):
             return self.finish("failed", {"kind": "incorrect", "message": "; ".join(self.wrong_messages[:5])})
         return self.finish("ok", None)
 
-    def _timed(self, operation, warmup: int | None = None) -> list[float]:
+    def _timed(self, operation) -> list[float]:
         """Warmup, then each iteration timed on its own: the operation and a device sync only."""
         backend = self.backend
         backend.barrier()
-        for _ in range(self.options.warmup_iters if warmup is None else warmup):
+        for _ in range(self.options.warmup_iters):
             operation()
             backend.synchronize()
         times = []
@@ -138,7 +138,7 @@ class CommMeasurement(RankSession):
         for nbytes in sizes:
             elements = nbytes // metrics.ELEMENT_BYTES
             sent = metrics.pattern(near, elements)
-            wrong, times = 0, [0.0]
+            wrong = 0
             if rank == near:
                 buffer = backend.buffer(sent)
                 backend.send(buffer, far)

@@ -8,6 +8,7 @@ methods, so no backend can measure differently from another.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -59,6 +60,14 @@ def framework_section(name: str, version: str, device: DeviceInfo) -> dict:
     return {"name": name, "version": version, "device_kind": device.kind, "device_name": device.name,
             "device_count": device.count, "visible_gpus": device.visible_gpus, "cuda_version": device.cuda_version,
             "cudnn_version": device.cudnn_version, "intra_op_threads": device.intra_op_threads}
+
+
+def checksum(arrays) -> str:
+    """Framework.parameter_checksum from the parameters as float32 numpy arrays."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass

@@ -11,7 +11,6 @@ TF_CONFIG is exported by the measurement before this module is imported.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ from .. import compilation, lr_rules, precision, step_timing  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
-from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, has_aux_head, looks_like_oom  # noqa: E402
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom  # noqa: E402
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -173,10 +172,8 @@ class TensorFlowFramework(Framework):
         )
 
     def parameter_checksum(self) -> str:
-        digest = hashlib.sha256()
-        for variable in self.model.trainable_variables:
-            digest.update(np.asarray(variable.value.read_value(), dtype=np.float32).tobytes())
-        return digest.hexdigest()[:16]
+        return checksum(np.asarray(variable.value.read_value(), dtype=np.float32)
+                        for variable in self.model.trainable_variables)
 
     # -- training --------------------------------------------------------------------------------
 

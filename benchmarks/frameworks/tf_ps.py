@@ -158,19 +158,12 @@ class TensorFlowPsFramework(TensorFlowFramework):
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
                 dataset = self._real_dataset(worker, num_workers)
             else:
-                dataset = (
-                    tf.data.Dataset.range(cfg.synthetic_batches)
-                    .map(
-                        lambda i: (
-                            tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
-                            tf.random.stateless_uniform(
-                                (cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes, dtype=tf.int64
-                            ),
-                        )
-                    )
-                    .cache()
-                    .repeat()
-                )
+                def synthetic(i):
+                    return (tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
+                            tf.random.stateless_uniform((cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes,
+                                                        dtype=tf.int64))
+
+                dataset = tf.data.Dataset.range(cfg.synthetic_batches).map(synthetic).cache().repeat()
             return dataset.prefetch(tf.data.AUTOTUNE)
 
         def per_worker_dataset_fn():

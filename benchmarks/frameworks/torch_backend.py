@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import itertools
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from PIL import Image
 from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
-from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, has_aux_head, looks_like_oom
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
 TORCHVISION_MODELS = {
     "alexnet": "alexnet",
@@ -190,10 +189,7 @@ class TorchFramework(Framework):
         """Join the other ranks' gradient exchange (the strategy's subclass below); alone: nothing."""
 
     def parameter_checksum(self) -> str:
-        digest = hashlib.sha256()
-        for parameter in self.replica.parameters():
-            digest.update(parameter.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return checksum(parameter.detach().float().cpu().numpy() for parameter in self.replica.parameters())
 
     def count_flops(self):
         return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
