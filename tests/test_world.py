@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from benchmarks.distributed import cluster
+from benchmarks.distributed import cluster, strategies
 from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
 from benchmarks.errors import UsageError
@@ -56,11 +56,11 @@ def test_expand_nodelist():
 
 
 def test_roles_under_ps():
-    roles = [cluster.role_of(World(rank=r, size=5), "ps", 2) for r in range(5)]
+    roles = [strategies.get("ps").role(r, 5, 2) for r in range(5)]
     assert [(r.kind, r.index) for r in roles] == [("chief", 0), ("worker", 0), ("worker", 1), ("ps", 0), ("ps", 1)]
-    assert cluster.role_of(World(rank=1, size=2), "ddp", 0) == cluster.Role("worker", 1)
+    assert strategies.get("ddp").role(1, 2, 0) == strategies.Role("worker", 1)
     with pytest.raises(UsageError, match="needs at least 4 processes"):
-        cluster.role_of(World(rank=0, size=3), "ps", 2)
+        strategies.get("ps").role(0, 3, 2)
 
 
 def test_ports_not_given_are_placed_by_the_run_token():
@@ -91,9 +91,9 @@ def test_tf_config_ports_follow_seed_000():
 
 def test_greedy_placement_balances_bytes():
     sizes = [100, 1, 1, 1, 60, 50]
-    assert cluster.greedy_assign(sizes, 2) == [0, 1, 1, 1, 1, 1]
-    loads = [sum(s for s, p in zip(sizes, cluster.greedy_assign(sizes, 2)) if p == ps) for ps in (0, 1)]
-    assert loads == [100, 113]
+    placer = cluster.GreedyPlacer(2)
+    assert [placer.place(size) for size in sizes] == [0, 1, 1, 1, 1, 1]
+    assert placer.loads == [100, 113]
 
 
 def test_aggregate_uses_all_images_over_slowest_rank():

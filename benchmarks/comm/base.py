@@ -8,7 +8,7 @@ lives once in benchmarks.comm.measure, so no backend measures differently.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from ..frameworks.base import DeviceInfo, Distributed, looks_like_oom
 
@@ -38,8 +38,6 @@ class CommOptions:
     timeout: float | None
 
     def as_dict(self) -> dict:
-        from dataclasses import asdict
-
         return {**asdict(self), "ops": list(self.ops), "dtype": "float32"}
 
 
@@ -84,7 +82,9 @@ class CommBackend(ABC):
 
     def barrier(self) -> None:
         """Line the ranks up before a timed loop; outside every timed region."""
-        self.allreduce(self.buffer(_one()))
+        import numpy as np
+
+        self.allreduce(self.buffer(np.zeros(1, dtype=np.float32)))
         self.synchronize()
 
     def send(self, buffer, peer: int) -> None:
@@ -102,9 +102,3 @@ class CommBackend(ABC):
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         return looks_like_oom(str(error))
-
-
-def _one():
-    import numpy as np
-
-    return np.zeros(1, dtype=np.float32)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..errors import UsageError
-from ..frameworks.base import DeviceInfo
-from .base import CommBackend
-from .torch_dist import model_gradient_bytes
+from .torch_dist import TorchBackend, model_gradient_bytes
 
 
-class HorovodBackend(CommBackend):
-    framework = "torch"
-
+class HorovodBackend(TorchBackend):
     def setup(self) -> None:
         try:
             import horovod.torch as hvd
@@ -28,20 +23,6 @@ class HorovodBackend(CommBackend):
     def version(self) -> str:
         return f"torch {torch.__version__}, horovod {self.hvd.__version__}"
 
-    def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
-
-        gpu = self.device.type == "cuda"
-        return DeviceInfo(kind="gpu" if gpu else "cpu",
-                          name=torch.cuda.get_device_name(self.device) if gpu else cpu_model(), count=1,
-                          cuda_version=torch.version.cuda, visible_gpus=torch.cuda.device_count())
-
-    def buffer(self, values):
-        return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).to(self.device)
-
-    def read(self, buffer):
-        return buffer.cpu().numpy()
-
     def allreduce(self, buffer):
         return self.hvd.allreduce_(buffer, op=self.hvd.Sum)
 
@@ -49,10 +30,6 @@ class HorovodBackend(CommBackend):
         """Asynchronous submission lets Horovod fuse the buckets, as its optimizer does."""
         handles = [self.hvd.allreduce_async_(b, op=self.hvd.Sum) for b in buffers]
         return [self.hvd.synchronize(h) for h in handles]
-
-    def synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
 
     def barrier(self) -> None:
         self.hvd.barrier()

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..distributed import world as worlds
 from ..distributed.session import RankSession, world_section
+from ..distributed.strategies.ps import PsStrategy
 from ..errors import Stopped
 from ..frameworks.base import framework_section
 from ..processes import StopScope, returns_within
@@ -72,7 +73,10 @@ class CommMeasurement(RankSession):
             return None
         try:
             for op in opts.ops:
-                getattr(self, f"_op_{op}")()
+                if op in PsStrategy.comm_ops:
+                    self._ps_rows(op)
+                else:
+                    getattr(self, f"_op_{op}")()
         finally:
             self.close_backend()
         self.leave()
@@ -82,11 +86,11 @@ class CommMeasurement(RankSession):
             return self.finish("failed", {"kind": "incorrect", "message": "; ".join(self.wrong_messages[:5])})
         return self.finish("ok", None)
 
-    def _timed(self, operation, warmup: int | None = None) -> list[float]:
+    def _timed(self, operation) -> list[float]:
         """Warmup, then each iteration timed on its own: the operation and a device sync only."""
         backend = self.backend
         backend.barrier()
-        for _ in range(self.options.warmup_iters if warmup is None else warmup):
+        for _ in range(self.options.warmup_iters):
             operation()
             backend.synchronize()
         times = []
@@ -134,7 +138,7 @@ class CommMeasurement(RankSession):
         for nbytes in sizes:
             elements = nbytes // metrics.ELEMENT_BYTES
             sent = metrics.pattern(near, elements)
-            wrong, times = 0, [0.0]
+            wrong = 0
             if rank == near:
                 buffer = backend.buffer(sent)
                 backend.send(buffer, far)
@@ -183,19 +187,10 @@ class CommMeasurement(RankSession):
             row.update(ranks=n, buckets=buckets)
             self._add(row, sum(e["wrong"] for e in everyone), f"gradients of {self.options.model}")
 
-    # PS operations: the chief drives every worker (benchmarks.comm.tf_ps_comm); each worker stamps its own.
-    def _op_pull(self) -> None:
-        self._ps_rows("pull")
-
-    def _op_push(self) -> None:
-        self._ps_rows("push")
-
-    def _op_ps_step(self) -> None:
-        self._ps_rows("ps_step")
-
     def _ps_rows(self, op: str) -> None:
         """pull/push: one row per distinct variable size of the model within --min-bytes..--max-bytes
-        (its first variable of that size, on the PS that holds it); ps_step: one row, every variable."""
+        (its first variable of that size, on the PS that holds it); ps_step: one row, every variable.
+        The chief drives every worker (benchmarks.comm.tf_ps_comm); each worker stamps its own."""
         backend, opts = self.backend, self.options
         sizes = backend.variable_sizes()
         workers = backend.num_workers

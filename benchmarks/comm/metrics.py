@@ -109,7 +109,6 @@ def wrong_elements(values, expected) -> int:
 
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # DistributedDataParallel(bucket_cap_mb=25), the default
-HOROVOD_FUSION_BYTES = 128 * 1024 * 1024  # HOROVOD_FUSION_THRESHOLD's default
 
 
 def buckets_by_size(gradient_bytes: Sequence[int], first_limit: int, limit: int) -> list[int]:

@@ -3,7 +3,7 @@ the path --strategy allreduce trains with. TF_CONFIG is set by the caller before
 
 from __future__ import annotations
 
-from ..frameworks import tf_setup  # noqa: F401 - before TensorFlow
+from ..frameworks.tf_backend import all_reduce_strategy  # first: it quiets TensorFlow's C++ logging before the import
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -11,12 +11,6 @@ import tensorflow as tf  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from ..frameworks.base import DeviceInfo  # noqa: E402
 from .base import CommBackend  # noqa: E402
-
-
-def implementation(gpus: int):
-    """NCCL when this worker has a GPU, TF's own ring otherwise (as the training backend)."""
-    options = tf.distribute.experimental.CommunicationImplementation
-    return options.NCCL if gpus else options.RING
 
 
 def model_gradient_bytes(model: str, image_size: int | None = None) -> list[int]:
@@ -44,8 +38,7 @@ class TFCollectiveBackend(CommBackend):
             gpus = [gpus[self.dist.world.local_rank % len(gpus)]]
             tf.config.set_visible_devices(gpus, "GPU")
         self.gpus = gpus
-        self.strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation(len(gpus))))
+        self.strategy = all_reduce_strategy(bool(gpus))
         self.device = self.strategy.extended.worker_devices[0]  # this worker's device in the cluster
         strategy = self.strategy
 

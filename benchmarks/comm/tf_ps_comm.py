@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from ..distributed import strategies  # noqa: E402
-from ..frameworks.base import DeviceInfo  # noqa: E402
+from ..frameworks.base import DeviceInfo, has_aux_head  # noqa: E402
 from .base import CommBackend  # noqa: E402
 
 PULL, PUSH, STEP = "pull", "push", "ps_step"
@@ -57,7 +57,6 @@ class TFPsBackend(CommBackend):
             return
         from ..config import MODELS
         from ..frameworks import keras_models
-        from ..frameworks.tf_backend import INCEPTION_AUX_MIN_SIZE
 
         opts = self.options
         # Graph rewrites off: an identity that moves a tensor to a worker must stay, or a pull's end
@@ -71,8 +70,7 @@ class TFPsBackend(CommBackend):
         self.device = self._device(0)  # where the buffers are made (each worker its own)
         size = opts.image_size or MODELS[opts.model].default_image_size
         with self.strategy.scope(), tf_ps.placement_scope(self.strategy, opts.ps_placement, opts.num_ps):
-            self.model = keras_models.build(opts.model, (size, size, 3), 1000,
-                                            opts.model == "inception3" and size >= INCEPTION_AUX_MIN_SIZE)
+            self.model = keras_models.build(opts.model, (size, size, 3), 1000, has_aux_head(opts.model, size))
         self.variables = [v.value for v in self.model.variables if v.dtype == tf.float32]
         self._buffers: dict[tuple[int, int], tf.Variable] = {}  # (worker, variable) -> a buffer in the worker's memory
         self._functions: dict[tuple, object] = {}

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import os
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..distributed.cluster import torch_init_method
 from ..errors import UsageError
 from ..frameworks.base import DeviceInfo
 from . import metrics
@@ -42,30 +42,10 @@ def model_gradient_bytes(model: str) -> list[int]:
     return [p.numel() * p.element_size() for p in reversed(list(network.parameters())) if p.requires_grad]
 
 
-class TorchDistBackend(CommBackend):
+class TorchBackend(CommBackend):
+    """Float32 buffers on this rank's torch device (`self.device`, chosen in setup)."""
+
     framework = "torch"
-    point_to_point = True
-
-    def setup(self) -> None:
-        name, world = self.options.backend, self.dist.world
-        if not available(name):
-            built = [b for b in ("gloo", "nccl", "mpi") if available(b)]
-            raise UsageError(f"this torch has no {name} backend (available: {', '.join(built)})")
-        self.device = torch.device(device_for(name, world.local_rank, torch.cuda.device_count()))
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if name == "mpi":  # rank and size come from MPI itself
-            dist.init_process_group("mpi")
-            return
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            init_method = "env://"
-        else:
-            init_method = f"tcp://{self.dist.coordinator}:{self.options.rendezvous_port + 1}"
-        dist.init_process_group(name, init_method=init_method, rank=world.rank, world_size=world.size,
-                                timeout=datetime.timedelta(seconds=self.options.rendezvous_timeout))
-
-    def version(self) -> str:
-        return torch.__version__
 
     def device_info(self) -> DeviceInfo:
         from ..provenance import cpu_model
@@ -82,13 +62,35 @@ class TorchDistBackend(CommBackend):
     def read(self, buffer):
         return buffer.cpu().numpy()
 
-    def allreduce(self, buffer):
-        dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
-        return buffer
-
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+class TorchDistBackend(TorchBackend):
+    point_to_point = True
+
+    def setup(self) -> None:
+        name, world = self.options.backend, self.dist.world
+        if not available(name):
+            built = [b for b in ("gloo", "nccl", "mpi") if available(b)]
+            raise UsageError(f"this torch has no {name} backend (available: {', '.join(built)})")
+        self.device = torch.device(device_for(name, world.local_rank, torch.cuda.device_count()))
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if name == "mpi":  # rank and size come from MPI itself
+            dist.init_process_group("mpi")
+            return
+        init_method = torch_init_method(self.dist.coordinator, self.options.rendezvous_port)
+        dist.init_process_group(name, init_method=init_method, rank=world.rank, world_size=world.size,
+                                timeout=datetime.timedelta(seconds=self.options.rendezvous_timeout))
+
+    def version(self) -> str:
+        return torch.__version__
+
+    def allreduce(self, buffer):
+        dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+        return buffer
 
     def barrier(self) -> None:
         dist.barrier()

@@ -12,14 +12,8 @@ import socket
 from typing import Mapping
 
 from ..options import SEED_000_PORTS, TOKEN_PORTS
-from . import strategies
-from .strategies import CHIEF, PS, WORKER, Role
+from .strategies import CHIEF, PS, WORKER
 from .world import World
-
-
-def role_of(world: World, strategy: str, num_ps: int) -> Role:
-    """This process's role under `strategy` (the strategy object decides)."""
-    return strategies.get(strategy).role(world.rank, world.size, num_ps)
 
 
 def my_address(world: World) -> str:
@@ -42,6 +36,14 @@ def run_ports(given: Mapping[str, int | None], token: str | None) -> dict[str, i
             rendezvous = TOKEN_PORTS[digest % len(TOKEN_PORTS)]
     shift = rendezvous - SEED_000_PORTS["rendezvous_port"]
     return {name: port + shift if given.get(name) is None else given[name] for name, port in SEED_000_PORTS.items()}
+
+
+def torch_init_method(coordinator: str, rendezvous_port: int) -> str:
+    """torch.distributed's store: torchrun's when it set MASTER_ADDR/PORT, else one that process 0
+    hosts next to dlbench's rendezvous."""
+    if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
+        return "env://"
+    return f"tcp://{coordinator}:{rendezvous_port + 1}"
 
 
 def assign_ports(peers: list[dict], worker_port: int, ps_port: int) -> list[str]:
@@ -78,8 +80,3 @@ class GreedyPlacer:
         target = min(range(len(self.loads)), key=lambda ps: (self.loads[ps], ps))
         self.loads[target] += size_bytes
         return target
-
-
-def greedy_assign(sizes: list[int], num_ps: int) -> list[int]:
-    placer = GreedyPlacer(num_ps)
-    return [placer.place(size) for size in sizes]

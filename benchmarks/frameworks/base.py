@@ -8,6 +8,7 @@ methods, so no backend can measure differently from another.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -18,6 +19,15 @@ from ..config import BenchConfig
 from ..distributed import strategies
 from ..distributed.strategies import Role
 from ..distributed.world import World
+
+
+INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
+AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
+
+
+def has_aux_head(model: str, image_size: int) -> bool:
+    """InceptionV3 trains its auxiliary classifier, in every framework, where its input is large enough."""
+    return model == "inception3" and image_size >= INCEPTION_AUX_MIN_SIZE
 
 
 @dataclass
@@ -50,6 +60,14 @@ def framework_section(name: str, version: str, device: DeviceInfo) -> dict:
     return {"name": name, "version": version, "device_kind": device.kind, "device_name": device.name,
             "device_count": device.count, "visible_gpus": device.visible_gpus, "cuda_version": device.cuda_version,
             "cudnn_version": device.cudnn_version, "intra_op_threads": device.intra_op_threads}
+
+
+def checksum(arrays) -> str:
+    """Framework.parameter_checksum from the parameters as float32 numpy arrays."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass

@@ -11,7 +11,9 @@ TF_CONFIG is exported by the measurement before this module is imported.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import shutil
+import tempfile
+from pathlib import Path
 
 from . import tf_setup  # noqa: F401 - before TensorFlow
 
@@ -23,10 +25,8 @@ from .. import compilation, lr_rules, precision, step_timing  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
 from . import keras_models  # noqa: E402
-from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom  # noqa: E402
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom  # noqa: E402
 
-INCEPTION_AUX_MIN_SIZE = 299
-AUX_LOSS_WEIGHT = 0.4
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
@@ -50,6 +50,13 @@ def count_forward_flops(model, image_shape: tuple):
     return Counted(float(total), None, f"TensorFlow registered op statistics of the traced graph ({', '.join(COUNTED_OPS)})")
 
 
+def all_reduce_strategy(gpu: bool) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """MultiWorkerMirroredStrategy: NCCL when this worker has a GPU, TF's own ring otherwise."""
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(implementation=implementation.NCCL if gpu else implementation.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
 class TensorFlowFramework(Framework):
     name = "tensorflow"
 
@@ -69,7 +76,7 @@ class TensorFlowFramework(Framework):
         self.precision_state = precision.apply_tensorflow(plan, self._gpu_details())
         self.step_timing_state = step_timing.section(cfg.step_timing, None)  # the host clock (framework_specs)
         self.fp16 = plan.loss_scaling
-        self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
+        self.aux_head = has_aux_head(cfg.model, cfg.image_size)
         self.strategy = self._make_strategy()
         self.hvd = None
         with self._variable_scope():
@@ -131,14 +138,8 @@ class TensorFlowFramework(Framework):
         """A tf.distribute strategy (the strategy's subclass); alone: none, the model on one device."""
         return None
 
-    @contextlib.contextmanager
-    def _variable_scope(self):
-        if self.strategy is None:
-            with tf.device(self.device_name):
-                yield
-            return
-        with self.strategy.scope():
-            yield
+    def _variable_scope(self) -> contextlib.AbstractContextManager:
+        return tf.device(self.device_name) if self.strategy is None else self.strategy.scope()
 
     def _image_shape(self) -> tuple:
         s = self.config.image_size
@@ -156,17 +157,12 @@ class TensorFlowFramework(Framework):
         return tf.config.experimental.get_device_details(self.gpus[0]) if self.gpus else None
 
     def device_info(self) -> DeviceInfo:
-        build = tf.sysconfig.get_build_info()
-        if self.gpus:
-            details = self._gpu_details()
-            name = details.get("device_name", self.gpus[0].name)
-        else:
-            from ..provenance import cpu_model
+        from ..provenance import cpu_model
 
-            name = cpu_model()
+        build = tf.sysconfig.get_build_info()
         return DeviceInfo(
             kind="gpu" if self.gpus else "cpu",
-            name=name,
+            name=self._gpu_details().get("device_name", self.gpus[0].name) if self.gpus else cpu_model(),
             count=1,
             cuda_version=build.get("cuda_version"),
             cudnn_version=build.get("cudnn_version"),
@@ -176,10 +172,8 @@ class TensorFlowFramework(Framework):
         )
 
     def parameter_checksum(self) -> str:
-        digest = hashlib.sha256()
-        for variable in self.model.trainable_variables:
-            digest.update(np.asarray(variable.value.read_value(), dtype=np.float32).tobytes())
-        return digest.hexdigest()[:16]
+        return checksum(np.asarray(variable.value.read_value(), dtype=np.float32)
+                        for variable in self.model.trainable_variables)
 
     # -- training --------------------------------------------------------------------------------
 
@@ -331,24 +325,16 @@ class TensorFlowFramework(Framework):
 
     def start_profiler(self, path) -> str:
         """tf.profiler writes into a log directory of its own (made beside `path`); returns it."""
-        import tempfile
-        from pathlib import Path
-
         logdir = tempfile.mkdtemp(prefix=".tf-profile-", dir=Path(path).parent)
         try:
             tf.profiler.experimental.start(logdir)
         except BaseException:
-            import shutil
-
             shutil.rmtree(logdir, ignore_errors=True)
             raise
         return logdir
 
     def stop_profiler(self, logdir: str, path) -> None:
         """Stop it and move its one XSpace file to `path`; the log directory goes."""
-        import shutil
-        from pathlib import Path
-
         try:
             tf.profiler.experimental.stop()
             (written,) = Path(logdir).rglob("*.xplane.pb")
@@ -382,14 +368,7 @@ class TensorFlowAllreduceFramework(TensorFlowFramework):
     """--strategy allreduce: MultiWorkerMirroredStrategy (ring on CPU, NCCL on GPU)."""
 
     def _make_strategy(self):
-        implementation = (
-            tf.distribute.experimental.CommunicationImplementation.NCCL
-            if self.gpus
-            else tf.distribute.experimental.CommunicationImplementation.RING
-        )
-        return tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
-        )
+        return all_reduce_strategy(bool(self.gpus))
 
     def _make_step(self):
         return tf.function(self._allreduce_step, jit_compile=False)

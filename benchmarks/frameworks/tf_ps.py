@@ -89,7 +89,7 @@ class TensorFlowPsFramework(TensorFlowFramework):
     def setup(self) -> None:
         if self.serves_only:
             self._configure()
-            self._start_server()
+            self.server = start_server()
             return
         super().setup()
         if self.config.accuracy_mode:
@@ -97,9 +97,6 @@ class TensorFlowPsFramework(TensorFlowFramework):
                 self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="dlbench_updates")
             self._labelled_step = tf.function(self._labelled_worker_step)
             self.staleness = []
-
-    def _start_server(self) -> None:
-        self.server = start_server()
 
     def _make_strategy(self):
         return make_strategy()
@@ -161,19 +158,12 @@ class TensorFlowPsFramework(TensorFlowFramework):
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
                 dataset = self._real_dataset(worker, num_workers)
             else:
-                dataset = (
-                    tf.data.Dataset.range(cfg.synthetic_batches)
-                    .map(
-                        lambda i: (
-                            tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
-                            tf.random.stateless_uniform(
-                                (cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes, dtype=tf.int64
-                            ),
-                        )
-                    )
-                    .cache()
-                    .repeat()
-                )
+                def synthetic(i):
+                    return (tf.random.stateless_normal((cfg.batch_size, *shape), seed=[cfg.seed, i]),
+                            tf.random.stateless_uniform((cfg.batch_size,), seed=[cfg.seed, i], maxval=cfg.num_classes,
+                                                        dtype=tf.int64))
+
+                dataset = tf.data.Dataset.range(cfg.synthetic_batches).map(synthetic).cache().repeat()
             return dataset.prefetch(tf.data.AUTOTUNE)
 
         def per_worker_dataset_fn():
@@ -237,8 +227,8 @@ class TensorFlowPsFramework(TensorFlowFramework):
         per_worker = {}
         for worker, steps in sorted(stamps.items()):
             steps.sort(key=lambda step: step[1])
-            per_worker[worker] = timing.loop_from_stamps(steps[0][0], [(start, end) for start, end in steps],
-                                                         self.config.batch_size, fetch_started=[s for s, _ in steps])
+            per_worker[worker] = timing.loop_from_stamps(steps[0][0], steps, self.config.batch_size,
+                                                         fetch_started=[s for s, _ in steps])
         merged = timing.merge_loops(per_worker, last_loss=losses[-1])
         merged.losses = losses
         return merged

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -17,7 +15,8 @@ from PIL import Image
 
 from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
-from .base import AllocatorPeaks, DeviceInfo, Framework, looks_like_oom
+from ..distributed.cluster import torch_init_method
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
 TORCHVISION_MODELS = {
     "alexnet": "alexnet",
@@ -26,8 +25,6 @@ TORCHVISION_MODELS = {
     "resnet152": "resnet152",
     "inception3": "inception_v3",
 }
-INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
-AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
 
 
 MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
@@ -117,6 +114,14 @@ def build_model(model: str, num_classes: int, aux_head: bool, image_size: int = 
     return builder(**kwargs)
 
 
+def training_loss(output, labels, aux_head: bool) -> torch.Tensor:
+    """Cross-entropy; with InceptionV3's auxiliary head, plus its own weighted by AUX_LOSS_WEIGHT."""
+    cross_entropy = torch.nn.functional.cross_entropy
+    if not aux_head:
+        return cross_entropy(output, labels)
+    return cross_entropy(output.logits, labels) + AUX_LOSS_WEIGHT * cross_entropy(output.aux_logits, labels)
+
+
 FLOP_COUNT_BATCH = 2  # batch norm in training mode needs more than one value per channel
 
 
@@ -132,14 +137,9 @@ def count_flops(model: str, image_size: int, num_classes: int, aux_head: bool):
         images = torch.empty(FLOP_COUNT_BATCH, 3, image_size, image_size)
         labels = torch.zeros(FLOP_COUNT_BATCH, dtype=torch.long)
     with FlopCounterMode(display=False) as forward:
-        output = net(images)
+        net(images)
     with FlopCounterMode(display=False) as step:
-        output = net(images)
-        logits = output.logits if aux_head else output
-        loss = torch.nn.functional.cross_entropy(logits, labels)
-        if aux_head:
-            loss = loss + AUX_LOSS_WEIGHT * torch.nn.functional.cross_entropy(output.aux_logits, labels)
-        loss.backward()
+        training_loss(net(images), labels, aux_head).backward()
     return Counted(forward.get_total_flops() / FLOP_COUNT_BATCH, step.get_total_flops() / FLOP_COUNT_BATCH,
                    "torch.utils.flop_counter.FlopCounterMode on meta tensors (convolutions and matrix products)")
 
@@ -159,15 +159,15 @@ class TorchFramework(Framework):
         self.memory_format = (
             torch.channels_last if cfg.data_format == "channels_last" else torch.contiguous_format
         )
-        self.aux_head = cfg.model == "inception3" and cfg.image_size >= INCEPTION_AUX_MIN_SIZE
-        self.model = self._build_model().to(self.device, memory_format=self.memory_format)
-        self.model.train()
+        self.aux_head = has_aux_head(cfg.model, cfg.image_size)
+        # this rank's own network; self.model is what trains it: wrapped (DDP), compiled (--compile)
+        self.replica = build_model(cfg.model, cfg.num_classes, self.aux_head, cfg.image_size, cfg.seed)
+        self.model = self.replica.to(self.device, memory_format=self.memory_format).train()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.base_lr, momentum=0.9)
         self._init_distributed()
         self.eager_model = self.model
         if cfg.compile:
             self.model = compilation.torch_compile(self.model, cfg.compile)
-        self.criterion = torch.nn.CrossEntropyLoss()
         plan = precision.plan(cfg.precision, "gpu" if self.device.type == "cuda" else "cpu")
         self.precision_state = precision.apply_torch(plan, self.device)
         self.new_step_event, self.step_timing_state = step_timing.apply_torch(cfg.step_timing, self.device)
@@ -189,39 +189,30 @@ class TorchFramework(Framework):
         """Join the other ranks' gradient exchange (the strategy's subclass below); alone: nothing."""
 
     def parameter_checksum(self) -> str:
-        digest = hashlib.sha256()
-        for parameter in getattr(self, "replica", self.eager_model).parameters():
-            digest.update(parameter.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
-
-    def _build_model(self) -> torch.nn.Module:
-        return build_model(self.config.model, self.config.num_classes, self.aux_head, self.config.image_size, self.config.seed)
+        return checksum(parameter.detach().float().cpu().numpy() for parameter in self.replica.parameters())
 
     def count_flops(self):
         return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
 
     def model_info(self) -> dict:
         return {
-            "parameters": sum(p.numel() for p in getattr(self, "replica", self.eager_model).parameters() if p.requires_grad),
+            "parameters": sum(p.numel() for p in self.replica.parameters() if p.requires_grad),
             "aux_head": self.aux_head,
         }
 
     def device_info(self) -> DeviceInfo:
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        if self.device.type == "cuda":
-            name, count = torch.cuda.get_device_name(self.device), 1
-        else:
-            from ..provenance import cpu_model
+        from ..provenance import cpu_model
 
-            name, count = cpu_model(), 1
+        gpu = self.device.type == "cuda"
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         return DeviceInfo(
-            kind="gpu" if self.device.type == "cuda" else "cpu",
-            name=name,
-            count=count,
+            kind="gpu" if gpu else "cpu",
+            name=torch.cuda.get_device_name(self.device) if gpu else cpu_model(),
+            count=1,
             cuda_version=torch.version.cuda,
             cudnn_version=str(cudnn) if cudnn else None,
             visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            ordinals=(self.device.index,) if self.device.type == "cuda" else (),
+            ordinals=(self.device.index,) if gpu else (),
             intra_op_threads=torch.get_num_threads(),
         )
 
@@ -284,13 +275,7 @@ class TorchFramework(Framework):
         images, labels = batch
         self.model.zero_grad(set_to_none=True)  # Horovod's optimizer wrapper lacks set_to_none
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            output = self.model(images)
-            if self.aux_head:
-                loss = self.criterion(output.logits, labels) + AUX_LOSS_WEIGHT * self.criterion(
-                    output.aux_logits, labels
-                )
-            else:
-                loss = self.criterion(output, labels)
+            loss = training_loss(self.model(images), labels, self.aux_head)
         self.scaler.scale(loss).backward()
         if self.uses_lars:
             with self._gradients_final():
@@ -321,7 +306,7 @@ class TorchFramework(Framework):
 
     def evaluate(self, batch) -> tuple[int, float]:
         images, labels = batch
-        model = getattr(self, "replica", self.eager_model)  # no DDP wrapper: evaluation is this rank's own
+        model = self.replica  # no DDP wrapper: evaluation is this rank's own
         model.eval()
         try:
             with torch.no_grad(), torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
@@ -426,23 +411,17 @@ class TorchDdpFramework(TorchFramework):
     """--strategy ddp."""
 
     def _init_distributed(self) -> None:
-        """DistributedDataParallel: NCCL on GPU, gloo on CPU. Under torchrun (MASTER_ADDR/PORT
-        set) join its store; otherwise process 0 hosts one next to dlbench's rendezvous."""
+        """DistributedDataParallel: NCCL on GPU, gloo on CPU."""
         import torch.distributed as dist
 
         cfg, world = self.config, self.dist.world
-        if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
-            init_method = "env://"
-        else:
-            init_method = f"tcp://{self.dist.coordinator}:{cfg.rendezvous_port + 1}"
         dist.init_process_group(
             "nccl" if self.device.type == "cuda" else "gloo",
-            init_method=init_method,
+            init_method=torch_init_method(self.dist.coordinator, cfg.rendezvous_port),
             rank=world.rank,
             world_size=world.size,
             timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
         )
-        self.replica = self.model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
 
