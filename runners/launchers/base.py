@@ -39,9 +39,9 @@ class LaunchSpec:
     run_token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # this run's ranks meet only each other
     stop_grace_s: float = 2 * STOP_GRACE_S  # process 0's time to end after SIGTERM (and its client's, to remove its container)
 
-    @property
-    def slots_per_host(self) -> int:
-        return -(-self.processes // max(1, len(self.hosts)))
+    def host_slots(self, hosts: list[str]) -> str:
+        """`HOST:SLOTS,...` as mpirun, mpich and horovodrun take it: the processes spread evenly."""
+        return ",".join(f"{host}:{-(-self.processes // len(hosts))}" for host in hosts)
 
     def rank_env(self) -> dict[str, str]:
         """Variables every rank needs: where process 0 is, how many nodes, which run it belongs to."""

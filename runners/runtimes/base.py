@@ -283,7 +283,7 @@ class Runtime:
                        typed=[self.binary, *typed[1:]])  # `docker`, as typed, not the path found on PATH
 
     def client(self, spec) -> Client:
-        return CLIENT
+        return Client()
 
     # ---- the command line -----------------------------------------------------------------------
     def command(self, image: str | None, argv: Sequence[str], env: Mapping[str, str | None] = {},
@@ -357,9 +357,6 @@ class Runtime:
         """Why this runtime cannot run containers now (its daemon went away), or None; asked after a run
         that failed, so that the record blames the environment, not bench."""
         return None
-
-
-CLIENT = Client()
 
 
 def env_and_argv(runtime: Runtime, env: Mapping[str, str | None], argv: list[str]) -> tuple[list[str], list[str]]:
