@@ -40,8 +40,8 @@ CAP_SYS_RESOURCE = 24
 BUILD_TIMEOUT_S = 3600
 BUILD_ROOM = 4  # free disk a conversion needs, in image sizes (check_room): its own peak is ~3x, and the machine writes too
 FUSE = "/dev/fuse"
-# mksquashfs options of the SIFs made from Docker images: lz4 (measured on the TensorFlow image: a third of
-# gzip's CPU time to build, a third faster to import TensorFlow from, 1.45x the size); override with the variable.
+# mksquashfs options of the SIFs made from Docker images: lz4 builds and imports faster than gzip, for a larger
+# file (docs/runtimes.md, "SIFs"); the variable overrides them.
 MKSQUASHFS_ARGS_ENV = "DLBENCH_SIF_MKSQUASHFS_ARGS"
 MKSQUASHFS_ARGS = "-comp lz4"
 LAYOUT_COPIED = "Extracting OCI image"  # what `apptainer build oci:` says once its own copy of the layout is made

@@ -87,8 +87,7 @@ class UdockerClient(Client):
 
 @dataclass(frozen=True)
 class RuncClient(UdockerClient):
-    """R1 without a terminal returns 1 whatever the container's exit code (udocker 1.3.17 returns its Popen
-    object): the record's is the run's."""
+    """R1 without a terminal returns 1 whatever the container's exit code: the record's is the run's."""
 
     def exit_code(self, code: int, record: dict | None) -> int:
         return EXIT_CODE_BY_STATUS.get(record.get("status"), code) if record else code
