@@ -249,7 +249,7 @@ def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
     return image
 
 
-def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
+def run(request: RunRequest) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
     The launcher runs in this process; containers are removed when the run ends, times out
@@ -264,7 +264,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         return Outcome(faults.host_record(request, launcher_name(request, runtime), fault, EXIT_ENVIRONMENT,
                                           started_utc, 0.0, []), EXIT_ENVIRONMENT, [], fault=fault)
     image = prepare(request, runtime)
-    with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
+    with tempfile.TemporaryDirectory(prefix="benchrun-", ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
         if runtime.runs_as_image_user:
             results.chmod(0o777)  # the image's user (uid 1000) writes the record
