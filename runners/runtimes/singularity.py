@@ -57,18 +57,13 @@ USERNS_ENV = {"UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 def cdi_gpus_available(dirs=None) -> bool:
     """Does a CDI specification (YAML or JSON) on this host declare NVIDIA GPUs?"""
     for directory in CDI_DIRS if dirs is None else dirs:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith((".yaml", ".yml", ".json")):
+        for spec in sorted(Path(directory).glob("*")):  # none where the directory is missing or unreadable
+            if spec.name.endswith((".yaml", ".yml", ".json")):
                 try:
-                    text = open(os.path.join(directory, name), encoding="utf-8", errors="replace").read()
+                    if CDI_GPU in spec.read_text(encoding="utf-8", errors="replace"):  # `kind: nvidia.com/gpu`
+                        return True
                 except OSError:
-                    continue
-                if CDI_GPU in text:  # `kind: nvidia.com/gpu`
-                    return True
+                    pass
     return False
 
 
