@@ -26,12 +26,6 @@ class CharliecloudRuntime(Runtime):
     binary = "ch-run"
     passes_host_env = True
 
-    def store(self) -> Path:
-        return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-    def image_dir(self, image: str) -> Path:
-        return self.store() / image.replace("/", "%").replace(":", "+")
-
     def import_image(self, image: str) -> str:
         """Convert the local Docker image to a directory; reused while the Docker image id is the same."""
         if shutil.which("ch-convert") is None:
@@ -39,7 +33,7 @@ class CharliecloudRuntime(Runtime):
         if os.path.isdir(image) and os.path.isfile(os.path.join(image, "ch", "environment")):
             return os.path.abspath(image)  # already a Charliecloud image directory
         image_id = docker_image_id(image, "ch-convert -i docker needs it")
-        target = self.image_dir(image)
+        target = Path(os.environ.get(STORE_ENV) or DEFAULT_STORE) / image.replace("/", "%").replace(":", "+")
         stamp = target / "ch" / "dlbench-image-id"
         if stamp.is_file() and stamp.read_text().strip() == image_id:
             return str(target)
