@@ -208,11 +208,6 @@ def build_from_layout(argv: list[str], layout: Path) -> str | None:
     return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
 
 
-def sif_dir() -> Path:
-    cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
-    return Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
-
-
 class SingularityRuntime(Runtime):
     name = "singularity"
     binary = "singularity"
@@ -231,7 +226,8 @@ class SingularityRuntime(Runtime):
         if is_sif_path(image):
             return check_sif(image)
         image_id = docker_image_id(image, f"{self.name} builds a SIF from it once; or give a .sif")
-        store = sif_dir()
+        cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
+        store = Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
         target = store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
         store.mkdir(parents=True, exist_ok=True)
         pointer = store / f"{safe_name(image)}.image"  # names the SIF of the image's current id
