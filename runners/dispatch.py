@@ -38,7 +38,7 @@ from benchmarks.processes import STOP_GRACE_S, STOP_SIGNALS, StopScope, host_dea
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
-from .launchers.base import wait_group
+from .launchers.base import wait_ranks
 from .runtimes.base import RunPlan
 from .runtimes.container import ContainerSpec, argv_for
 
@@ -146,12 +146,11 @@ def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
     return runtime.launcher or request.launcher
 
 
-def planned(request: RunRequest, results: Path, image: str | None = None,
-            runtime: runtimes.Runtime | None = None) -> tuple[RunPlan, launchers.LaunchSpec]:
+def planned(request: RunRequest, runtime: runtimes.Runtime, results: Path,
+            image: str | None) -> tuple[RunPlan, launchers.LaunchSpec]:
     """The runtime's plan for the request, and its ranks: bench as the runtime starts it, its arguments,
     the options the runtime puts on the launcher's line, the runtime's host variables, and the runtime's
     name and version, which every rank's record keeps (provenance.requested_runtime, runtime_version)."""
-    runtime = runtime or runtimes.get(request.runtime)
     plan = runtime.plan(container_spec(request, runtime, results, image), results)
     version = runtime.version()
     return plan, launchers.launch_spec(plan.bench, _bench_args(request, runtime, results), request.num_workers,
@@ -159,17 +158,6 @@ def planned(request: RunRequest, results: Path, image: str | None = None,
                                        extra=[*plan.launcher_options, *request.launcher_args],
                                        env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
                                             **({RUNTIME_VERSION_ENV: version} if version else {})})
-
-
-def command(request: RunRequest, results: Path, image: str | None = None,
-            runtime: runtimes.Runtime | None = None) -> list[str]:
-    """The argv that runs the request: bench as the runtime starts it, or the launcher's command."""
-    runtime = runtime or runtimes.get(request.runtime)
-    _, spec = planned(request, results, image, runtime)
-    launcher = launcher_name(request, runtime)
-    if launcher is None:
-        return [*spec.bench, *spec.bench_args]
-    return launchers.get(launcher).command(spec)
 
 
 def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, spec: launchers.LaunchSpec) -> list[str]:
@@ -189,7 +177,7 @@ def dry_run_text(request: RunRequest, results: str | None = None) -> str:
     shown = results or "/tmp/RESULTS"
     runtime = runtimes.get(request.runtime)
     with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
-        plan, spec = planned(request, Path(tmp), None, runtime)
+        plan, spec = planned(request, runtime, Path(tmp), None)
         text = shlex.join(user_command(request, runtime, plan, spec)) + "\n"
         for path, content in plan.files.items():
             text += f"# {path}:\n" + "".join(f"# {line}\n" for line in content.splitlines())
@@ -261,7 +249,7 @@ def prepare(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
     return image
 
 
-def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
+def run(request: RunRequest) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
     The launcher runs in this process; containers are removed when the run ends, times out
@@ -276,11 +264,11 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
         return Outcome(faults.host_record(request, launcher_name(request, runtime), fault, EXIT_ENVIRONMENT,
                                           started_utc, 0.0, []), EXIT_ENVIRONMENT, [], fault=fault)
     image = prepare(request, runtime)
-    with tempfile.TemporaryDirectory(prefix="benchrun-", dir=results_dir, ignore_cleanup_errors=True) as tmp:
+    with tempfile.TemporaryDirectory(prefix="benchrun-", ignore_cleanup_errors=True) as tmp:
         results = Path(tmp)
         if runtime.runs_as_image_user:
             results.chmod(0o777)  # the image's user (uid 1000) writes the record
-        plan, spec = planned(request, results, image, runtime)
+        plan, spec = planned(request, runtime, results, image)
         for path, content in plan.files.items():
             path.write_text(content)
         client = runtime.client(container_spec(request, runtime, results, image))
@@ -289,7 +277,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             deadline += client.setup_s
         spec.stop_grace_s = stop_grace_s(runtime, client)
         # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
-        # stopped (wait_group: SIGTERM, then SIGKILL), its record says 'interrupted' and its containers go
+        # stopped (wait_ranks: SIGTERM, then SIGKILL), its record says 'interrupted' and its containers go
         # (a sweep's point process has its own).
         sigterm_unhandled = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
         stop = StopScope(lambda signum: KeyboardInterrupt(),
@@ -299,7 +287,7 @@ def run(request: RunRequest, results_dir: str | Path | None = None) -> Outcome:
             if launcher_name(request, runtime) is None:
                 argv = [*spec.bench, *spec.bench_args]
                 proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
-                code = wait_group([proc], deadline, spec.stop_grace_s)
+                code, _ = wait_ranks([proc], deadline, spec.stop_grace_s)
             else:
                 launcher = launchers.get(launcher_name(request, runtime))
                 argv = launcher.command(spec)

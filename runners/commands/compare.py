@@ -63,12 +63,9 @@ def judge(metric: str, base: aggregate.Summary | None, new: aggregate.Summary | 
     higher_better = METRICS[metric][0]
     b_ci, n_ci = base.ci or 0.0, new.ci or 0.0
     change = (new.mean - base.mean) / base.mean if base.mean else None
-    if higher_better:
-        worse = new.mean + n_ci < base.mean * (1 - threshold) and new.mean + n_ci < base.mean - b_ci
-        better = new.mean - n_ci > base.mean * (1 + threshold) and new.mean - n_ci > base.mean + b_ci
-    else:
-        worse = new.mean - n_ci > base.mean * (1 + threshold) and new.mean - n_ci > base.mean + b_ci
-        better = new.mean + n_ci < base.mean * (1 - threshold) and new.mean + n_ci < base.mean - b_ci
+    below = new.mean + n_ci < base.mean * (1 - threshold) and new.mean + n_ci < base.mean - b_ci
+    above = new.mean - n_ci > base.mean * (1 + threshold) and new.mean - n_ci > base.mean + b_ci
+    worse, better = (below, above) if higher_better else (above, below)
     return Verdict(metric, base, new, change, "regression" if worse else "improvement" if better else "ok")
 
 

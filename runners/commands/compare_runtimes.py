@@ -149,8 +149,7 @@ def run(args) -> int:
     for req in requests.values():
         if not bench_arguments(req.bench_args).mllog:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
-    for req in requests.values():  # convert/load images once, up front
-        dispatch.prepare(req, runtimes.get(req.runtime))  # cached: later runs reuse it
+        dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -38,9 +39,9 @@ class LaunchSpec:
     run_token: str = field(default_factory=lambda: uuid.uuid4().hex[:16])  # this run's ranks meet only each other
     stop_grace_s: float = 2 * STOP_GRACE_S  # process 0's time to end after SIGTERM (and its client's, to remove its container)
 
-    @property
-    def slots_per_host(self) -> int:
-        return -(-self.processes // max(1, len(self.hosts)))
+    def host_slots(self, hosts: list[str]) -> str:
+        """`HOST:SLOTS,...` as mpirun, mpich and horovodrun take it: the processes spread evenly."""
+        return ",".join(f"{host}:{-(-self.processes // len(hosts))}" for host in hosts)
 
     def rank_env(self) -> dict[str, str]:
         """Variables every rank needs: where process 0 is, how many nodes, which run it belongs to."""
@@ -117,7 +118,7 @@ class Launcher(ABC):
         self.said = collections.deque(maxlen=SAID_LINES)
         relay = threading.Thread(target=_relay, args=(proc.stderr, self.said), daemon=True)
         relay.start()
-        code = wait_group([proc], timeout_s, spec.stop_grace_s)
+        code, _ = wait_ranks([proc], timeout_s, spec.stop_grace_s)
         relay.join(timeout=5)
         return code
 
@@ -144,23 +145,17 @@ def how_it_ended(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def wait_group(procs: list[subprocess.Popen], timeout_s: float | None, grace_s: float = 2 * STOP_GRACE_S) -> int:
-    """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code."""
-    return wait_ranks(procs, timeout_s, grace_s)[0]
-
-
 def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
                grace_s: float = 2 * STOP_GRACE_S) -> tuple[int, str | None]:
-    """`wait_group`, and what a record cannot say because process 0 never wrote it: that process 0 was
-    killed, or that a rank died and process 0, waiting for it where nobody can tell (meeting at start-up),
-    had to be stopped. procs[i] is rank i.
+    """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code, and what
+    a record cannot say because process 0 never wrote it: that process 0 was killed, or that a rank died
+    and process 0, waiting for it where nobody can tell (meeting at start-up), had to be stopped.
+    procs[i] is rank i.
 
     A rank other than 0 that fails makes process 0 record the failure and exit
     (bench's rendezvous); if process 0 does not within 3 x STOP_GRACE_S, it is stopped too.
     A stopped process 0 gets grace_s after SIGTERM before its group is killed.
     """
-    import time
-
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     failed_at, failed, stopped = None, None, False
     try:

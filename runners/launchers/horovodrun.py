@@ -17,8 +17,7 @@ class HorovodrunLauncher(Launcher):
     binary = "horovodrun"
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        hosts = spec.hosts or ["localhost"]
-        argv = [self.executable(), "-np", str(spec.processes), "-H", ",".join(f"{h}:{spec.slots_per_host}" for h in hosts)]
+        argv = [self.executable(), "-np", str(spec.processes), "-H", spec.host_slots(spec.hosts or ["localhost"])]
         if "--mpi" not in spec.extra:
             argv.append("--gloo")
         return [*argv, *spec.extra, *spec.bench, *spec.bench_args]

@@ -12,7 +12,7 @@ class MpichLauncher(Launcher):
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "-n", str(spec.processes)]
         if spec.hosts:
-            argv += ["-hosts", ",".join(f"{h}:{spec.slots_per_host}" for h in spec.hosts)]
+            argv += ["-hosts", spec.host_slots(spec.hosts)]
         for name, value in self.environment(spec).items():
             argv += ["-genv", name, value]
         return [*argv, *spec.extra, *spec.bench, *spec.bench_args]

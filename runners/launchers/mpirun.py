@@ -16,7 +16,7 @@ class OpenMpiLauncher(Launcher):
         if os.geteuid() == 0:
             argv.append("--allow-run-as-root")
         if spec.hosts:
-            argv += ["--host", ",".join(f"{h}:{spec.slots_per_host}" for h in spec.hosts)]
+            argv += ["--host", spec.host_slots(spec.hosts)]
         for name, value in self.environment(spec).items():
             argv += ["-x", f"{name}={value}"]
         return [*argv, *spec.extra, *spec.bench, *spec.bench_args]

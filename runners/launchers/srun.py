@@ -29,11 +29,7 @@ class SrunLauncher(Launcher):
         return spec.rank_env() if spec.hosts else spec.identity_env()
 
     def fault(self) -> str | None:
-        nodes = []
-        for line in self.said:
-            for match in NODE_FAILURE.finditer(line):
-                if match.group(1) not in nodes:
-                    nodes.append(match.group(1))
+        nodes = list(dict.fromkeys(match.group(1) for line in self.said for match in NODE_FAILURE.finditer(line)))
         if not nodes:
             return None
         return f"Slurm node {', '.join(nodes)} failed during the run (srun: Node failure on {', '.join(nodes)})"

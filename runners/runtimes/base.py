@@ -150,8 +150,7 @@ class Command(dict):
 
 @dataclass(frozen=True)
 class Invocation:
-    """What one command line runs, checked: `argv` in `image`, with its environment, mounts, working
-    directory, GPUs, container name and the runtime's MPI hook."""
+    """What one command line runs (Runtime.command's arguments, checked)."""
 
     image: str | None
     argv: list[str]
@@ -199,9 +198,8 @@ class RunPlan:
 
 
 class Runtime:
-    """prepare() the image, command() for a rank, clean_up() after the run; plan() says what one run is
-    made of and client() how a rank's client is started and stopped. The spelling hooks below say
-    "this runtime has no such option" unless a runtime spells it."""
+    """One way to run bench (the module's docstring); the spelling hooks below say "this runtime has no
+    such option" unless a runtime spells it."""
 
     name: str
     binary: str | None = None  # None: nothing to find (local)
@@ -283,7 +281,7 @@ class Runtime:
                        typed=[self.binary, *typed[1:]])  # `docker`, as typed, not the path found on PATH
 
     def client(self, spec) -> Client:
-        return CLIENT
+        return Client()
 
     # ---- the command line -----------------------------------------------------------------------
     def command(self, image: str | None, argv: Sequence[str], env: Mapping[str, str | None] = {},
@@ -359,9 +357,6 @@ class Runtime:
         return None
 
 
-CLIENT = Client()
-
-
 def env_and_argv(runtime: Runtime, env: Mapping[str, str | None], argv: list[str]) -> tuple[list[str], list[str]]:
     """The runtime's options that set `env`, and `argv` behind `env K=V` for the values it cannot set
     itself; a pass-through variable (None) needs nothing where the host environment passes in."""
@@ -384,7 +379,6 @@ class DockerCliRuntime(Runtime):
     subcommand = ("run", "--rm")
     removes_container = True
     runs_as_image_user = True
-    missing_image_hint = "build it: make images"
 
     def name_options(self, name: str) -> list[str]:
         return ["--name", name]
@@ -412,7 +406,7 @@ class DockerCliRuntime(Runtime):
 
     def import_image(self, image: str) -> str:
         if not self.has_image(image):
-            raise UsageError(f"image {image!r} not found by {self.name} ({self.missing_image_hint})")
+            raise UsageError(f"image {image!r} not found by {self.name} (build it: make images)")
         return image
 
     def clean_up(self, name: str, prefix: bool = False) -> None:

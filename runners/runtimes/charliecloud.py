@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Mount, Runtime, run_quiet
+from .base import Mount, Runtime, docker_image_id
 
 STORE_ENV = "DLBENCH_CH_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-charliecloud"
@@ -26,24 +26,14 @@ class CharliecloudRuntime(Runtime):
     binary = "ch-run"
     passes_host_env = True
 
-    def store(self) -> Path:
-        return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-    def image_dir(self, image: str) -> Path:
-        return self.store() / image.replace("/", "%").replace(":", "+")
-
     def import_image(self, image: str) -> str:
         """Convert the local Docker image to a directory; reused while the Docker image id is the same."""
         if shutil.which("ch-convert") is None:
             raise UsageError("runtime 'charliecloud' needs 'ch-convert', which is not on PATH")
         if os.path.isdir(image) and os.path.isfile(os.path.join(image, "ch", "environment")):
             return os.path.abspath(image)  # already a Charliecloud image directory
-        docker = shutil.which("docker")
-        inspect = run_quiet([docker, "image", "inspect", "--format", "{{.Id}}", image]) if docker else None
-        if inspect is None or inspect.returncode != 0:
-            raise UsageError(f"image {image!r} not found in the local Docker engine (ch-convert -i docker needs it)")
-        image_id = inspect.stdout.strip()
-        target = self.image_dir(image)
+        image_id = docker_image_id(image, "ch-convert -i docker needs it")
+        target = Path(os.environ.get(STORE_ENV) or DEFAULT_STORE) / image.replace("/", "%").replace(":", "+")
         stamp = target / "ch" / "dlbench-image-id"
         if stamp.is_file() and stamp.read_text().strip() == image_id:
             return str(target)

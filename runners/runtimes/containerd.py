@@ -52,11 +52,8 @@ class ContainerdRuntime(Runtime):
     runs_as_image_user = True  # the image's USER (bench, uid 1000)
     install_hint = "Debian's containerd package, which docker.io depends on"
 
-    def namespace(self) -> str:
-        return os.environ.get("CONTAINERD_NAMESPACE") or NAMESPACE
-
     def ctr_argv(self, *args: str) -> list[str]:
-        return [self.executable(), "--namespace", self.namespace(), *args]
+        return [self.executable(), "--namespace", os.environ.get("CONTAINERD_NAMESPACE") or NAMESPACE, *args]
 
     def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return run_quiet(self.ctr_argv(*args), timeout=timeout)

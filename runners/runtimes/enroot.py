@@ -41,10 +41,6 @@ def gpu_environment(gpus: bool) -> dict[str, str]:
     return {"NVIDIA_VISIBLE_DEVICES": "void"}
 
 
-def store() -> Path:
-    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-
 def squashfs_for(image: str, enroot: str) -> Path:
     """The image as a squashfs file: a given .sqsh as it is, a Docker image imported once per image id.
 
@@ -56,7 +52,7 @@ def squashfs_for(image: str, enroot: str) -> Path:
             raise UsageError(f"squashfs image {image} does not exist")
         return path
     image_id = docker_image_id(image, "enroot import dockerd:// needs it: make images, or give a .sqsh file")
-    target = store() / f"{safe_name(image)}.sqsh"
+    target = Path(os.environ.get(STORE_ENV) or DEFAULT_STORE) / f"{safe_name(image)}.sqsh"
     stamp = target.with_suffix(".id")
     if target.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
         return target

@@ -72,9 +72,6 @@ class SquashSnapshot:
             (self.root / rel).write_bytes(content)
 
 
-SHARED = Client(shared=True)  # the rank wrapper execs podman-hpc, which names the node's container after the ranks' parent
-
-
 class PodmanHpcRuntime(DockerCliRuntime):
     name = "podman-hpc"
     binary = "podman-hpc"
@@ -87,7 +84,7 @@ class PodmanHpcRuntime(DockerCliRuntime):
         return ["--mpi"]
 
     def client(self, spec) -> Client:
-        return SHARED if spec.mpi else super().client(spec)  # the MPI module's shared run: one container per node
+        return Client(shared=True) if spec.mpi else super().client(spec)  # the MPI module's: one container per node
 
     def slots(self, run: Invocation) -> Command:
         if not run.mpi:

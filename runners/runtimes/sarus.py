@@ -3,8 +3,7 @@
 
 The host environment passes in; fixed values are set with `env K=V` inside. GPUs: the NVIDIA hook
 activates from CUDA_VISIBLE_DEVICES (no flag). Images: `sarus pull`, or `sarus load TAR NAME` from
-`docker save`, run as `load/library/NAME`. The generated argv ran as-is against a Sarus 1.7 built
-from source elsewhere (docs/runtimes.md)."""
+`docker save`, run as `load/library/NAME`."""
 
 from __future__ import annotations
 

@@ -77,15 +77,9 @@ class ShifterRuntime(Runtime):
         command["program_options"] = [f"--module={','.join(modules)}"] if modules else []  # one option, both modules
         return command
 
-    def image_options(self, image: str) -> list[str]:
+    def base_options(self, image: str) -> list[str]:
         typed = typed_image(image)
         return [] if typed == job_image() else [f"--image={typed}"]  # plugin form: `srun shifter bench`
-
-    def base_options(self, image: str) -> list[str]:
-        return self.image_options(image)
-
-    def env_option(self, key: str, value: str | None) -> None:
-        return None  # the host environment passes in; fixed values: `env K=V` inside
 
     def mount_option(self, mount: Mount) -> list[str]:
         return [f"--volume={mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]
@@ -113,21 +107,15 @@ class ShifterNgRuntime(Runtime):
     def mpi_options(self) -> list[str]:
         return ["--mpi"]
 
-    def env_option(self, key: str, value: str | None) -> None:
-        return None
-
     def mount_option(self, mount: Mount) -> list[str]:
         ro = ",readonly" if mount.readonly else ""
         return [f"--mount=type=bind,source={mount.source},destination={mount.target}{ro}"]
 
-    def loaded_name(self, image: str) -> str:
-        return image.split("/")[-1].replace(":", "-")
-
     def import_image(self, image: str) -> str:
         """`docker save IMAGE` to a tarball, `shifter load TAR NAME` (skipped when `shifter images` lists it)."""
-        name = self.loaded_name(image)
         if image.startswith(self.library):
             return image
+        name = image.split("/")[-1].replace(":", "-")
         listed = run_quiet([self.executable(), "images"]).stdout
         if f"{self.library}{name}" not in listed and name not in listed.split():
             docker = shutil.which("docker")

@@ -40,8 +40,8 @@ CAP_SYS_RESOURCE = 24
 BUILD_TIMEOUT_S = 3600
 BUILD_ROOM = 4  # free disk a conversion needs, in image sizes (check_room): its own peak is ~3x, and the machine writes too
 FUSE = "/dev/fuse"
-# mksquashfs options of the SIFs made from Docker images: lz4 (measured on the TensorFlow image: a third of
-# gzip's CPU time to build, a third faster to import TensorFlow from, 1.45x the size); override with the variable.
+# mksquashfs options of the SIFs made from Docker images: lz4 builds and imports faster than gzip, for a larger
+# file (docs/runtimes.md, "SIFs"); the variable overrides them.
 MKSQUASHFS_ARGS_ENV = "DLBENCH_SIF_MKSQUASHFS_ARGS"
 MKSQUASHFS_ARGS = "-comp lz4"
 LAYOUT_COPIED = "Extracting OCI image"  # what `apptainer build oci:` says once its own copy of the layout is made
@@ -57,18 +57,13 @@ USERNS_ENV = {"UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 def cdi_gpus_available(dirs=None) -> bool:
     """Does a CDI specification (YAML or JSON) on this host declare NVIDIA GPUs?"""
     for directory in CDI_DIRS if dirs is None else dirs:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith((".yaml", ".yml", ".json")):
+        for spec in sorted(Path(directory).glob("*")):  # none where the directory is missing or unreadable
+            if spec.name.endswith((".yaml", ".yml", ".json")):
                 try:
-                    text = open(os.path.join(directory, name), encoding="utf-8", errors="replace").read()
+                    if CDI_GPU in spec.read_text(encoding="utf-8", errors="replace"):  # `kind: nvidia.com/gpu`
+                        return True
                 except OSError:
-                    continue
-                if CDI_GPU in text:  # `kind: nvidia.com/gpu`
-                    return True
+                    pass
     return False
 
 
@@ -213,11 +208,6 @@ def build_from_layout(argv: list[str], layout: Path) -> str | None:
     return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
 
 
-def sif_dir() -> Path:
-    cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
-    return Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
-
-
 class SingularityRuntime(Runtime):
     name = "singularity"
     binary = "singularity"
@@ -236,7 +226,8 @@ class SingularityRuntime(Runtime):
         if is_sif_path(image):
             return check_sif(image)
         image_id = docker_image_id(image, f"{self.name} builds a SIF from it once; or give a .sif")
-        store = sif_dir()
+        cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
+        store = Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
         target = store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
         store.mkdir(parents=True, exist_ok=True)
         pointer = store / f"{safe_name(image)}.image"  # names the SIF of the image's current id

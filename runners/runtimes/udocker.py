@@ -17,12 +17,7 @@ rank variable's value is set with -e.
 so the results directory needs no opening. **Read-only data cannot be enforced**: udocker has no
 read-only volume option, proot binds read-write, and udocker's runc spec binds every `-v`
 read-write; the data are the host's files, mounted, and bench only reads them.
-
-udocker (Python) dies on SIGTERM while proot ignores it: the client starts in its own process
-group, and a stop sends SIGTERM to that group's processes but udocker itself, so bench records
-'interrupted' and udocker returns when bench has ended. R1 without a terminal returns 1
-whatever the container's exit code (udocker 1.3.17 returns its Popen object), so udocker-runc's
-exit code is the record's. Install: scripts/install-udocker.sh; details in docs/runtimes.md.
+Install: scripts/install-udocker.sh; details in docs/runtimes.md.
 """
 
 from __future__ import annotations
