@@ -136,6 +136,19 @@ def test_one_rank_gloo(tmp_path):
     assert json.loads(store.read_text())["run_id"] == record["run_id"]
 
 
+@pytest.mark.parametrize("size, total_bytes", [(None, 2200096), ("56", 7016992)])
+def test_one_rank_gradients_of_smallcnn_follow_the_image_size(size, total_bytes):
+    """Every --model has gradients to exchange, smallcnn too (not a torchvision model): its classifier
+    follows the image size (default 28 px), as in the network training builds."""
+    pytest.importorskip("torch")
+    result = bench("--framework", "torch", "comm", "--model", "smallcnn", *(["--image-size", size] if size else []),
+                   "--ops", "gradients", "--iters", "2", "--warmup-iters", "1", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    record = last_json_line(result.stdout)
+    assert record["status"] == "ok" and record["correct"], record.get("error")
+    assert record["gradients"]["model"] == "smallcnn" and record["gradients"]["total_bytes"] == total_bytes
+
+
 def test_two_ranks_local_launcher_prints_busbw_table(tmp_path):
     """The issue's done-when: benchrun launch --launcher local -n 2 -- --framework torch comm."""
     pytest.importorskip("torch")

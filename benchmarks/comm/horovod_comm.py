@@ -35,7 +35,7 @@ class HorovodBackend(TorchBackend):
         self.hvd.barrier()
 
     def gradient_buckets(self, model: str) -> tuple[list[int], str]:
-        return (model_gradient_bytes(model),
+        return (model_gradient_bytes(model, self.options.image_size),
                 "every gradient submitted asynchronously in backward order, as hvd.DistributedOptimizer does; "
                 "Horovod fuses them (HOROVOD_FUSION_THRESHOLD, 128 MiB by default)")
 

@@ -28,17 +28,14 @@ def available(backend: str) -> bool:
     return {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available, "mpi": dist.is_mpi_available}[backend]()
 
 
-def model_gradient_bytes(model: str) -> list[int]:
+def model_gradient_bytes(model: str, image_size: int | None = None) -> list[int]:
     """Bytes of each trainable parameter's gradient, in the order backward produces them
-    (reverse of definition, the order DDP assumes)."""
-    from ..frameworks.torch_backend import TORCHVISION_MODELS
+    (reverse of definition, the order DDP assumes), of the model built for `image_size` (None: the
+    model's default; it matters for smallcnn, whose classifier follows the image size)."""
+    from ..config import MODELS
+    from ..frameworks.torch_backend import build_model
 
-    import torchvision
-
-    kwargs = {"weights": None, "num_classes": 1000}
-    if model == "inception3":
-        kwargs.update(aux_logits=True, init_weights=False)
-    network = getattr(torchvision.models, TORCHVISION_MODELS[model])(**kwargs)
+    network = build_model(model, 1000, model == "inception3", image_size or MODELS[model].default_image_size)
     return [p.numel() * p.element_size() for p in reversed(list(network.parameters())) if p.requires_grad]
 
 
@@ -104,7 +101,7 @@ class TorchDistBackend(TorchBackend):
         return buffer
 
     def gradient_buckets(self, model: str) -> tuple[list[int], str]:
-        sizes = model_gradient_bytes(model)
+        sizes = model_gradient_bytes(model, self.options.image_size)
         return (metrics.buckets_by_size(sizes, metrics.DDP_FIRST_BUCKET_BYTES, metrics.DDP_BUCKET_BYTES),
                 "DDP buckets: gradients in backward order, first bucket closed at 1 MiB, the others at 25 MiB")
 
