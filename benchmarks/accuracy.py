@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
-from .measurement import Measurement, aggregate, loop_payload, progress
+from .measurement import Measurement, aggregate, loop_payload, memory_peaks, progress
 
 EVAL_BATCH = 500  # validation images per forward pass; the last batch of a shard may be smaller
 
@@ -89,11 +89,7 @@ class AccuracyMeasurement(Measurement):
             outcome = budget.outcome(point)
         self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
         run_time_s = timing.clock() - started
-        peaks = backend.peak_memory()
-        mine = {"checksum": backend.parameter_checksum(),
-                "memory": {"allocator_peak_bytes": peaks.allocated, "reserved_peak_bytes": peaks.reserved,
-                           "device_peak_bytes": monitor.peak_bytes(), "device_total_bytes": monitor.total_bytes(),
-                           "host_rss_peak_bytes": memory.host_rss_peak_bytes(), "host_rss_peak_since": "process_start"}}
+        mine = {"memory": memory_peaks(backend, monitor, "process_start"), "checksum": backend.parameter_checksum()}
         if self.strategy.gathers_at_chief:  # the chief timed every worker: one loop each, one copy of the weights
             workers_seen = sorted(segments[0].per_worker)
             per_rank = [[{**loop_payload(all_segments(s.per_worker[w] for s in segments if w in s.per_worker)),

@@ -187,20 +187,12 @@ class Measurement(RankSession):
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
             progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
-        peaks = backend.peak_memory()
         local = {
             "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
                       for loop, reading, state in zip(loops, energies, states)],
+            # the peaks first: the checksum's copies of the weights are not the run's memory
+            "memory": memory_peaks(backend, monitor, "warmup_end" if rss_reset else "process_start"),
             "checksum": backend.parameter_checksum(),
-            "memory": {
-                "allocator_peak_bytes": peaks.allocated,
-                "reserved_peak_bytes": peaks.reserved,
-                "device_peak_bytes": monitor.peak_bytes(),
-                "device_total_bytes": monitor.total_bytes(),
-                "device_unavailable_reason": monitor.unavailable_reason,  # read last: the two above may set it
-                "host_rss_peak_bytes": memory.host_rss_peak_bytes(),
-                "host_rss_peak_since": "warmup_end" if rss_reset else "process_start",
-            },
         }
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
@@ -381,6 +373,20 @@ class Measurement(RankSession):
             framework=framework, model=model, world=self.world_section(),
             data=skipped_section(self.data_scan, failures), **sections, **result,
         )
+
+
+def memory_peaks(backend, monitor: memory.DeviceMemoryMonitor, rss_since: str) -> dict:
+    """This rank's memory section: the framework allocator's, the device's and the host's peaks."""
+    peaks = backend.peak_memory()
+    return {
+        "allocator_peak_bytes": peaks.allocated,
+        "reserved_peak_bytes": peaks.reserved,
+        "device_peak_bytes": monitor.peak_bytes(),
+        "device_total_bytes": monitor.total_bytes(),
+        "device_unavailable_reason": monitor.unavailable_reason,  # read last: the two above may set it
+        "host_rss_peak_bytes": memory.host_rss_peak_bytes(),
+        "host_rss_peak_since": rss_since,
+    }
 
 
 def max_memory(memories: list[dict]) -> dict:
