@@ -253,9 +253,9 @@ OPTIONS: dict[str, Option] = _table(
     Option("fashion_mnist_dir", str, FASHION_MNIST_DIR, "Fashion-MNIST's four gzip IDX files (Debian: apt-get install "
            f"{FASHION_MNIST_PACKAGE}; default: %(default)s)", "tta", metavar="DIR", config=True),
     # distributed
-    Option("strategy", str, strategies.DEFAULT, "%(choices)s: ddp = PyTorch DDP (gloo on CPU, NCCL on GPU); horovod "
-           "= Horovod ring all-reduce; allreduce = TF MultiWorkerMirroredStrategy; ps = TF ParameterServerStrategy "
-           "(default: %(default)s)", "dist", strategies.NAMES, noun="strategy", commands=BOTH, config=True),
+    Option("strategy", str, strategies.DEFAULT, "%(choices)s: " + "; ".join(
+           f"{s.name} = {s.summary}" for s in strategies.STRATEGIES.values() if s.name != strategies.DEFAULT)
+           + " (default: %(default)s)", "dist", strategies.NAMES, noun="strategy", commands=BOTH, config=True),
     Option("num_ps", int, 0, "parameter-server processes for --strategy ps", "dist", check=NON_NEGATIVE,
            commands=BOTH, config=True),
     Option("ps_placement", str, "round-robin", "%(choices)s: how variables are spread over PS; greedy balances bytes "

@@ -7,6 +7,7 @@ from .base import Strategy
 
 class AllreduceStrategy(Strategy):
     name = "allreduce"
+    summary = "TF MultiWorkerMirroredStrategy"
     frameworks = ("tensorflow",)
     tf_cluster = True
     backends = {"tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowAllreduceFramework"}

@@ -27,6 +27,7 @@ class Role:
 
 class Strategy:
     name: str
+    summary: str  # what it is, in a few words (bench --help)
     frameworks: tuple[str, ...]
     uses_ps = False  # takes --num-ps parameter servers (and --ps-placement)
     gathers_at_chief = False  # the chief drives and times every worker; others only serve

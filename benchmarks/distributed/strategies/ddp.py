@@ -7,5 +7,6 @@ from .base import Strategy
 
 class DdpStrategy(Strategy):
     name = "ddp"
+    summary = "PyTorch DDP (gloo on CPU, NCCL on GPU)"
     frameworks = ("torch",)
     backends = {"torch": "benchmarks.frameworks.torch_backend:TorchDdpFramework"}

@@ -17,6 +17,7 @@ PS = "ps"  # the role of a parameter server, and TensorFlow's job name for it
 
 class PsStrategy(Strategy):
     name = "ps"
+    summary = "TF ParameterServerStrategy"
     frameworks = ("tensorflow",)
     uses_ps = True
     gathers_at_chief = True
