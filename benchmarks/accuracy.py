@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
 from .measurement import Measurement, aggregate, loop_payload, memory_peaks, progress
 
-EVAL_BATCH = 500  # validation images per forward pass; the last batch of a shard may be smaller
+EVAL_BATCH = 500  # validation images per forward pass at most
 
 
 class AccuracyMeasurement(Measurement):
@@ -123,11 +125,14 @@ class AccuracyMeasurement(Measurement):
                               [peer["memory"] for peer in everyone], curve[-1]["train_loss"], accuracy=section)
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
-        """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total)."""
+        """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total).
+        Every rank runs as many forward passes as the others (the largest shard's batches, split
+        evenly): under a sharded strategy each one is a collective."""
         mine = labelled.shard(len(data.val), rank, workers)
+        passes = max(1, -(-len(labelled.shard(len(data.val), 0, workers)) // EVAL_BATCH))  # shard 0 is the largest
         correct, loss_sum = 0, 0.0
-        for start in range(0, len(mine), EVAL_BATCH):
-            images, labels = data.val.get(mine[start:start + EVAL_BATCH])
+        for chosen in np.array_split(mine, passes):
+            images, labels = data.val.get(chosen)
             right, loss = self.backend.evaluate(self.backend.labelled_batch(data.prepare(images, self.config.image_size), labels))
             correct, loss_sum = correct + right, loss_sum + loss
         return {"correct": correct, "loss_sum": loss_sum, "images": int(len(mine))}

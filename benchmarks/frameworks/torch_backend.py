@@ -163,7 +163,7 @@ class TorchFramework(Framework):
         # this rank's own network; self.model is what trains it: wrapped (DDP), compiled (--compile)
         self.replica = build_model(cfg.model, cfg.num_classes, self.aux_head, cfg.image_size, cfg.seed)
         self.model = self.replica.to(self.device, memory_format=self.memory_format).train()
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.base_lr, momentum=0.9)
+        self.optimizer = self.new_optimizer()
         self._init_distributed()
         self.eager_model = self.model
         if cfg.compile:
@@ -184,6 +184,9 @@ class TorchFramework(Framework):
             return torch.device("cpu")
         torch.cuda.set_device(self.gpu_ordinal(torch.cuda.device_count()))
         return torch.device("cuda", torch.cuda.current_device())
+
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.model.parameters(), lr=self.config.base_lr, momentum=0.9)
 
     def _init_distributed(self) -> None:
         """Join the other ranks' gradient exchange (the strategy's subclass below); alone: nothing."""
@@ -411,7 +414,12 @@ class TorchDdpFramework(TorchFramework):
     """--strategy ddp."""
 
     def _init_distributed(self) -> None:
-        """DistributedDataParallel: NCCL on GPU, gloo on CPU."""
+        self.join_process_group()
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
+
+    def join_process_group(self) -> None:
+        """torch.distributed's group of every rank: NCCL on GPU, gloo on CPU."""
         import torch.distributed as dist
 
         cfg, world = self.config, self.dist.world
@@ -422,8 +430,6 @@ class TorchDdpFramework(TorchFramework):
             world_size=world.size,
             timeout=datetime.timedelta(seconds=cfg.rendezvous_timeout),
         )
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
 
     def _close_distributed(self) -> None:
         import torch.distributed as dist

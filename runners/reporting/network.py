@@ -35,7 +35,8 @@ def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | No
     device kind and backend (the one the training strategy uses), at as many ranks as it has workers.
     All-reduce: the `gradients` row when it sent exactly the model's gradient bytes, else the
     all-reduce row nearest in size (at or above the gradient bytes) at its busbw. Parameter
-    servers: the `ps_step` row of the same model, image size, PS count and placement."""
+    servers: the `ps_step` row of the same model, image size, PS count and placement. None for a
+    strategy no `bench comm` op measures (its `exchange_op`)."""
     from benchmarks.comm.cli import default_backend
     from benchmarks.comm.metrics import bus_factor, format_size
 
@@ -47,7 +48,7 @@ def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | No
     backend = default_backend(cfg["framework"], cfg["strategy"], kind, lambda: kind == "gpu")
     matching = [c for c in comm_records if c["status"] == "ok" and c.get("correct")
                 and c["config"]["framework"] == cfg["framework"] and device_kind(c) == kind]
-    if nbytes is None:
+    if nbytes is None or strategy.exchange_op is None:
         return None
     same_ps = lambda c: all(c["config"].get(f) == cfg[f] for f in ("model", "image_size", "num_ps", "ps_placement"))  # noqa: E731
     for comm in sorted(matching, key=lambda c: c["timestamp_utc"], reverse=True):

@@ -34,8 +34,9 @@ class Strategy:
     syncs_replicas = True  # replicas' parameters must end identical
     synchronous = True  # each step waits for every worker's (all-reduce): a straggler delays them all
     exchange = "all-reduce"  # how a step's gradients reach the others, as reports name it
-    # The `bench comm` op that measures exactly one step's exchange of --model (reports predict with it).
-    exchange_op = "gradients"
+    # The `bench comm` op that measures exactly one step's exchange of --model (reports predict with it;
+    # None: none does, and reports predict nothing).
+    exchange_op: str | None = "gradients"
     tf_cluster = False  # TensorFlow needs TF_CONFIG (a cluster spec) before it is imported
     # What `bench comm` measures under this strategy (empty: not a comm strategy), and the
     # transport the strategy brings itself, when it has one (parameter servers).
