@@ -264,7 +264,7 @@ OPTIONS: dict[str, Option] = _table(
            "+ 10)", "dist", check=PORT, commands=BOTH, config=True),
     Option("ps_port", int, None, "TF PS ports start here; the chief uses ps-port + 10 (default: --rendezvous-port "
            "+ 20)", "dist", check=PORT, commands=BOTH, config=True),
-    Option("rendezvous_port", int, None, "port of dlbench's rank rendezvous on process 0; DDP outside torchrun takes "
+    Option("rendezvous_port", int, None, "port of dlbench's rank rendezvous on process 0; DDP and FSDP outside torchrun take "
            f"the next one (default: one in {TOKEN_PORTS.start}-{TOKEN_PORTS.stop - 1} picked by the run's token, so "
            f"that concurrent runs differ; {SEED_000_PORTS['rendezvous_port']} when the launcher gives no token)",
            "dist", check=PORT, commands=BOTH, config=True),

@@ -22,7 +22,7 @@ from .distributed import strategies
 from .options import DEFAULTS, choices_of
 from .provenance import CONTAINER_RUNTIMES
 
-SCHEMA_VERSION = "1.16"
+SCHEMA_VERSION = "1.17"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]

@@ -269,7 +269,7 @@ def accuracy_record(result, name: str) -> dict:
     return record
 
 
-def assert_converged_honestly(section: dict, workers: int) -> None:
+def assert_converged_honestly(section: dict, workers: int, val_images: int = 1000) -> None:
     curve = section["curve"]
     assert section["outcome"] == "converged" and section["best_accuracy"] >= section["target"]
     assert section["samples_to_target"] == curve[-1]["samples"]  # stopped at the first evaluation at the target
@@ -278,7 +278,7 @@ def assert_converged_honestly(section: dict, workers: int) -> None:
     assert all(p["samples"] % section["lr"]["per_update_batch"] == 0 for p in curve) and section["lr"]["global_batch"] == 32 * workers
     assert section["time_to_target_s"] == curve[-1]["wall_time_s"] <= section["run_time_s"]
     assert 0 < section["eval_time_s"] < section["run_time_s"] and section["init_time_s"] > 0
-    assert section["dataset"]["val_images"] == 1000 and section["dataset"]["name"] == "fashion-mnist"
+    assert section["dataset"]["val_images"] == val_images and section["dataset"]["name"] == "fashion-mnist"
 
 
 @pytest.mark.slow
@@ -332,6 +332,19 @@ def test_tf_allreduce_two_ranks_reach_target_with_lars(fashion_mnist):
     assert_converged_honestly(record["accuracy"], 2)
     assert len(record["accuracy"]["curve"]) >= 3
     assert record["replicas"]["in_sync"] and record["accuracy"]["lr"]["lars_eta"] == lr_rules.LARS_ETA
+
+
+@pytest.mark.slow
+def test_torch_fsdp_two_ranks_reach_target_with_uneven_validation_shards(fashion_mnist):
+    """Sharded parameters make every evaluation pass a collective: both ranks must run as many. 1001
+    images are shards of 501 and 500, which were 2 and 1 passes and hung the ranks until --timeout.
+    LARS takes the norms of sharded parameters."""
+    fast = [*FAST[:FAST.index("--val-images")], "--val-images", "1001", *FAST[FAST.index("--val-images") + 2:]]
+    result = benchrun("launch", "--launcher", "local", "-n", "2", "--", "--framework", "torch", "--strategy", "fsdp",
+                      *fast, "--target-accuracy", "0.7", "--lr-rule", "lars", "--timeout", "240")
+    record = accuracy_record(result, "torch-fsdp-2")
+    assert_converged_honestly(record["accuracy"], 2, val_images=1001)
+    assert record["world"]["strategy"] == "fsdp" and record["replicas"]["in_sync"]
 
 
 @pytest.mark.slow

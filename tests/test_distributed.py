@@ -50,6 +50,20 @@ def test_torch_ddp(launcher):
     assert len(set(record["replicas"]["checksums"])) == 1 and len(record["replicas"]["checksums"]) == 2
 
 
+def test_torch_fsdp_trains_exactly_as_ddp():
+    """Sharded (each rank keeps half of every parameter, gathered per layer) yet the same training: at 2
+    ranks in float32 both sum the same two gradients, so the loss and the whole parameters (gathered
+    from the shards for the checksum) end bit for bit as DDP's."""
+    model = ["--framework", "torch", "--model", "alexnet"]
+    ddp = launch("local", 2, [*model, "--strategy", "ddp"])
+    fsdp = launch("torchrun", 2, [*model, "--strategy", "fsdp"])
+    assert_honest_totals(fsdp, 2)
+    assert fsdp["world"]["strategy"] == "fsdp" and fsdp["world"]["launcher"] == "torchrun"
+    assert fsdp["model"]["parameters"] == ddp["model"]["parameters"] == 61_100_840  # the whole model's, not a shard's
+    assert fsdp["final_loss"] == ddp["final_loss"]
+    assert fsdp["replicas"]["checksums"] == ddp["replicas"]["checksums"]
+
+
 def test_independent_replicas_are_reported_as_such():
     record = launch("local", 2, ["--framework", "torch", "--model", "alexnet"])
     assert record["world"]["strategy"] == "none" and record["throughput"]["total_images"] == 8

@@ -188,3 +188,16 @@ def test_figures_drawn_in_parallel_are_the_ones_drawn_inline(tmp_path):
 
 def _fails(path: Path) -> None:
     raise RuntimeError(f"cannot draw {path.name}")
+
+
+def test_no_transfer_is_predicted_for_a_strategy_no_comm_op_measures():
+    """The `why` store's 2-rank DDP runs get their exchange from its `bench comm` record; the same run under
+    fsdp moves all-gathers and reduce-scatters that no comm op measures, so nothing is predicted."""
+    from runners.reporting import network
+
+    records = [json.loads(line) for line in (CASE / "why" / "results.jsonl").read_text().splitlines()]
+    comm = [r for r in records if r.get("kind") == "comm"]
+    ddp = next(r for r in records if r.get("kind") != "comm" and r["world"]["workers"] == 2)
+    assert ddp["config"]["strategy"] == "ddp" and network.predicted_transfer(ddp, comm) is not None
+    fsdp = {**ddp, "config": {**ddp["config"], "strategy": "fsdp"}}
+    assert network.predicted_transfer(fsdp, comm) is None

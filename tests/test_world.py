@@ -246,14 +246,15 @@ def test_multi_node_world_without_coordinator_is_a_usage_error():
 def test_strategy_objects_count_processes_and_invert():
     from benchmarks.distributed import strategies
 
-    assert strategies.NAMES == ("none", "ddp", "horovod", "allreduce", "ps")
+    assert strategies.NAMES == ("none", "ddp", "horovod", "allreduce", "ps", "fsdp")
     ps = strategies.get("ps")
     assert ps.processes(2, 1) == 4 and ps.workers(4, 1) == 2  # 1 chief + 2 workers + 1 PS
     assert ps.uses_ps and ps.gathers_at_chief and ps.frameworks == ("tensorflow",)
     for strategy in strategies.STRATEGIES.values():
         for workers, num_ps in ((1, 1), (3, 2)):
             assert strategy.workers(strategy.processes(workers, num_ps), num_ps) == workers
-    assert [s.name for s in strategies.STRATEGIES.values() if s.supports("torch")] == ["none", "ddp", "horovod"]
+    assert [s.name for s in strategies.STRATEGIES.values() if s.supports("torch")] == ["none", "ddp", "horovod", "fsdp"]
+    assert strategies.get("fsdp").exchange_op is None and "fsdp" not in strategies.COMM_NAMES
     assert not strategies.get("none").syncs_replicas and strategies.get("ddp").syncs_replicas
     assert [ps.serves_only(ps.role(r, 4, 1)) for r in range(4)] == [False, True, True, True]
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from .allreduce import AllreduceStrategy
 from .base import WORKER, Role, Strategy
 from .ddp import DdpStrategy
+from .fsdp import FsdpStrategy
 from .horovod import HorovodStrategy
 from .none import NoStrategy
 from .ps import CHIEF, PS, PsStrategy
 
-_ALL = (NoStrategy(), DdpStrategy(), HorovodStrategy(), AllreduceStrategy(), PsStrategy())
+_ALL = (NoStrategy(), DdpStrategy(), HorovodStrategy(), AllreduceStrategy(), PsStrategy(), FsdpStrategy())
 STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in _ALL}
 NAMES = tuple(STRATEGIES)  # bench's --strategy choices, in this order
 COMM_NAMES = tuple(name for name, s in STRATEGIES.items() if s.comm_ops)  # bench comm's
