@@ -28,7 +28,8 @@ STOP_GRACE_S = 10  # SIGTERM -> SIGKILL when stopping a process group (worker, r
 CLIENT_GRACE_S = 20  # a container client forwarding SIGTERM, a sweep point's children: before SIGKILL
 HOST_GRACE_S = 60  # beyond T: bench's own stop and the launcher's grace
 SWEEP_GRACE_S = 90  # beyond T: the host's grace plus start-up
-CLOSE_GRACE_S = 60  # a framework's shutdown (MPI_Finalize) once the measurement is taken
+CLOSE_GRACE_S = 60  # a framework's shutdown (MPI_Finalize) once the measurement is taken, on process 0
+PEER_CLOSE_GRACE_S = 90  # the same on the other ranks: longer, so that process 0 gives up first
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from infra.helpers import ROOT, SMALL, bench, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, bench, hanging_shutdown, last_json_line, validate_record
 from benchmarks.supervisor import classify_exit
 
 AS_LIMIT = 8 * 2**30  # enough to import a framework and build ResNet-50, not to train it at batch 256
@@ -210,29 +210,12 @@ def test_a_tensorflow_run_leaves_no_autograph_files_in_the_temp_dir(tmp_path):
     assert not list(scratch.glob("__autograph_generated_file*")), sorted(p.name for p in scratch.iterdir())
 
 
-HANGING_SHUTDOWN = """\
-import threading
-from benchmarks import frameworks, processes
-
-processes.CLOSE_GRACE_S = 3
-real_load = frameworks.load
-
-
-def load(name, strategy=None):  # the backend as loaded, but its shutdown never returns (MPI_Finalize waiting)
-    backend = real_load(name, strategy)
-    return type(backend.__name__, (backend,), {"close": lambda self: threading.Event().wait()})
-
-
-frameworks.load = load
-"""
-
-
 @pytest.mark.slow
 def test_a_shutdown_that_never_returns_keeps_the_measurement(tmp_path):
     """A shutdown that never returns (MPI_Finalize waiting for a peer): the record taken before it is still
     written, with one warning, and the run ends (the shutdown hangs for real, injected through a
     sitecustomize in the worker)."""
-    (tmp_path / "sitecustomize.py").write_text(HANGING_SHUTDOWN)
+    (tmp_path / "sitecustomize.py").write_text(hanging_shutdown(3, 3))
     output = tmp_path / "runs.jsonl"
     started = time.monotonic()
     done = bench("--framework", "torch", "--model", "alexnet", "--image-size", "64", *SMALL, "--output", str(output),

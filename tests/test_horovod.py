@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from infra.helpers import run, validate_record
+from infra.helpers import hanging_shutdown, run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
@@ -150,6 +150,21 @@ def test_two_rank_horovod_run(horovod_images, mpi, launcher, extra, framework, e
     assert rec["replicas"]["in_sync"] is True
     assert rec["throughput"]["total_images"] == 8  # 2 ranks x 2 batches x batch 2
     assert rec["provenance"]["image"] == image
+
+
+def test_mpich_run_keeps_its_record_when_every_shutdown_hangs(horovod_images, tmp_path):
+    """Both ranks' MPI_Finalize never returning, as seen under load in CI: Hydra ends the whole job once
+    one rank leaves unfinalized, so process 0, which has the record to write, gives up first (injected
+    through a sitecustomize on every rank's PYTHONPATH, graces shortened to 10 and 40 s)."""
+    (tmp_path / "sitecustomize.py").write_text(hanging_shutdown(10, 40))
+    p = run(["docker", "run", "--rm", "--network=host", "--ipc=host", "-v", f"{tmp_path}:/inject:ro",
+             "-e", "PYTHONPATH=/inject", "--entrypoint", "benchrun", horovod_images["mpich"], "launch", "--launcher",
+             "mpich", "-n", "2", "--bench-command", "bench", "--timeout", "240", "--", "--framework", "torch", *TINY],
+            timeout=RUN_TIMEOUT)
+    recs = records(p.stdout)
+    assert len(recs) == 1, f"exit {p.returncode}\nstderr:\n{p.stderr[-3000:]}"
+    assert validate_record(recs[0])["status"] == "ok" and recs[0]["world"]["workers"] == 2
+    assert "did not shut down within 10 s" in p.stderr, p.stderr[-3000:]
 
 
 def test_horovod_comm_in_its_image(horovod_images):

@@ -128,11 +128,13 @@ class RankSession:
 
     def close_backend(self) -> None:
         """The backend's shutdown, bounded: Horovod's (MPI_Finalize) can wait on a peer for ever on a loaded
-        host, and the measurement already taken must not be lost to that (docs/results.md)."""
-        if self.backend is not None and not processes.returns_within(self.backend.close, processes.CLOSE_GRACE_S):
+        host, and the measurement already taken must not be lost to that (docs/results.md). Process 0 gives
+        up first: MPICH's Hydra ends the whole job once a rank leaves unfinalized, and process 0 still has
+        the record to write."""
+        grace = processes.CLOSE_GRACE_S if self.world.rank == 0 else processes.PEER_CLOSE_GRACE_S
+        if self.backend is not None and not processes.returns_within(self.backend.close, grace):
             self.progress(f"warning: the {type(self.backend).__name__} backend did not shut down within "
-                          f"{processes.CLOSE_GRACE_S} s (MPI_Finalize waiting for a peer?); leaving without it, "
-                          "the measurement kept")
+                          f"{grace} s (MPI_Finalize waiting for a peer?); leaving without it, the measurement kept")
 
     def leave(self) -> None:
         """After success only: on a failure the rendezvous stays open so that a failed peer's report

@@ -149,3 +149,23 @@ def rank_processes(root, rank: int):
             return found["bench"], found["worker"]
         time.sleep(0.5)
     raise AssertionError(f"rank {rank} never started")
+
+
+def hanging_shutdown(close_grace_s: float, peer_close_grace_s: float) -> str:
+    """A sitecustomize that loads every backend as it is, except that its shutdown never returns (MPI_Finalize
+    waiting for a peer), with the shutdown graces shortened: a real hang, injected on a worker's PYTHONPATH."""
+    return f"""\
+import threading
+from benchmarks import frameworks, processes
+
+processes.CLOSE_GRACE_S, processes.PEER_CLOSE_GRACE_S = {close_grace_s}, {peer_close_grace_s}
+real_load = frameworks.load
+
+
+def load(name, strategy=None):
+    backend = real_load(name, strategy)
+    return type(backend.__name__, (backend,), {{"close": lambda self: threading.Event().wait()}})
+
+
+frameworks.load = load
+"""
