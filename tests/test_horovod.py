@@ -157,6 +157,7 @@ def test_mpich_run_keeps_its_record_when_every_shutdown_hangs(horovod_images, tm
     one rank leaves unfinalized, so process 0, which has the record to write, gives up first (injected
     through a sitecustomize on every rank's PYTHONPATH, graces shortened to 10 and 40 s)."""
     (tmp_path / "sitecustomize.py").write_text(hanging_shutdown(10, 40))
+    tmp_path.chmod(0o755)  # the image's user reads it (pytest makes it 0700)
     p = run(["docker", "run", "--rm", "--network=host", "--ipc=host", "-v", f"{tmp_path}:/inject:ro",
              "-e", "PYTHONPATH=/inject", "--entrypoint", "benchrun", horovod_images["mpich"], "launch", "--launcher",
              "mpich", "-n", "2", "--bench-command", "bench", "--timeout", "240", "--", "--framework", "torch", *TINY],
