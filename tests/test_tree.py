@@ -1,0 +1,105 @@
+"""The product tree's own rules (issue 25): the README's map names every module, no file is over
+500 lines, and no two modules import each other at load time."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("benchmarks", "runners")
+MAX_LINES = 500
+
+
+def product_files() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def readme_map() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## How it works\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```", 2)[1]
+
+
+def test_the_readme_map_names_every_module_and_folder():
+    text = readme_map()
+    names = set(re.findall(r"[\w]+(?=\.py\b)|[\w]+(?=/)", text))
+    # a module of a sub-package may be named by its folder ("launchers/: one small module per launcher")
+    missing = [str(p.relative_to(ROOT)) for p in product_files()
+               if p.stem not in ("__init__", "__main__") and p.stem not in names
+               and (p.parent.parent == ROOT or p.parent.name not in names)]
+    missing += [str(d.relative_to(ROOT)) + "/" for package in PACKAGES for d in (ROOT / package).iterdir()
+                if d.is_dir() and d.name != "__pycache__" and d.name not in names]
+    assert not missing, f"README's 'How it works' map does not name: {missing}"
+
+
+def test_no_product_file_is_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in product_files() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+
+
+def load_time_imports(path: Path, modules: set[str]) -> set[str]:
+    """Product modules this one imports at its top level (a function's lazy import is not a cycle at load)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = ".".join(filter(None, (base if node.level else "", node.module or "")))
+            targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for dep in graph[module]:
+            if dep not in index:
+                visit(dep)
+                low[module] = min(low[module], low[dep])
+            elif dep in stack:
+                low[module] = min(low[module], index[dep])
+        if low[module] == index[module]:
+            component = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_import_circles_are_found():
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_product_modules_import_each_other_at_load_time():
+    files = product_files()
+    modules = {module_name(p) for p in files}
+    graph = {module_name(p): load_time_imports(p, modules) for p in files}
+    assert any(graph.values()), "the import graph came out empty: the reader is broken"
+    assert import_circles(graph) == []
