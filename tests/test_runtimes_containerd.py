@@ -6,6 +6,7 @@ Ctrl-C or SIGTERM; bad input one line. The exact command line is checked without
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from infra.helpers import benchrun, benchrun_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly
 from test_runtimes_real import TF_IMAGE, TINY_TF, check_ok, docker_up, public_dataset, timeout_and_sigint_leave_no_container  # noqa: F401 (a fixture)
 
+from benchmarks.errors import UsageError
 from runners import runtimes
 from runners.runtimes import containerd
 from runners.runtimes.base import Mount
@@ -57,6 +59,51 @@ def test_gpus_are_named_by_index(tmp_path, monkeypatch):
     for name in ("nvidia1", "nvidia0", "nvidiactl", "nvidia-uvm", "nvidia10"):
         (tmp_path / name).touch()
     assert rt.gpu_options() == ["--gpus", "0", "--gpus", "1", "--gpus", "10"]
+
+
+FAKE_CTR = """#!/usr/bin/env python3
+import os, sys
+log = os.environ["FAKE_LOG"]
+args = sys.argv[3:]  # after --namespace NAME
+open(log, "a").write(" ".join(args) + "\\n")
+if args[:2] == ["images", "ls"]:
+    imported = os.path.exists(log + ".imported")
+    label = "io.dlbench.docker-id=sha256:" + ("new" if imported else "old")
+    print("REF TYPE DIGEST SIZE PLATFORMS LABELS")
+    print(f"docker.io/library/dlbench-tensorflow:latest application/x sha256:d 2.0 GiB linux/amd64 {label}")
+elif args[:2] == ["images", "import"]:
+    sys.stdin.buffer.read()
+    if os.environ.get("FAKE_IMPORT_FAILS"):
+        sys.exit("ctr: failed to prepare extraction snapshot: parent snapshot sha256:1 does not exist: not found")
+    open(log + ".imported", "w").close()
+"""
+FAKE_DOCKER = """#!/bin/sh
+case "$1" in image) echo sha256:new ;; save) echo tar ;; esac
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_rebuilt_image_is_imported_while_the_old_one_is_held(tmp_path, monkeypatch, fails):
+    """The image being replaced keeps a second name until the import of the rebuilt one ends, ok or not, so that
+    containerd's collector cannot take the layers they share mid-unpack (fake ctr and docker: the call order)."""
+    for name, text in (("ctr", FAKE_CTR), ("docker", FAKE_DOCKER)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    log = tmp_path / "calls"
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    if fails:
+        monkeypatch.setenv("FAKE_IMPORT_FAILS", "1")
+    rt = runtimes.get("containerd")
+    ref, held = "docker.io/library/dlbench-tensorflow:latest", containerd.HELD.format(pid=os.getpid())
+    if fails:
+        with pytest.raises(UsageError, match="parent snapshot sha256:1 does not exist"):
+            rt.import_image("dlbench-tensorflow")
+    else:
+        assert rt.import_image("dlbench-tensorflow") == ref
+    calls = [line for line in log.read_text().splitlines() if not line.startswith("images ls")]
+    assert calls[:3] == [f"images tag --force {ref} {held}", "images import -", f"images rm {held}"]
+    assert calls[3:] == ([f"images rm {ref}"] if fails else [f"images label {ref} io.dlbench.docker-id=sha256:new"])
 
 
 def test_missing_ctr_is_one_line(tmp_path):

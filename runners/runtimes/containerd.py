@@ -29,6 +29,7 @@ from .base import Command, Invocation, Mount, Runtime, last_line, local_docker_i
 NAMESPACE = "dlbench"
 ID_LABEL = "io.dlbench.docker-id"  # the Docker image id a containerd image was imported from
 DEV = "/dev"
+HELD = "dlbench.invalid/replaced-while-importing:{pid}"  # the replaced image's second name while one process imports
 
 
 def reference(image: str) -> str:
@@ -66,6 +67,12 @@ class ContainerdRuntime(Runtime):
             return ref  # imported from this build, or containerd's own image
         if docker_id is None:
             raise UsageError(f"image {image!r} not found by containerd, nor in a local Docker engine to import it from")
+        # The image this import replaces keeps a second name until the new one is unpacked: else containerd's
+        # garbage collector may take the layers both share from under the unpack ("parent snapshot ... does
+        # not exist", seen here; containerd issues #2382, #3787).
+        held = HELD.format(pid=os.getpid())
+        if labels is not None:
+            self.ctr("images", "tag", "--force", ref, held)
         save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         try:
             loaded = subprocess.run(self.ctr_argv("images", "import", "-"), stdin=save.stdout, capture_output=True, text=True)
@@ -74,6 +81,8 @@ class ContainerdRuntime(Runtime):
             raise
         finally:
             save.stdout.close()
+            if labels is not None:
+                self.ctr("images", "rm", held)
         if save.wait() != 0 or loaded.returncode != 0 or self.labels(ref) is None:
             self.ctr("images", "rm", ref)  # nothing half-imported left
             raise UsageError(f"docker save {image} | ctr images import - failed: {last_line(loaded.stderr)}")
