@@ -197,39 +197,55 @@ PAIRS = {
 }
 
 
+def train_pair(training: list[str], launch_extra: list[str], store: Path) -> tuple[list[dict], dict[int, dict]]:
+    """1 and 2 workers with --trace, into `store`: its records, and them by worker count."""
+    args = [*TINY, *training, "--trace", str(store.with_suffix(".traces")), "--output", str(store)]
+    for ranks in ("1", "2"):
+        result = benchrun("launch", "--launcher", "local", "-n", ranks, *launch_extra, "--", *args)
+        assert result.returncode == 0, result.stderr
+    records = load.load([store])
+    return records, {r["world"]["workers"]: r for r in records}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", PAIRS)
 def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     """The issue's "done when": 1 and 2 workers under the local launcher with --trace (torch gloo DDP
     with a `bench comm` record at 2 ranks; TensorFlow MultiWorkerMirroredStrategy; TensorFlow
     parameter servers with a `bench comm --strategy ps` record at 2 workers); `benchrun report`
-    splits T(2) - T(1) and the parts add up."""
+    splits T(2) - T(1) and the parts add up.
+
+    They add up only where the few traced steps are like the timed ones: on a loaded 2-core machine
+    they may not be (a cold `make test`: the 1-worker side's traced input fetch 45 ms longer than its
+    timed input wait). A pair that does not add up is measured once more; a split that is wrong fails both."""
     training, launch_extra, comm_args, how = PAIRS[pair]
-    store, traces = tmp_path / "store.jsonl", tmp_path / "traces"
-    args = [*TINY, *training, "--trace", str(traces), "--output", str(store)]
-    for ranks in ("1", "2"):
-        result = benchrun("launch", "--launcher", "local", "-n", ranks, *launch_extra, "--", *args)
-        assert result.returncode == 0, result.stderr
+    comm_store = tmp_path / "comm.jsonl"
     if comm_args:
-        comm = benchrun("launch", "--launcher", "local", "-n", "2", *launch_extra, "--", *comm_args, "--output", str(store))
+        comm = benchrun("launch", "--launcher", "local", "-n", "2", *launch_extra, "--", *comm_args,
+                        "--output", str(comm_store))
         assert comm.returncode == 0, comm.stderr
-    records = load.load([store])
-    pair_records = {r["world"]["workers"]: r for r in records}
-    for record in pair_records.values():
-        assert len(record["trace"]["ranks"]) == record["world"]["workers"]
-        assert all(rank["steps"] for rank in record["trace"]["ranks"])
-    for rank in pair_records[2]["trace"]["ranks"]:  # the all-reduce, or the pulls and pushes, are seen
-        assert all(s["communication_s"] > 0 for s in rank["steps"]), rank
-    comm_records = load.load([store], kind="comm")
-    if launch_extra:
-        check_ps_trace_and_comm(pair_records, comm_records)
-    (loss,) = why.scaling_loss(records, comm_records)
-    assert loss.traced and (loss.predicted is not None) == bool(comm_args)
-    if comm_args:
-        assert loss.predicted.how == how
-    assert loss.adds_up, (loss.parts, loss.loss, loss.residual)
+    comm_records = load.load([comm_store], kind="comm") if comm_args else []
+    tries = []
+    for attempt in (1, 2):
+        store = tmp_path / f"store-{attempt}.jsonl"
+        records, pair_records = train_pair(training, launch_extra, store)
+        for record in pair_records.values():
+            assert len(record["trace"]["ranks"]) == record["world"]["workers"]
+            assert all(rank["steps"] for rank in record["trace"]["ranks"])
+        for rank in pair_records[2]["trace"]["ranks"]:  # the all-reduce, or the pulls and pushes, are seen
+            assert all(s["communication_s"] > 0 for s in rank["steps"]), rank
+        if launch_extra:
+            check_ps_trace_and_comm(pair_records, comm_records)
+        (loss,) = why.scaling_loss(records, comm_records)
+        assert loss.traced and (loss.predicted is not None) == bool(comm_args)
+        if comm_args:
+            assert loss.predicted.how == how
+        tries.append((loss.parts, loss.loss, loss.residual, loss.stretch))
+        if loss.adds_up:
+            break
+    assert loss.adds_up, tries
     out = tmp_path / "report"
-    result = benchrun("report", str(store), "--out", str(out), "--link-gbps", "10")
+    result = benchrun("report", str(store), *([str(comm_store)] if comm_args else []), "--out", str(out), "--link-gbps", "10")
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
     section = text.split("## Why it does not scale")[1].split("\n## ")[0]
