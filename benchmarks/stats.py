@@ -57,7 +57,7 @@ def t_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float | N
     values = np.asarray(samples, dtype=float)
     if values.size < 2:
         return None
-    from scipy.special import stdtrit  # Student t's quantile; scipy.stats would add ~0.5 s to every bench process
+    from scipy.special import stdtrit  # Student t's quantile, without importing scipy.stats in every bench process
 
     quantile = float(stdtrit(values.size - 1, 0.5 + confidence / 2))
     return quantile * float(values.std(ddof=1)) / math.sqrt(values.size)

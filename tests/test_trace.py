@@ -215,9 +215,9 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
     parameter servers with a `bench comm --strategy ps` record at 2 workers); `benchrun report`
     splits T(2) - T(1) and the parts add up.
 
-    They add up only where the few traced steps are like the timed ones: on a loaded 2-core machine
-    they may not be (a cold `make test`: the 1-worker side's traced input fetch 45 ms longer than its
-    timed input wait). A pair that does not add up is measured once more; a split that is wrong fails both."""
+    They add up only where the few traced steps are like the timed ones, which a loaded 2-core machine
+    does not always give (docs/testing.md): a pair that does not add up is measured once more; a split
+    that is wrong fails both."""
     training, launch_extra, comm_args, how = PAIRS[pair]
     comm_store = tmp_path / "comm.jsonl"
     if comm_args:
@@ -245,7 +245,8 @@ def test_pair_with_trace_explains_the_loss(pair, tmp_path):
             break
     assert loss.adds_up, tries
     out = tmp_path / "report"
-    result = benchrun("report", str(store), *([str(comm_store)] if comm_args else []), "--out", str(out), "--link-gbps", "10")
+    result = benchrun("report", str(store), *([str(comm_store)] if comm_args else []), "--out", str(out),
+                      "--link-gbps", "10")
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
     section = text.split("## Why it does not scale")[1].split("\n## ")[0]
