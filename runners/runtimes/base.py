@@ -48,24 +48,16 @@ FORWARD_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 FORWARD_PREFIXES = ("DLBENCH_", "SLURM_", "SLURMD_", "OMPI_", "PMI_", "PMIX_", "HOROVOD_", "OMP_", "GOMP_", "KMP_", "MKL_")
 
 
-# Descriptors a launcher hands its ranks by number (MPICH Hydra's PMI-1 socket): the rank wrapper keeps
-# them open for the runtime's client, so that a rank in a container that shares the host's processes
-# (Apptainer under the host's Hydra) reaches its launcher.
-LAUNCHER_FD_VARS = ("PMI_FD",)
-
-
 def launcher_fds(environ: Mapping[str, str]) -> tuple[int, ...]:
-    """The open descriptors the launcher's variables name."""
-    fds = []
-    for name in LAUNCHER_FD_VARS:
-        value = environ.get(name, "")
-        if value.isdigit():
-            try:
-                os.fstat(int(value))
-            except OSError:
-                continue
-            fds.append(int(value))
-    return tuple(fds)
+    """The descriptor a launcher hands its ranks by number (PMI_FD, MPICH Hydra's PMI-1 socket), if open: the
+    rank wrapper keeps it open for the runtime's client, so that a rank in a container that shares the host's
+    processes (Apptainer under the host's Hydra) reaches its launcher."""
+    value = environ.get("PMI_FD", "")
+    try:
+        os.fstat(int(value))
+    except (ValueError, OSError):
+        return ()
+    return (int(value),) if value.isdigit() else ()
 
 
 def forwarded_names(environ: Mapping[str, str] = os.environ) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Mapping
 
 from benchmarks.errors import UsageError
 
-from .base import _ENV_NAME, Command, Invocation, check_mount
+from .base import Command, Invocation, check_mount
 from .pyxis import PyxisRuntime
 from .slurm_plugin import SlurmPluginRuntime
 
@@ -77,10 +77,7 @@ def edf_text(image: str, mounts, workdir: str | None, env: Mapping[str, str], an
     lines.append("entrypoint = false")
     if env:
         lines += ["", "[env]"]
-        for key, value in env.items():
-            if not _ENV_NAME.match(key):
-                raise UsageError(f"invalid environment variable name {key!r}")
-            lines.append(f"{key} = {toml_string(value)}")
+        lines += [f"{key} = {toml_string(value)}" for key, value in env.items()]  # names checked by command()
     if annotations:
         lines += ["", "[annotations]"]
         lines += [f"{key} = {toml_string(value)}" for key, value in sorted(validate_annotations(annotations).items())]
@@ -98,15 +95,13 @@ class CscsCeRuntime(SlurmPluginRuntime):
     def check_annotations(self, annotations: Mapping[str, str]) -> dict[str, str]:
         return validate_annotations(annotations)
 
-    def annotations(self, spec) -> dict[str, str]:
-        return {**(GPU_ANNOTATIONS if spec.gpus else {}), **validate_annotations(spec.annotations)}
-
     def edf_path(self, spec, host_dir: Path) -> Path:
         return host_dir / f"{spec.name or 'dlbench'}.toml"
 
     def edf(self, spec) -> str:
         fixed = {key: value for key, value in spec.env.items() if value is not None}
-        return edf_text(spec.image, spec.mounts, spec.workdir, fixed, self.annotations(spec))
+        annotations = {**(GPU_ANNOTATIONS if spec.gpus else {}), **spec.annotations}  # validated by edf_text
+        return edf_text(spec.image, spec.mounts, spec.workdir, fixed, annotations)
 
     def srun_options(self, spec, host_dir: Path) -> list[str]:
         return [f"--environment={self.edf_path(spec, host_dir)}"]

@@ -60,8 +60,7 @@ def squashfs_for(image: str, enroot: str) -> Path:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     partial.unlink(missing_ok=True)
     try:
-        result = subprocess.run([enroot, "import", "-o", str(partial), f"dockerd://{image}"], capture_output=True,
-                                text=True, stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT_S)
+        result = run_quiet([enroot, "import", "-o", str(partial), f"dockerd://{image}"], timeout=IMPORT_TIMEOUT_S)
         if result.returncode != 0 or not partial.is_file():
             raise UsageError(f"enroot import dockerd://{image} failed: {last_line(result.stderr + result.stdout)}")
         stamp.unlink(missing_ok=True)
@@ -94,8 +93,7 @@ class EnrootRuntime(Runtime):
         for stale in existing:  # earlier imports of the same image
             if earlier.fullmatch(stale):
                 run_quiet([enroot, "remove", "--force", stale])
-        result = subprocess.run([enroot, "create", "--name", name, str(squashfs)], capture_output=True, text=True,
-                                stdin=subprocess.DEVNULL, timeout=IMPORT_TIMEOUT_S)
+        result = run_quiet([enroot, "create", "--name", name, str(squashfs)], timeout=IMPORT_TIMEOUT_S)
         if result.returncode != 0:
             run_quiet([enroot, "remove", "--force", name])  # nothing half-unpacked left behind
             raise UsageError(f"enroot create --name {name} {squashfs} failed: {last_line(result.stderr)}")

@@ -24,7 +24,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -152,10 +151,10 @@ class PodmanHpcRuntime(DockerCliRuntime):
         snapshot = SquashSnapshot(store) if store.is_dir() else None
         migrated = False
         try:
-            pull = self._step([exe, "pull", f"docker-daemon:{image}"])
+            pull = run_quiet([exe, "pull", f"docker-daemon:{image}"], timeout=IMPORT_TIMEOUT_S)
             if pull.returncode != 0:
                 raise UsageError(f"podman-hpc pull docker-daemon:{image} failed: {last_line(pull.stderr)}")
-            migrate = self._step([exe, "migrate", image])
+            migrate = run_quiet([exe, "migrate", image], timeout=IMPORT_TIMEOUT_S)
             migrated = self.squashed_id(image) == image_id
             if not migrated:  # podman-hpc migrate exits 0 even when it failed
                 raise UsageError(f"podman-hpc migrate {image} made no squashed image "
@@ -167,10 +166,6 @@ class PodmanHpcRuntime(DockerCliRuntime):
                 elif store.is_dir():
                     shutil.rmtree(store, ignore_errors=True)  # podman-hpc created it for this import
             run_quiet([exe, "rmi", image], timeout=300)  # the read-write copy: runs use the squashed one
-
-    def _step(self, argv: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=IMPORT_TIMEOUT_S)
 
     # ---- clean-up ---------------------------------------------------------------------
     def clean_up(self, name: str, prefix: bool = False) -> None:
@@ -184,20 +179,14 @@ class PodmanHpcRuntime(DockerCliRuntime):
         shared = [c["Id"] for c in containers if (c.get("Labels") or {}).get(LABEL) == name]
         found = shared + [c["Id"] for c in containers if c["Id"] not in shared
                           and any(n == name or (prefix and n.startswith(name)) for n in c.get("Names") or [])]
+        # A shared container's ranks are SIGTERMed first, so that they record 'interrupted': a killed `podman exec`
+        # client passes no signal on (podman 4), and `rm -f` alone kills them with the container.
         for container in shared:
-            self.stop_exec_sessions(container)
+            terminate(exec_session_processes(container), CLIENT_GRACE_S)
         if found:
             run_quiet([self.executable(), "rm", "-f", *found])
         if listed.returncode == 0 and all(c["Id"] in found for c in containers):  # no other container, starting or not
             unmount_squashes(squash_dir())
-
-    def stop_exec_sessions(self, container: str) -> None:
-        """SIGTERM the ranks `podman exec`'d into a shared container and give them CLIENT_GRACE_S to write
-        their records. A killed exec client does not pass the signal on (podman 4), and `rm -f` alone
-        kills the ranks with the container: bench would leave no record of the interrupted run."""
-        ranks = exec_session_processes(container)
-        if ranks:
-            terminate(ranks, CLIENT_GRACE_S)
 
 
 def exec_session_processes(container_id: str) -> list[int]:

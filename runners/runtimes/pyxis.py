@@ -40,18 +40,15 @@ class PyxisRuntime(SlurmPluginRuntime):
                              f"not on PATH here (give a .sqsh file as --image)")
         return str(squashfs_for(image, enroot))
 
-    def container_options(self, image: str, mounts: list[Mount], workdir: str | None, name: str | None) -> list[str]:
-        options = [f"--container-image={image}"]
-        if name is not None:
-            options.append(f"--container-name={check_name(name)}")
-        options.append("--no-container-entrypoint")
-        options += [self.mount_option(check_mount(m))[0] for m in mounts]
-        if workdir is not None:
-            options.append(f"--container-workdir={workdir}")
-        return options
-
     def srun_options(self, spec, host_dir: Path) -> list[str]:
-        return self.container_options(spec.image, spec.mounts, spec.workdir, spec.name)
+        options = [f"--container-image={spec.image}"]
+        if spec.name is not None:
+            options.append(f"--container-name={check_name(spec.name)}")
+        options.append("--no-container-entrypoint")
+        options += [self.mount_option(check_mount(m))[0] for m in spec.mounts]
+        if spec.workdir is not None:
+            options.append(f"--container-workdir={spec.workdir}")
+        return options
 
     def mount_option(self, mount: Mount) -> list[str]:
         return [f"--container-mounts={mount.source}:{mount.target}" + (":ro" if mount.readonly else "")]

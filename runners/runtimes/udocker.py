@@ -42,13 +42,9 @@ LOAD_TIMEOUT_S = 3600
 REMOVE_TRIES = 3  # `udocker rm -f ID` again while the id is still listed
 
 
-def repository() -> Path:
-    """udocker's repository, where udocker itself puts it."""
-    return Path(os.environ.get("UDOCKER_DIR") or Path.home() / ".udocker")
-
-
 def store() -> Path:
-    return Path(os.environ.get(STORE_ENV) or repository() / "dlbench")
+    repository = Path(os.environ.get("UDOCKER_DIR") or Path.home() / ".udocker")  # where udocker itself puts it
+    return Path(os.environ.get(STORE_ENV) or repository / "dlbench")
 
 
 def tags_in(tar: Path) -> list[str]:
