@@ -1,19 +1,11 @@
-"""Run one benchmark from the host and get its record back: the one call sweeps,
-compare-runtimes and `benchrun run` share.
+"""Run one benchmark from the host and get its record back: the one call sweeps, compare-runtimes and
+`benchrun run` share.
 
-bench writes its record with `--output` into a results directory (mounted
-into the container when there is one) and the record is read back from
-there, so the same path works for every runtime and launcher.
-
-The runtime name is resolved once into a Runtime, which says where results and
-data are inside it, and whose plan for the run (Runtime.plan) says how a rank starts
-bench there, what a Slurm plugin adds to srun's line and which files it needs.
-With a launcher, the launch spec is built here and the launcher runs in this
-process (`benchrun launch` is a thin CLI over the same calls). Containers compose with launchers in the hybrid
-model: the launcher starts one container per rank (`srun [--mpi=...] python -m
-runners.runtimes SPEC -- bench ...`, which runs `docker run ... IMAGE` with the
-rank's variables forwarded and removes the container afterwards).
-`container_command()` shows the bare runtime command.
+bench writes its record with `--output` into a results directory (mounted into the container when there
+is one) and the record is read back from there, so the same path works for every runtime and launcher.
+The runtime name is resolved once into a Runtime, whose plan for the run (Runtime.plan) says how a rank
+starts bench there; with a launcher, the launcher runs in this process. Containers compose with launchers
+in the hybrid model: one container per rank (docs/runtimes.md, "Launchers × runtimes").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""A run ended by a fault of its environment (the container daemon went away, a node failed):
-the record says so in one line, with error kind `environment` and status `failed`.
-
-The runtime and the launcher are asked (`fault()`) only after a run that did not end well;
-what bench wrote, if anything, is kept but its status and error are replaced (an
-`interrupted` record from a daemon stopping its containers is not a Ctrl-C). When bench
-wrote nothing (its container or rank died with the daemon or the node), the host writes the
-record itself from bench's arguments, so that a sweep stores a result like any other.
+"""A run ended by a fault of its environment (the container daemon went away, a node failed): the record
+says so in one line, error kind `environment`, status `failed` (docs/results.md). What bench wrote, if
+anything, is kept with its status and error replaced; when bench wrote nothing, the host writes the record
+from bench's arguments, so that a sweep stores a result like any other.
 """
 
 from __future__ import annotations

@@ -2,16 +2,11 @@
 
     python -m runners.pointrun SWEEP_PID OUTCOME_FD  (the RunRequest as JSON on stdin)
 
-It is a child subreaper (PR_SET_CHILD_SUBREAPER): rank processes that a
-launcher starts in their own sessions, and that would otherwise be adopted
-by init when the launcher dies, are adopted by this process instead. It
-dies with the sweep (PR_SET_PDEATHSIG, even on `kill -9` of the sweep): on
-SIGTERM it asks its children to stop (bench records 'interrupted'), then
-after the run's stop grace (dispatch.stop_grace_s: a udocker client removes its container in it)
-kills every descendant. Before it exits it kills whatever is
-left, always. It calls runners.dispatch.run and writes the Outcome as JSON
-to OUTCOME_FD; bench's own output goes to this process's stdout/stderr
-(the sweep's per-point log file).
+A child subreaper (PR_SET_CHILD_SUBREAPER): rank processes in their own sessions are adopted here, not by
+init, when their launcher dies. It dies with the sweep (PR_SET_PDEATHSIG, even on `kill -9`): on SIGTERM
+it asks its children to stop (bench records 'interrupted'), then, after the run's stop grace
+(dispatch.stop_grace_s), kills every descendant, as it always does before it exits. It writes
+runners.dispatch.run's Outcome as JSON to OUTCOME_FD; bench's output goes to the sweep's per-point log.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The Runtime interface: run bench inside a container (or not), one way per runtime.
 
-Three steps: `prepare(image)` (check, import, convert: cached), `command(...)` for one rank,
-`clean_up(name)` after the run. Modelled on ReFrame's container platforms: the base class
-assembles the command line as named slots (validation, order of options, environment, mounts,
-working directory, GPUs, MPI) and each runtime states only its spelling of those pieces; the
-base's spelling is neutral ("no such option"), Docker's lives in DockerCliRuntime. A runtime that
-spells a run its own way edits the slots by name (`Command`). What one run is made of is an
-object the runtime returns: `plan()` (what each rank starts, what a user would type, what a Slurm
-plugin adds to srun's line, the files it needs) and `client()` (how the rank's client is started
-and stopped). `local` is a Runtime too: the host itself. Commands are argv lists, never shell strings.
-
-    runtime.command(image, ["bench", "--model", "resnet50"], env={"RANK": None},
-                    mounts=[Mount("/host/results", "/results", readonly=False)],
-                    workdir="/results", gpus=False, name="dlbench-ab12")
-
-`env` maps a variable to a value, or to None: "pass the caller's value through"
-(Docker/Podman `-e NAME`; runtimes that pass the host environment by default
-need nothing for it).
+Modelled on ReFrame's container platforms (docs/runtimes.md, "Design"): `prepare(image)`, `command(...)`
+for one rank, `clean_up(name)`. The base class assembles the command line as named slots (`Command`) and
+each runtime states only its spelling of them (the base's: "no such option"; Docker's: DockerCliRuntime);
+what one run is made of is the `plan()` and `client()` a runtime returns. `local` is a Runtime too: the
+host itself. Commands are argv lists, never shell strings; in `env`, None means "pass the caller's value
+through" (Docker's `-e NAME`; nothing where the host environment passes in).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Run one container per rank, named, with the rank's environment, removed whatever happens.
-
-`python -m runners.runtimes SPEC -- bench ARGS` is what launchers start per rank
-(the hybrid model: `srun ... python -m runners.runtimes SPEC -- bench ...`): at
-rank time it forwards the launcher's variables present in this rank's
-environment (RANK, SLURM_*, OMPI_*, PMI_*, DLBENCH_*, HOROVOD_*, ...), gives
-the container a unique name (`NAME-r<rank>-<pid>`), and removes it on exit,
-Ctrl-C, SIGTERM (timeouts) or an error (`docker rm -f` in a finally path).
-A runtime whose ranks share one container per node (podman-hpc --mpi) is exec'd instead.
+"""The per-rank wrapper of the hybrid model (docs/runtimes.md): `python -m runners.runtimes SPEC -- bench ARGS`,
+what launchers start per rank, runs one container per rank, named `NAME-r<rank>-<pid>`, with the launcher's
+variables present in the rank's environment (RANK, SLURM_*, PMI_*, ...), and removes it on exit, Ctrl-C,
+SIGTERM (timeouts) or an error. A runtime whose ranks share one container per node (podman-hpc --mpi) is
+exec'd instead.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """`containerd`: containerd itself, through its own client `ctr`, without Docker's daemon on top.
 
-The image is imported once per Docker image id (`docker save IMAGE | ctr images import -`, the id kept
-as a label on containerd's image, so a rebuilt image is imported again), or run as containerd has it
-(`ctr images pull`). Each rank runs in its own container, removed when it ends:
-
-    ctr --namespace dlbench run --rm --net-host --mount type=bind,src=/dev/shm,dst=/dev/shm,options=rbind:rw \\
-        --env K=V --mount type=bind,src=/host/data,dst=/data,options=rbind:ro --cwd /results \\
-        docker.io/library/dlbench-tensorflow:latest NAME bench ARGS...
-
-`ctr run` forwards the signals it is given to bench and has no `-e NAME` form: a pass-through variable's
-value is read where the rank starts. The socket is ctr's own `CONTAINERD_ADDRESS` (default
-/run/containerd/containerd.sock); the namespace `CONTAINERD_NAMESPACE`, else `dlbench` (apart from
-Docker's `moby` and Kubernetes' `k8s.io`). GPUs: ctr 1.6 names them by index (`--gpus N`, the
-NVIDIA container CLI's hook), one per /dev/nvidiaN of the node. docs/runtimes.md, "containerd".
+The local Docker image is imported once per image id (kept as a label on containerd's copy, so a rebuilt
+image is imported again); an image only containerd has is run as it is. Each rank runs in its own container,
+removed when it ends. `ctr run` forwards its signals to bench and has no `-e NAME`: a pass-through variable's
+value is read where the rank starts. Socket, namespace, GPUs: docs/runtimes.md, "containerd".
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""`cscs-ce`: the CSCS Container Engine (Alps), a customised Pyxis + Enroot driven by TOML
-"Environment Definition Files" (EDF): dlbench writes one EDF for the run and starts
+"""`cscs-ce`: the CSCS Container Engine (Alps), a customised Pyxis + Enroot driven by TOML "Environment
+Definition Files" (EDF, docs.cscs.ch/software/container-engine/edf): dlbench writes one for the run into
+its results directory and starts `srun ... --environment=EDF bench ...` (the EDF: docs/runtimes.md).
 
-    srun --ntasks N ... --environment=/host/results/dlbench-ID.toml bench ...
-
-The EDF (docs.cscs.ch/software/container-engine/edf):
-
-    image = "/var/tmp/dlbench-enroot/dlbench-torch-latest.sqsh"   # squashfs, imported as for pyxis
-    mounts = ["/host/results:/results", "/host/data:/data:ro"]    # data read-only
-    workdir = "/results"
-    entrypoint = false                                              # bench is named on srun's line
-    [env]
-    KEY = "value"
-    [annotations]
-    com.hooks.aws_ofi_nccl.enabled = "true"                         # with --gpus: NCCL over Slingshot
-    com.hooks.aws_ofi_nccl.variant = "cuda12"
-
-`--edf-annotation KEY=VALUE` adds or overrides an annotation; only the hooks CSCS documents are
-accepted (a typo would otherwise be ignored silently by the engine). The EDF lives in the run's
-results directory and goes away with it.
+`--edf-annotation KEY=VALUE` adds or overrides an annotation; only the hooks CSCS documents are accepted,
+as the engine would ignore a typo silently.
 """
 
 from __future__ import annotations
@@ -43,6 +29,7 @@ KNOWN_ANNOTATIONS: dict[str, tuple[str, ...] | None] = {
     "com.hooks.ssh.authorize_ssh_key": None,  # a path
     "com.hooks.ssh.port": None,
 }
+# With --gpus: NCCL over Slingshot.
 GPU_ANNOTATIONS = {"com.hooks.aws_ofi_nccl.enabled": "true", "com.hooks.aws_ofi_nccl.variant": "cuda12"}
 
 

@@ -1,8 +1,5 @@
-"""`docker`: the Docker CLI. Host network and IPC (ranks talk over loopback, DataLoader shared memory).
-
-A daemon that goes away mid-run (stopped, crashed) ends the run as a failure of the environment:
-`fault()` says so. Without live-restore, a dockerd that comes back stops and removes the --rm
-containers it finds still running, so nothing of the run outlives the restart."""
+"""`docker`: the Docker CLI. A daemon that goes away mid-run ends the run as a failure of the environment
+(`fault()`); without live-restore, a dockerd that comes back removes the --rm containers it finds running."""
 
 from __future__ import annotations
 

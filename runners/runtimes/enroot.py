@@ -1,26 +1,17 @@
 """`enroot` (NVIDIA): unprivileged containers from squashfs images, the engine under Pyxis and CSCS's CE.
 
-A local Docker image becomes a squashfs once per image id (`enroot import -o FILE dockerd://IMAGE`,
-kept in DLBENCH_ENROOT_DIR, default /var/tmp/dlbench-enroot), then a root filesystem once per
-squashfs (`enroot create --name NAME FILE`); each rank then runs
-
-    ENROOT_LOGIN_SHELL=no enroot start --rc RC -e NVIDIA_VISIBLE_DEVICES=void -e RANK \\
-        -m /host/results:/results -m /host/data:/data:x-create=auto,rbind,ro NAME bench ...
-
-`--rc` replaces the image's /etc/rc (which would run its ENTRYPOINT, bench, in front of our
-`bench`): the command is stated, as with `docker run --entrypoint`. ENROOT_LOGIN_SHELL=no keeps
-Debian's /etc/profile from resetting PATH (bench lives in /opt/venv/bin). Enroot does not pass
-the host environment in: rank variables are forwarded by name (`-e NAME`). The NVIDIA hook acts on
-NVIDIA_VISIBLE_DEVICES, which the images set to `all`: without --gpus it is set to `void`, so a
-host with the hook but without libnvidia-container still starts CPU runs. Mount targets are
-created (x-create=auto); `:ro` is spelled as Enroot's fstab options, `x-create=auto,rbind,ro`.
+A local Docker image becomes a squashfs once per image id (`enroot import dockerd://`), then a root
+filesystem once per squashfs (`enroot create`), which each rank `enroot start`s. `--rc` replaces the image's
+/etc/rc, which would run its ENTRYPOINT (bench) in front of our `bench`; ENROOT_LOGIN_SHELL=no keeps Debian's
+/etc/profile from resetting PATH; NVIDIA_VISIBLE_DEVICES=void without --gpus keeps the NVIDIA hook off, so
+a host without libnvidia-container still runs CPU benchmarks. Enroot passes no host environment: rank
+variables are forwarded by name (`-e NAME`). docs/runtimes.md, "Enroot".
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 

@@ -1,21 +1,11 @@
 """`podman-hpc` (NERSC, Perlmutter's primary runtime): Podman with images squashed onto the file system.
 
-An image from the local Docker engine is imported once per image id: `podman-hpc pull
-docker-daemon:IMAGE` (its own automatic migrate fails on the transport-prefixed name), `podman-hpc
-migrate IMAGE` (the squashed, read-only copy runs use), `podman-hpc rmi IMAGE` (the read-write copy),
-then `podman-hpc rmsqi ID` of the squashed copy it replaced, once nothing names it.
-An image podman-hpc holds without a squashed copy is refused: runs use migrated images. Each rank:
-
-    podman-hpc run --rm --name dlbench-ID --network=host --ipc=host [--gpu --nccl] -e NAME \\
-        -v SRC:/results -v DATA:/data:ro -w /results --entrypoint bench IMAGE ...
-
-`--mpi` (our --mpi) loads podman-hpc's MPI module, which turns the run into a shared run: one
-container per node (`sleep infinity`, named by podman-hpc after the ranks' parent, so the rank
-wrapper execs podman-hpc), each rank `podman exec`'d into it; the container carries the label
-dlbench.run=NAME so benchrun can remove what a killed run left, after SIGTERMing the ranks exec'd
-into it (a killed `podman exec` client does not pass a signal on). That module adds `--privileged`
-(podman-hpc's documented MPI mode, for the host's MPI devices). scripts/install-podman-hpc.sh
-installs podman-hpc where the site has none (docs/runtimes.md).
+A local Docker image is imported once per image id (pull docker-daemon:, migrate, rmi: runs use the
+squashed, read-only copy); an image podman-hpc holds unsquashed is refused. Runs speak the Docker CLI.
+`--mpi` loads podman-hpc's MPI module, which makes a shared run: one container per node, named by
+podman-hpc after the ranks' parent (so the rank wrapper execs podman-hpc), each rank `podman exec`'d into
+it, labelled dlbench.run=NAME so that benchrun can remove what a killed run left. docs/runtimes.md,
+"podman-hpc (NERSC)", says why each step is so, and how scripts/install-podman-hpc.sh installs it.
 """
 
 from __future__ import annotations

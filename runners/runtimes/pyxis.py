@@ -1,17 +1,10 @@
-"""`pyxis` (NVIDIA's SPANK plugin for Enroot): srun starts each task in the container.
+"""`pyxis` (NVIDIA's SPANK plugin for Enroot): srun starts each task in the container, given
+`--container-image=FILE.sqsh --container-name=NAME --no-container-entrypoint --container-mounts=...`.
 
-    srun --ntasks N ... --container-image=/var/tmp/dlbench-enroot/dlbench-torch-latest.sqsh \\
-        --container-name=dlbench-ID --no-container-entrypoint \\
-        --container-mounts=/host/results:/results --container-mounts=/host/data:/data:ro \\
-        --container-workdir=/results [env K=V] bench ...
-
-The image is a squashfs imported once per Docker image id (`enroot import dockerd://`, see
-enroot.py; a .sqsh path is used as it is), so no node pulls from a registry. The image's
-ENTRYPOINT (bench) is not run: `bench` is named. The task's environment (SLURM_*, PMI_*) passes
-into the container; fixed values are set with `env K=V`. GPUs: Slurm allocates them
-(`--launcher-arg=--gpus-per-node=N`); Enroot's NVIDIA hook injects the driver because the images
-set NVIDIA_VISIBLE_DEVICES. MPI: srun's own `--mpi=pmix|pmi2` (`--launcher-arg`).
-The container is named for the run (all local tasks share it); Pyxis removes it when the job ends.
+The image is Enroot's squashfs, imported once per Docker image id (a .sqsh is used as it is), so no node
+pulls from a registry. The task's environment passes in; fixed values are set with `env K=V`. The
+container is named for the run (all local tasks share it); Pyxis removes it when the job ends. GPUs and
+MPI are srun's own options (--launcher-arg): docs/runtimes.md, "Pyxis".
 """
 
 from __future__ import annotations

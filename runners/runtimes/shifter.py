@@ -1,20 +1,12 @@
-"""Shifter, in its two forms.
+"""Shifter, in its two forms (docs/runtimes.md, "Shifter" and "Legacy").
 
-`shifter` (NERSC; Shifter 22.02, checked against a build of it, see docs/runtimes.md):
+`shifter` (NERSC; checked against a build of Shifter 22.02): `shifter --image=docker:IMAGE
+[--module=gpu,mpich] --volume=... --workdir=... [env K=V] bench ...`. Inside a job whose image the Slurm
+plugin set (`salloc|sbatch --image=...`), with no --image given to benchrun, the job's image is used and no
+--image is written. The host environment passes in. Shifter refuses to run as root.
 
-    shifter --image=docker:IMAGE [--module=gpu,mpich] --volume=SRC:/results --volume=SRC:/data:ro \\
-        --workdir=/results [env K=V] bench ...
-
-Images: `docker:REPO:TAG` (pulled by the site's image gateway: `shifterimg pull`), `id:ID`, or
-`local:/dir` where the site allows it; a bare name means `docker:`. The Slurm plugin form
-(`salloc|sbatch --image=docker:IMAGE ...`, then `srun shifter bench`): inside such a job, with no
---image given to benchrun, the job's image is used and no --image is written. Volume targets must
-exist in the image (ours has /results and /data). The host environment passes in; fixed values
-are set with `env K=V` inside. Shifter refuses to run as root.
-
-`shifter-ng` (legacy: CSCS's Shifter-NG, Sarus's predecessor, retired): `shifter load TAR NAME`
-once, then `shifter run [--mpi] --mount=type=bind,source=S,destination=D[,readonly]
-load/library/NAME CMD` -- the form of the mission's `shifter run horovod_container bench`.
+`shifter-ng` (legacy: CSCS's Shifter-NG, Sarus's predecessor, retired): `shifter load TAR NAME` once, then
+`shifter run [--mpi] --mount=type=bind,... load/library/NAME CMD`, the mission's `shifter run ... bench`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""`singularity`: SingularityCE/Apptainer `exec` of a SIF. The host environment passes in by default
-(the rank variables of srun/mpirun too); `--env K=V` sets more.
+"""`singularity`: SingularityCE/Apptainer `exec` of a SIF. The host environment passes in (the rank variables
+of srun/mpirun too), the host's Python settings do not: the image's bench runs, not the host's.
 
-Images: a `.sif` file (from Singularity.def, or `apptainer build X.sif docker-daemon:IMAGE`), or a
-local Docker image, converted to a SIF once per Docker image id (`docker save` into an OCI image layout, then
-`build oci:LAYOUT`, lz4-compressed, kept under $DLBENCH_SIF_DIR, default ~/.cache/dlbench/sif) and reused:
-`exec docker-daemon:IMAGE` would convert the whole image again on every run, and `build docker-daemon:`
-gzips every layer on one core first (docs/runtimes.md, "SIFs"). MPI is the hybrid model (`srun ... apptainer exec ...`).
-The host's Python settings (PYTHONPATH, PYTHONHOME, the user's site-packages in the bound $HOME) are
-kept out, so the image's bench runs, not the host's.
-As root, where the bounding set lacks CAP_SYS_RESOURCE (containers, some VMs) the default start fails
-("Requesting capability set ..."): runs then use a user namespace (`--userns`), Apptainer's own
-unprivileged mode. Unprivileged, the SIF is mounted with squashfuse, which needs /dev/fuse.
-GPUs (--gpus): `--nv` binds the host's driver libraries; where the host has a CDI specification for
-NVIDIA GPUs (`nvidia-ctk cdi generate`, in /etc/cdi or /var/run/cdi), `--device nvidia.com/gpu=all`
-instead (Apptainer 1.5; SingularityCE 4.5 applies CDI devices in its OCI mode).
-Install: scripts/install-apptainer.sh (both command names); details in docs/runtimes.md."""
+A local Docker image becomes a SIF once per image id (`docker save` into an OCI image layout, then `build
+oci:LAYOUT`, lz4): `exec docker-daemon:IMAGE` would convert the whole image again on every run, and `build
+docker-daemon:` gzips every layer on one core first. Root whose bounding set lacks CAP_SYS_RESOURCE runs in
+a user namespace (`--userns`), where the default start fails. Why each step is so, GPUs (`--nv`, or CDI)
+and the install: docs/runtimes.md, "Apptainer (and `singularity`)"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """`udocker`: containers with nothing installed by an admin; proot (P1) mode, or runc (R1) as `udocker-runc`.
 
-The image is loaded into udocker's repository once per Docker image id (`docker save` to a
-temporary tarball, `udocker load -i TAR`, the tarball deleted); a `.tar` made by `docker save`
-elsewhere is loaded as it is (the unprivileged case: no Docker access needed). Each rank then
-runs in its own container, created from the loaded image and removed when it ends:
-
-    [UDOCKER_DEFAULT_EXECUTION_MODE=R1] udocker run --name=NAME --pull=never --nobanner \\
-        --user=root -e K=V -v /host/results:/results -v /host/data:/data -w /results \\
-        --entrypoint=bench IMAGE ARGS...
-
-(`--pull=never`: never a registry), then `udocker rm -f ID` by the id its name had, not `run --rm`:
-udocker drops a container's names before its files, so a removal cut short would leave a nameless
-container nobody could tell was ours (docs/runtimes.md). udocker passes no host environment: each
-rank variable's value is set with -e.
-`--user=root` runs bench as the caller (proot fakes root; rootless runc maps the caller to root),
-so the results directory needs no opening. **Read-only data cannot be enforced**: udocker has no
-read-only volume option, proot binds read-write, and udocker's runc spec binds every `-v`
-read-write; the data are the host's files, mounted, and bench only reads them.
-Install: scripts/install-udocker.sh; details in docs/runtimes.md.
+The image is loaded into udocker's repository once per Docker image id (or `.tar` made by `docker save`:
+no Docker access needed). Each rank runs in its own container, created from it and then removed by the id
+its name had (`udocker rm -f ID`), not `run --rm`: udocker drops a container's names before its files, so
+a removal cut short would leave a nameless container nobody could tell was ours. udocker passes no host
+environment: each variable's value is set with -e. `--user=root` runs bench as the caller. **Read-only data
+cannot be enforced**: udocker has no read-only volume option. docs/runtimes.md, "udocker".
 """
 
 from __future__ import annotations
@@ -188,7 +176,7 @@ class UdockerRuntime(Runtime):
         return [f"--name={name}"]
 
     def base_options(self, image: str) -> list[str]:
-        return ["--pull=never", "--nobanner", "--user=root"]
+        return ["--pull=never", "--nobanner", "--user=root"]  # never a registry; root: the caller (proot fakes it)
 
     def mpi_options(self) -> list[str]:
         return []  # hybrid model: srun/mpirun start udocker per rank; PMI variables are passed with -e
