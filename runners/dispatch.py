@@ -32,7 +32,7 @@ from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 from . import faults, launchers, runtimes
 from .launchers.base import wait_ranks
 from .runtimes.base import RunPlan
-from .runtimes.container import ContainerSpec, argv_for
+from .runtimes.container import ContainerSpec
 
 
 @dataclass
@@ -66,8 +66,7 @@ class Outcome:
 
 
 def default_image(request: RunRequest) -> str:
-    if request.image:
-        return request.image
+    """The image of the request's framework (--image left out)."""
     framework = bench_arguments(request.bench_args).framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
     try:
         return framework_specs.spec_of(framework).image
@@ -121,7 +120,8 @@ def request_stop_grace_s(request: RunRequest) -> float:
 
 def container_command(request: RunRequest, results: Path, image: str | None = None) -> list[str]:
     """The bare runtime command one rank runs, e.g. `docker run --rm ... --name dlbench-ID ... IMAGE` + `bench`."""
-    return argv_for(container_spec(request, runtimes.get(request.runtime), results, image), ["bench"], environ={})[0]
+    runtime = runtimes.get(request.runtime)
+    return container_spec(request, runtime, results, image).command(runtime, ["bench"], environ={})[0]
 
 
 def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> list[str]:

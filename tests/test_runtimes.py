@@ -23,7 +23,7 @@ from runners import dispatch, runtimes
 from runners.commands import compare_runtimes
 from runners.runtimes import singularity
 from runners.runtimes.base import Mount
-from runners.runtimes.container import ContainerSpec, argv_for, rank_name
+from runners.runtimes.container import ContainerSpec, rank_name
 
 
 @pytest.fixture()
@@ -155,7 +155,7 @@ def test_rank_environment_forwarded_and_names_unique(tmp_path):
                "DLBENCH_COORDINATOR": "127.0.0.1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
                "KMP_AFFINITY": "compact", "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
                "HOME": "/root", "PATH": "/usr/bin", "PYTHONPATH": "/work", "TF_CONFIG": "{}", "OMPX_X": "1"}
-    cmd, name = argv_for(spec, ["bench"], environ)
+    cmd, name = spec.command(runtimes.get(spec.runtime), ["bench"], environ)
     assert name == f"dlbench-run1-r1-{os.getpid()}" and cmd[cmd.index("--name") + 1] == name
     forwarded = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-e"]
     assert forwarded == sorted(k for k in environ if k not in ("HOME", "PATH", "PYTHONPATH", "TF_CONFIG", "OMPX_X"))

@@ -26,7 +26,7 @@ from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, pytho
 from benchmarks.processes import descendants
 from runners import runtimes
 from runners.runtimes.base import Mount
-from runners.runtimes.container import ContainerSpec, argv_for
+from runners.runtimes.container import ContainerSpec
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, exec_session_processes, squash_dir
 from test_reframe import SYSTEM as REFRAME_SYSTEM, reframe, reframe_path, site_settings  # noqa: F401 (a fixture)
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
@@ -53,7 +53,7 @@ def test_podman_hpc_mpi_is_a_shared_run_labelled_with_the_run(dirs):
     r, d = dirs
     spec = ContainerSpec(runtime="podman-hpc", image="dlbench-torch:latest", name="dlbench-abc", mounts=mounts(dirs),
                          workdir="/results", mpi=True)
-    cmd, name = argv_for(spec, ["bench", "--model", "resnet50"], environ={"SLURM_PROCID": "1", "RANK": "1"})
+    cmd, name = spec.command(runtimes.get(spec.runtime), ["bench", "--model", "resnet50"], environ={"SLURM_PROCID": "1", "RANK": "1"})
     # No --name (podman-hpc names the node's container), no ENTRYPOINT (it runs `sleep infinity`,
     # each rank is `podman exec`'d), no --network (the MPI module's own): the run's name is a label.
     assert name == "dlbench-abc" and "--name" not in cmd

@@ -22,7 +22,7 @@ from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave
 from runners import runtimes
 from runners.runtimes import udocker
 from runners.runtimes.base import Mount
-from runners.runtimes.container import ContainerSpec, argv_for
+from runners.runtimes.container import ContainerSpec
 
 INSTALL = ROOT / "scripts" / "install-udocker.sh"
 REPOSITORY = CACHE / "udocker-repo"  # UDOCKER_DIR of the tests: loaded images survive between runs
@@ -35,7 +35,7 @@ def test_udocker_argv(dirs, monkeypatch):
     spec = ContainerSpec("udocker", "dlbench-torch:latest", name="dlbench-abc",
                          mounts=[Mount(str(results), "/results", readonly=False), Mount(str(data), "/data")],
                          workdir="/results", env={"DLBENCH_X": "1"})
-    cmd, name = argv_for(spec, ["bench", "--model", "alexnet"], {"RANK": "1"})
+    cmd, name = spec.command(runtimes.get(spec.runtime), ["bench", "--model", "alexnet"], {"RANK": "1"})
     root = ["--allow-root"] if os.geteuid() == 0 else []
     assert name == f"dlbench-abc-r1-{os.getpid()}"
     assert [os.path.basename(cmd[0]), *cmd[1:]] == [

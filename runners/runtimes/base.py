@@ -63,15 +63,8 @@ class Mount:
 
 def world_readable(path: str) -> bool:
     """Can a user who is neither owner nor group (the image's uid 1000) list `path`?"""
-    path = os.path.abspath(path)
-    if (os.stat(path).st_mode & 0o005) != 0o005:
-        return False
-    parent = os.path.dirname(path)
-    while parent != os.path.dirname(parent):
-        if not os.stat(parent).st_mode & 0o001:
-            return False
-        parent = os.path.dirname(parent)
-    return True
+    path = Path(os.path.abspath(path))  # its parents up to, not including, /: each must be searchable
+    return os.stat(path).st_mode & 0o005 == 0o005 and all(parent.stat().st_mode & 0o001 for parent in path.parents[:-1])
 
 
 def check_image(image: str) -> str:

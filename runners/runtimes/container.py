@@ -62,10 +62,6 @@ def rank_name(base: str, environ=os.environ) -> str:
     return base if rank is None else f"{base}-r{rank}-{os.getpid()}"
 
 
-def argv_for(spec: ContainerSpec, argv: list[str], environ=os.environ) -> tuple[list[str], str | None]:
-    return spec.command(get(spec.runtime), argv, environ)
-
-
 class _Stop(Exception):
     pass
 
