@@ -247,9 +247,8 @@ class Runtime:
 
     # ---- one run -------------------------------------------------------------------------------
     def plan(self, spec, host_dir: Path) -> RunPlan:
-        """The run given its ContainerSpec: each rank runs benchrun's wrapper around command()
-        (python -m runners.runtimes SPEC -- bench), which names the rank's container, forwards the
-        launcher's variables and removes the container; a user would type the command itself."""
+        """The run given its ContainerSpec: each rank runs benchrun's per-rank wrapper (runners.runtimes.container)
+        around command(); a user would type the command itself."""
         typed, _ = spec.command(self, ["bench"], environ={})
         return RunPlan(bench=[sys.executable, "-m", "runners.runtimes", spec.to_json(), "--", "bench"],
                        typed=[self.binary, *typed[1:]])  # `docker`, as typed, not the path found on PATH

@@ -38,10 +38,8 @@ MKSQUASHFS_ARGS = "-comp lz4"
 LAYOUT_COPIED = "Extracting OCI image"  # what `apptainer build oci:` says once its own copy of the layout is made
 # Host settings that would make the container's Python import the host's packages.
 HOST_PYTHON_ENV = ("PYTHONPATH=", "PYTHONHOME=", "PYTHONNOUSERSITE=1")
-# In a user namespace each rank's container has its own, and UCX (MPICH's, in the Horovod MPICH image)
-# cannot reach a peer across them: its shared memory opens the peer's /proc/PID/fd link ("Permission
-# denied": MPI_Init fails) and its CMA transport calls process_vm_readv ("Operation not permitted").
-# UCX's own switches: named segments in the shared /dev/shm, and no CMA. A value the caller set wins.
+# In a user namespace (one per rank's container) UCX cannot reach a peer through /proc/PID/fd or CMA, and
+# MPI_Init fails (docs/runtimes.md, MPI): UCX's own switches turn both off. A value the caller set wins.
 USERNS_ENV = {"UCX_POSIX_USE_PROC_LINK": "n", "UCX_TLS": "^cma"}
 
 
