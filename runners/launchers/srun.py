@@ -1,9 +1,7 @@
 """`srun`: Slurm job steps. Cyclic distribution spreads workers over nodes and puts the
-PS and the chief beside workers, as in seed 000; one failed task ends the step.
-
-srun's stderr is relayed and kept (Launcher.run), so that a run ended by a node failure (slurmd
-gone, the controller marks the node down and srun says `Node failure on NODE`) is recorded as a
-fault of the environment naming the node."""
+PS and the chief beside workers, as in seed 000; one failed task ends the step. srun's stderr
+is kept (Launcher.run), so that a node failure is recorded as a fault of the environment naming
+the node (docs/slurm.md)."""
 
 from __future__ import annotations
 

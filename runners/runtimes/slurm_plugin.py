@@ -1,11 +1,7 @@
 """Runtimes that are Slurm SPANK plugins (Pyxis, the CSCS Container Engine): srun itself starts
-the containers, so their options go on srun's own command line and ranks run `bench` directly.
-
-They pair with the `srun` launcher: `benchrun run --runtime pyxis [--launcher srun -n N]` gives
-
-    srun --ntasks N --kill-on-bad-exit=1 --distribution=cyclic <the runtime's srun options> bench ...
-
-Whether the plugin is loaded is read from `srun --help`, which lists a plugin's options.
+the containers, so their options go on srun's own command line (the `srun` launcher's, which every
+run of theirs goes through) and ranks run `bench` directly. Whether the plugin is loaded is read
+from `srun --help`, which lists a plugin's options.
 """
 
 from __future__ import annotations
