@@ -64,7 +64,7 @@ def edf_text(image: str, mounts, workdir: str | None, env: Mapping[str, str], an
     lines.append("entrypoint = false")
     if env:
         lines += ["", "[env]"]
-        lines += [f"{key} = {toml_string(value)}" for key, value in env.items()]  # names checked by command()
+        lines += [f"{key} = {toml_string(value)}" for key, value in env.items()]  # plan()'s command() checked the names
     if annotations:
         lines += ["", "[annotations]"]
         lines += [f"{key} = {toml_string(value)}" for key, value in sorted(validate_annotations(annotations).items())]
