@@ -1,17 +1,10 @@
 """Energy of the timed loops, and the GPU's thermal state while they ran: the record's `energy`
 section and `repeats[].device_state`.
 
-Sources, best first:
-- NVML's total-energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ since the
-  driver loaded; Volta and later), read just before and just after each timed
-  loop (which synchronises the device at both ends);
-- on GPUs without it, NVML power readings sampled by the memory monitor's
-  thread (memory.DeviceMemoryMonitor) and integrated over time;
-- on a CPU, RAPL package counters (/sys/class/powercap/intel-rapl:N/energy_uj)
-  where readable (Linux >= 5.10 makes them root-only); they cover the whole
-  package, so with several ranks on a host each host is counted once.
-Where none exists the fields are null with the reason, never 0. Totals are
-summed over ranks (combine), like images.
+Sources, best first: NVML's total-energy counter, read at the two ends of each timed loop (which
+synchronises the device at both); NVML power samples of the memory monitor's thread, integrated;
+on a CPU, RAPL package counters (whole packages: each host counted once). Where none exists the
+fields are null with the reason, never 0 (docs/results.md#energy).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Peak memory, each kind labelled for what it measures.
-
-- allocator peak: bytes the framework's allocator handed to tensors
-  (torch.cuda.max_memory_allocated, TF get_memory_info()['peak']);
-- reserved peak: bytes PyTorch's caching allocator held from the driver;
-- device peak: NVML "used" memory of the device, sampled in a thread
-  (includes the CUDA context and any other process on that GPU);
-- host RSS peak: the process's resident set high-water mark (VmHWM).
-
-All GPU counters are reset after warmup so they describe steady training.
+"""Peak memory, each kind labelled for what it measures (docs/results.md#memory): the framework
+allocator's, PyTorch's reserved, the device's (NVML "used", sampled in a thread: the CUDA context and
+other processes included) and the host's RSS high-water mark. All GPU counters are reset after
+warmup so they describe steady training.
 """
 
 from __future__ import annotations
