@@ -80,7 +80,7 @@ class AccuracyMeasurement(Measurement):
                                                            "train_loss": train_loss, "samples": trained})
             if len({g["samples"] for g in gathered}) > 1:  # would split the stop decision and hang the ranks
                 raise RuntimeError(f"ranks evaluated at different points: {[g['samples'] for g in gathered]} samples")
-            accuracy, val_loss = convergence.EvalCounts.total(gathered)
+            accuracy, val_loss = convergence.eval_total(gathered)
             point = convergence.Point(trained, trained / len(data.train), gathered[0]["elapsed"], accuracy, val_loss,
                                       sum(g["train_loss"] for g in gathered) / len(gathered), lr_now)
             curve.append(point.as_dict())
@@ -121,11 +121,10 @@ class AccuracyMeasurement(Measurement):
         }
         if self.tensorboard is not None:
             self._write_events(tensorboard.write_curve, self.tensorboard, curve, started_unix)
-        return self.finish_ok(totals, per_rank, ranks, [peer["checksum"] for peer in everyone],
-                              [peer["memory"] for peer in everyone], curve[-1]["train_loss"], accuracy=section)
+        return self.finish_ok(totals, per_rank, ranks, everyone, curve[-1]["train_loss"], accuracy=section)
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
-        """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total).
+        """This rank's disjoint shard of the validation set: counts, never a mean (convergence.eval_total).
         Every rank runs as many forward passes as the others (the largest shard's batches, split
         evenly): under a sharded strategy each one is a collective."""
         mine = labelled.shard(len(data.val), rank, workers)

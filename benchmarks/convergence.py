@@ -32,19 +32,11 @@ class Point:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class EvalCounts:
-    """One shard's evaluation: summed over ranks by `total`."""
-
-    correct: int
-    loss_sum: float
-    images: int
-
-    @staticmethod
-    def total(shards: list[dict]) -> tuple[float, float]:
-        """(accuracy, mean loss) over disjoint shards: sums of counts, never a mean of means."""
-        images = sum(s["images"] for s in shards)
-        return sum(s["correct"] for s in shards) / images, sum(s["loss_sum"] for s in shards) / images
+def eval_total(shards: list[dict]) -> tuple[float, float]:
+    """(accuracy, mean loss) over disjoint shards, each {"correct", "loss_sum", "images"}: sums of
+    counts, never a mean of means."""
+    images = sum(s["images"] for s in shards)
+    return sum(s["correct"] for s in shards) / images, sum(s["loss_sum"] for s in shards) / images
 
 
 @dataclass(frozen=True)

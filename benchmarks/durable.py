@@ -148,15 +148,15 @@ def _open_stream(path: Path, wait_s: float) -> int:
     while True:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+            break
         except OSError as error:
-            if error.errno != errno.ENXIO or time.monotonic() >= deadline:
-                if error.errno == errno.ENXIO:
-                    raise OSError(errno.ENXIO, f"no reader opened the FIFO within {wait_s:g} s") from None
+            if error.errno != errno.ENXIO:
                 raise
+            if time.monotonic() >= deadline:
+                raise OSError(errno.ENXIO, f"no reader opened the FIFO within {wait_s:g} s") from None
             time.sleep(0.1)
-            continue
-        os.set_blocking(fd, True)
-        return fd
+    os.set_blocking(fd, True)
+    return fd
 
 
 def append_jsonl(path: str | os.PathLike, obj: dict, stream_wait_s: float = STREAM_WAIT_S) -> None:

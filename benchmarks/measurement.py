@@ -203,8 +203,7 @@ class Measurement(RankSession):
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
             ranks = [1 + w for w in workers]
-            checksums = [local["checksum"]]  # one copy of the variables, served to every worker
-            memories = [local["memory"]]
+            everyone = [local]  # one copy of the variables, served to every worker
             traces = local.get("trace")  # one per worker (--trace), in worker order
         else:
             everyone = self.gather("result", local)
@@ -212,8 +211,6 @@ class Measurement(RankSession):
                 return None
             per_rank = [peer["loops"] for peer in everyone]
             ranks = list(range(len(everyone)))
-            checksums = [peer["checksum"] for peer in everyone]
-            memories = [peer["memory"] for peer in everyone]
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
         sections = {
@@ -223,8 +220,7 @@ class Measurement(RankSession):
         if self.trace is not None:
             sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
-        return self.finish_ok(totals, per_rank, ranks, checksums, memories, backend.loss_value(loops[-1].last_loss),
-                              **sections)
+        return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), **sections)
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -344,11 +340,13 @@ class Measurement(RankSession):
         self.mllog.end("run_stop", status="aborted")
         return super().failure(status, kind, message)
 
-    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], checksums: list[str],
-                  memories: list[dict], final_loss: float | None, **sections) -> dict:
-        """An ok run's record from every training rank's loops, weights' checksums and memory peaks."""
+    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], everyone: list[dict],
+                  final_loss: float | None, **sections) -> dict:
+        """An ok run's record from every training rank's loops and its weights' checksum and memory peaks
+        (`everyone`: one {"checksum", "memory"} per copy of the weights)."""
+        checksums = [peer["checksum"] for peer in everyone]
         return self.finish(
-            "ok", None, **totals, **sections, memory=max_memory(memories), final_loss=final_loss,
+            "ok", None, **totals, **sections, memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
             ranks=rank_rows(per_rank, ranks, self.peers), placement=self.backend.placement(),
             replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                       "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
