@@ -1,14 +1,10 @@
 """A time-to-accuracy run (bench --target-accuracy): train on labelled data until the validation
-accuracy reaches the target, under MLPerf Training's timing rules (benchmarks/convergence.py).
+accuracy reaches the target, under MLPerf Training's timing rules (docs/accuracy.md).
 
-The measurement is Measurement's (meeting the ranks, failures, the record); only the
-part between setup and the record differs. Every rank trains its own slice of each
-global batch, evaluates its own disjoint shard of the validation set, and sends its
-counts through dlbench's rendezvous; every rank gets all counts back and takes the same
-stop decision from the same numbers, so none waits in a collective for a rank that
-already stopped. Training steps are timed by timing.run_steps (device-synchronised), so
-the record's throughput is the training rate alone and the curve's wall time is the
-whole clock, evaluation included.
+The measurement is Measurement's (meeting the ranks, failures, the record); only the part between
+setup and the record differs. Every rank evaluates its own shard and gets every rank's counts back
+through dlbench's rendezvous, so all take the same stop decision and none waits in a collective for a
+rank that already stopped.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Time-to-accuracy bookkeeping, framework-free: when to evaluate, when to stop, what the curve says.
-
-MLPerf Training's rules: the clock starts at the first read of the dataset and
-includes evaluation; evaluation happens at fixed *sample* counts (the first step
-boundary at or after each multiple of --eval-every, so every configuration is
-measured at the same points, within one global batch); the run stops at the
-first evaluation at or above the target, or, past the epoch or time budget,
-ends `not_converged`. Distributed evaluation sums correct counts and losses
-over disjoint shards of the validation set, so no image counts twice.
+"""Time-to-accuracy bookkeeping, framework-free: when to evaluate, when to stop, what the curve says,
+by MLPerf Training's rules (docs/accuracy.md, "Timing rules").
 """
 
 from __future__ import annotations

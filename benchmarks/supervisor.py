@@ -80,15 +80,8 @@ def classify_exit(
     as_limit: int | None = None,
     oom_kills_during: int | None = None,
 ) -> tuple[str, dict]:
-    """(status, error) for a worker that ended without writing a record.
-
-    Native code that hits `ulimit -v` often crashes (SIGSEGV/SIGABRT) instead
-    of raising; such a death close to the limit is reported as oom, with the
-    numbers, so the reader can judge. A SIGKILL is the OOM killer's only when the
-    kernel's count of OOM kills moved during the run (`oom_kills_during`; None:
-    unknown, so the likely cause is named): else another process or a scheduler's
-    limit killed it, a failure that a sweep retries.
-    """
+    """(status, error) for a worker that ended without writing a record (docs/results.md: how `oom` is
+    decided). `oom_kills_during`: how far the kernel's count of OOM kills moved, None where unknown."""
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
     oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)

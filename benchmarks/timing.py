@@ -77,14 +77,10 @@ def merge_loops(loops: dict[int, TimedLoop], last_loss: object = None) -> TimedL
 
 
 def event_stamps(start: float, host: list[tuple], events: list, resumed: dict) -> list[tuple]:
-    """Per-step stamps for loop_from_stamps on the device's own timeline, from timing events.
-
-    `events[0]` was recorded when the clock started and `events[i + 1]` after step i; `resumed[i]`, when
-    there, after step i's progress line (the time between belongs to no step); an event's
-    `elapsed_time(later)` is in milliseconds (torch.cuda.Event). Steps are laid end to end from `start`:
-    step i lasts from the event before it to its own. Its input wait is the host's wait for its batch
-    (`host`: run_steps' (fetched, enqueued[, resumed]) host stamps), which may overlap device work still
-    queued, capped at the step's time."""
+    """Per-step stamps for loop_from_stamps on the device's own timeline, from timing events
+    (docs/results.md, `step_timing`). `events[0]` was recorded when the clock started, `events[i + 1]`
+    after step i, `resumed[i]` after step i's progress line; `elapsed_time` is in ms (torch.cuda.Event).
+    `host`: run_steps' (fetched, enqueued[, resumed]) host stamps, for the input waits."""
     stamps, now, host_begin, before = [], start, start, events[0]
     for index, (fetched, enqueued, *host_resumed) in enumerate(host):
         after = events[index + 1]
@@ -119,16 +115,11 @@ def run_steps(
     annotate: Callable[[str, int], contextlib.AbstractContextManager] | None = None,
     new_event: Callable[[], object] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps and stamp each, the device synchronised at every boundary.
-
-    `new_event` (--step-timing events): a factory of device timing events (torch.cuda.Event with
-    timing); then an event is recorded after each step instead of a sync, the device is synchronised
-    at the loop's ends only, and the steps come from the events (event_stamps).
-    Every `display_every` steps, `display(step, images/sec over those N steps, loss)` runs after
-    the step's sync (with events: a wait for its event) and clock reading; its time is taken out of
-    the loop's wall time and out of the next step, so showing progress does not change what is measured.
-    `annotate(kind, index)` (bench --trace, after the timed loops) returns a context manager that
-    marks each step ("step") and its input fetch ("input") in a profiler trace.
+    """Run `num_steps` training steps and stamp each, the device synchronised at every boundary, or with
+    `new_event` (--step-timing events: a factory of torch.cuda.Event with timing) at the loop's ends only.
+    Every `display_every` steps, `display(step, images/sec over those N steps, loss)` runs after the
+    step's end is known; its time belongs to no step, so showing progress does not change what is
+    measured. `annotate(kind, index)` (--trace) marks each "step" and its "input" fetch in a profiler trace.
     """
     nothing = contextlib.nullcontext()  # one shared no-op: nothing allocated inside the timed loop
     mark = annotate or (lambda kind, index: nothing)
