@@ -55,14 +55,9 @@ class Budget:
         return None
 
 
-def first_at_target(curve: list[dict], target: float) -> dict | None:
-    """The first point of a curve at or above the target: the run's time and samples to target."""
-    return next((point for point in curve if point["val_accuracy"] >= target), None)
-
-
 def summary(curve: list[dict], target: float) -> dict:
     """The record's result fields from the curve alone (so reports can recompute them for another target)."""
-    hit = first_at_target(curve, target)
+    hit = next((point for point in curve if point["val_accuracy"] >= target), None)  # the time and samples to target
     best = max(curve, key=lambda point: point["val_accuracy"]) if curve else None
     return {
         "outcome": CONVERGED if hit else NOT_CONVERGED,

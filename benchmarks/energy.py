@@ -39,16 +39,12 @@ class Reading:
 # -- readers -------------------------------------------------------------------------------------
 
 
-def rapl_domains(root: Path = POWERCAP) -> list[Path]:
-    """Top-level package domains (intel-rapl:N; their subdomains intel-rapl:N:M are parts of them)."""
-    return sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
-
-
 class RaplCounter:
     """Package energy in µJ, each domain wrapping at its max_energy_range_uj."""
 
     def __init__(self, root: Path = POWERCAP):
-        self.domains = rapl_domains(root)
+        # Top-level package domains, intel-rapl:N (their subdomains intel-rapl:N:M are parts of them).
+        self.domains = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
         self.reason = None
         if not self.domains:
             self.reason = f"no RAPL package counters under {root} (not an Intel/AMD host, or not exposed here)"

@@ -16,11 +16,6 @@ PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def parse_vm_hwm(status_text: str) -> int | None:
-    """VmHWM from /proc/<pid>/status text, in bytes."""
-    return parse_status_bytes(status_text, "VmHWM")
-
-
 def parse_status_bytes(status_text: str, field: str) -> int | None:
     """A `Field:  N kB` line of /proc/<pid>/status, in bytes."""
     for line in status_text.splitlines():
@@ -56,7 +51,7 @@ def near_address_space_limit(fraction: float) -> str | None:
 
 def host_rss_peak_bytes() -> int:
     try:
-        peak = parse_vm_hwm(PROC_STATUS.read_text())
+        peak = parse_status_bytes(PROC_STATUS.read_text(), "VmHWM")
     except OSError:
         peak = None
     if peak is None:  # not Linux: ru_maxrss is kB on Linux, bytes on macOS

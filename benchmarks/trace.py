@@ -98,10 +98,6 @@ def load_events(path: str | Path) -> list[dict]:
         return [e for e in json.load(handle).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
 
 
-def has_gpu_kernels(events: list[dict]) -> bool:
-    return any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
-
-
 def event_steps(events: list[dict]) -> list[dict]:
     """Per step of the window, its parts: the CPU breakdown from the trace's events. Compute is the
     training thread's ops (torch: autograd runs there on a CPU), or any thread's where the events
@@ -239,7 +235,7 @@ def summarize(path: str | Path, rank: int, stamps: list[list[float]] | None = No
         events = [e for e in events if not e["name"].startswith(STEP_NAME) and e["name"] != INPUT] + stamp_events(stamps)
         note = "; ".join(n for n in (note, STAMPED_NOTE) if n)
     steps = event_steps(events)
-    if has_gpu_kernels(events):
+    if any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events):  # a GPU trace
         try:
             steps, source = hta_steps(path, rank, len(steps), steps), "hta"
         except ImportError:
