@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
-from .measurement import Measurement, aggregate, loop_payload, memory_peaks, progress
+from .measurement import Measurement, aggregate, loop_payload, memory_peaks
 
 EVAL_BATCH = 500  # validation images per forward pass at most
 
@@ -82,8 +82,8 @@ class AccuracyMeasurement(Measurement):
             curve.append(point.as_dict())
             self.mllog.event("eval_accuracy", accuracy, epoch_num=point.epoch, samples=trained)
             if self.world.rank == 0:  # one voice per run
-                progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
-                         f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
+                self.progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
+                              f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
             outcome = budget.outcome(point)
         self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
         run_time_s = timing.clock() - started

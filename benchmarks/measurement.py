@@ -24,10 +24,6 @@ from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
 
 
-def progress(message: str) -> None:
-    print(f"bench: {message}", file=sys.stderr, flush=True)
-
-
 def framework_info(backend: Framework) -> dict:
     return framework_section(backend.name, backend.version(), backend.device_info())
 
@@ -144,7 +140,7 @@ class Measurement(RankSession):
         if self.data_scan is not None:
             self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
             self.backend.strict_data = self.data_scan["strict"]
-        progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
+        self.progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
             self.serve_until_done(dist.role, self._serve_trace if self.trace is not None else None)
@@ -166,10 +162,10 @@ class Measurement(RankSession):
         self.mllog.event("global_batch_size", cfg.batch_size * max(1, self._num_workers()))
         self.mllog.start("run_start")
         if backend.compiles:  # never inside warmup or a timed loop
-            progress("compiling: the first step, timed on its own")
+            self.progress("compiling: the first step, timed on its own")
             backend.compile_step(batches)
         if cfg.num_warmup_batches:
-            progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
+            self.progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
         backend.reset_peak_memory()
         monitor.reset()
@@ -186,7 +182,7 @@ class Measurement(RankSession):
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
-            progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
+            self.progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
         local = {
             "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
                       for loop, reading, state in zip(loops, energies, states)],
@@ -234,7 +230,7 @@ class Measurement(RankSession):
         from . import trace
 
         rank, steps, path = self.world.rank, self.trace["steps"], self._trace_file()
-        progress(f"tracing {steps} steps after the timed loops: {path}")
+        self.progress(f"tracing {steps} steps after the timed loops: {path}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
@@ -243,7 +239,7 @@ class Measurement(RankSession):
             if self.backend.is_out_of_memory(error):
                 raise
             failure = f"{type(error).__name__}: {error}"
-        progress(f"warning: --trace: {failure}")
+        self.progress(f"warning: --trace: {failure}")
         return {"rank": rank, "error": failure}
 
     def _trace_served(self, batches) -> list[dict]:
@@ -252,7 +248,7 @@ class Measurement(RankSession):
         where the previous one ended); each worker splits its own steps, marked by their stamps, and
         sends its summary (trace.summarize). Failures are reported per rank; the measurement stands."""
         steps = self.trace["steps"]
-        progress(f"tracing {steps} steps per worker after the timed loops: {self._trace_dir()}")
+        self.progress(f"tracing {steps} steps per worker after the timed loops: {self._trace_dir()}")
         self.rendezvous.allgather("trace-start", None)
         self.rendezvous.allgather("trace-ready", None)
         told: dict = {"stamps": None, "error": None}
@@ -263,7 +259,7 @@ class Measurement(RankSession):
             if self.backend.is_out_of_memory(error):
                 raise
             told["error"] = f"{type(error).__name__}: {error}"
-            progress(f"warning: --trace: {told['error']}")
+            self.progress(f"warning: --trace: {told['error']}")
         self.rendezvous.allgather("trace-stop", told)
         results = self.rendezvous.allgather("trace-result", None)
         workers = sorted((peer["role"]["index"], rank) for rank, peer in enumerate(self.peers)
@@ -295,7 +291,7 @@ class Measurement(RankSession):
             except Exception as failure:  # noqa: BLE001
                 error = f"{type(failure).__name__}: {failure}"
         if error is not None:
-            progress(f"warning: --trace: {error}")
+            self.progress(f"warning: --trace: {error}")
         if role.kind == strategies.WORKER and summary is None:
             summary = {"rank": rank, "error": error}
         self.rendezvous.allgather("trace-result", summary)
@@ -307,7 +303,7 @@ class Measurement(RankSession):
             counted = self.backend.count_flops()
         except Exception as error:  # noqa: BLE001 - the measurement stands without a FLOP count
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
-            progress(f"warning: FLOPs not counted: {reason}")
+            self.progress(f"warning: FLOPs not counted: {reason}")
         framework = framework_info(self.backend)
         return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
                              max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
@@ -317,7 +313,7 @@ class Measurement(RankSession):
         try:
             write(logdir, *args)
         except Exception as error:  # noqa: BLE001 - say why there are no events
-            progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+            self.progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
