@@ -97,11 +97,8 @@ def nvml_state(handles, skip: set) -> dict[str, float]:
 
 
 class EnergyMeter:
-    """start() before a timed loop, stop() after it: a Reading.
-
-    `read_counter` returns a cumulative counter value (or raises when there is none);
-    `integrated` returns joules integrated by a sampling thread since its last reset
-    (the fallback); `to_joules(start, end)` converts two counter values."""
+    """start() before a timed loop, stop() after it: a Reading, from a cumulative counter (`read_counter`,
+    `to_joules(start, end)`) or else the joules a sampling thread integrated since `reset_integral`."""
 
     def __init__(self, source: str | None, read_counter: Callable | None = None, to_joules: Callable | None = None,
                  reset_integral: Callable[[], None] | None = None, integrated: Callable[[], float | None] | None = None,

@@ -84,11 +84,7 @@ def host_only() -> dict:
 
 
 class PeakSampler:
-    """Polls a reader in a daemon thread and keeps the maximum since the last reset.
-
-    The reader is injected so the logic is tested without a GPU; on a GPU it is
-    `nvml_used_bytes(handles)`.
-    """
+    """Polls a reader in a daemon thread and keeps the maximum since the last reset."""
 
     def __init__(self, read: Callable[[], int], interval_s: float = 0.005):
         self._read = read
@@ -166,12 +162,8 @@ def nvml_total_bytes(handles) -> int:
 
 
 def nvml_devices(cuda_ordinals: Sequence[int], env: Mapping[str, str]) -> list[int | str]:
-    """The NVML device of each CUDA ordinal this process trains on (DeviceInfo.ordinals).
-
-    CUDA numbers only the GPUs CUDA_VISIBLE_DEVICES lists, in its order; NVML
-    numbers every physical GPU. Ordinal k is the k-th entry: an NVML index, or a
-    GPU-/MIG- UUID that NVML looks up as such. Unset: the numbering is the same.
-    """
+    """The NVML device of each CUDA ordinal this process trains on (DeviceInfo.ordinals): CUDA numbers
+    only the GPUs CUDA_VISIBLE_DEVICES lists (NVML indices or GPU-/MIG- UUIDs), in its order."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return list(cuda_ordinals)

@@ -54,11 +54,8 @@ def plan(requested: str, device_kind: str) -> Plan:
 
 
 def in_effect(plan_: Plan, tf32_flag: bool, compute_capability: tuple[int, int] | None, detail: dict) -> dict:
-    """The record's `precision` section: the plan plus what the framework reports.
-
-    `tf32_flag` is read back from the framework after it was set; TF32 is in
-    effect only where the flag is on AND the GPU has TF32 units.
-    """
+    """The record's `precision` section: the plan plus what the framework reports. `tf32_flag` is read
+    back from the framework after it was set; TF32 is in effect only where the GPU also has TF32 units."""
     return {
         **asdict(plan_),
         "tf32_flag": bool(tf32_flag),

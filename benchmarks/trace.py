@@ -135,11 +135,8 @@ def wall_clock_origin(space) -> int:
 
 
 def load_xspace(path: str | Path) -> tuple[list[dict], bool]:
-    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds on the wall clock): the
-    host plane's TraceMe regions (steps, input), the ops its executor threads ran ("name:OpType";
-    not tf.data's threads, not the runtime's regions that wrap a whole function call), and each
-    pull (a `_Recv` of a ReadVariableOp's output: async, from its start to its done event); and
-    whether it has GPU planes (whose kernels this host-side split does not see)."""
+    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds on the wall clock; which
+    events, docs/results.md#trace), and whether it has GPU planes (whose kernels this split does not see)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
