@@ -1,12 +1,7 @@
-"""Numeric precision as a labelled axis: what was asked, what it means on this device,
-and what the framework reports as really in effect.
-
-`amp` is kept as an alias of its historic meaning: float16 autocast with loss
-scaling on a GPU, bfloat16 autocast on a CPU. On a CPU only fp32 and bf16
-autocast are real (no TF32 units, no fast float16 path): tf32 and amp-fp16 are
-refused there rather than silently run as something else.
-
-No framework is imported at module level; the `apply_*` functions import theirs.
+"""Numeric precision as a labelled axis: what was asked, what it means on this device, and what the
+framework reports as really in effect (docs/results.md#precision). `amp` keeps its historic meaning
+(amp-fp16 on a GPU, amp-bf16 on a CPU); on a CPU what is not real there is refused rather than silently
+run as something else. No framework is imported at module level; the `apply_*` functions import theirs.
 """
 
 from __future__ import annotations
