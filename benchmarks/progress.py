@@ -30,13 +30,6 @@ class ProgressBar:
         )
         self.tasks: dict[str, int] = {}
 
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.progress.stop()
-
     def feed(self, line: str) -> bool:
         """Show a step line on the bar (True), or leave any other line to the caller (False)."""
         match = _LINE.match(line)

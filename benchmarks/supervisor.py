@@ -207,7 +207,8 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
         if display_every and _is_terminal(sys.stderr):  # a bar with an ETA instead of the step lines
             from .progress import ProgressBar
 
-            bar = ProgressBar(sys.stderr).__enter__()
+            bar = ProgressBar(sys.stderr)
+            bar.progress.start()
         relays = [
             threading.Thread(target=_relay, args=(proc.stdout, report, None), daemon=True),
             threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, tail, bar), daemon=True),
@@ -238,7 +239,7 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             for relay in relays:
                 relay.join(timeout=5)
             if bar is not None:
-                bar.__exit__(None, None, None)
+                bar.progress.stop()
             vm_peak = address_space.stop() if address_space is not None else 0
         world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:
