@@ -1,14 +1,10 @@
 """A time-to-accuracy run (bench --target-accuracy): train on labelled data until the validation
-accuracy reaches the target, under MLPerf Training's timing rules (benchmarks/convergence.py).
+accuracy reaches the target, under MLPerf Training's timing rules (docs/accuracy.md).
 
-The measurement is Measurement's (meeting the ranks, failures, the record); only the
-part between setup and the record differs. Every rank trains its own slice of each
-global batch, evaluates its own disjoint shard of the validation set, and sends its
-counts through dlbench's rendezvous; every rank gets all counts back and takes the same
-stop decision from the same numbers, so none waits in a collective for a rank that
-already stopped. Training steps are timed by timing.run_steps (device-synchronised), so
-the record's throughput is the training rate alone and the curve's wall time is the
-whole clock, evaluation included.
+The measurement is Measurement's (meeting the ranks, failures, the record); only the part between
+setup and the record differs. Every rank evaluates its own shard and gets every rank's counts back
+through dlbench's rendezvous, so all take the same stop decision and none waits in a collective for a
+rank that already stopped.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import time
 import numpy as np
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
-from .measurement import Measurement, aggregate, loop_payload, memory_peaks, progress
+from .measurement import Measurement, aggregate, loop_payload, memory_peaks
 
 EVAL_BATCH = 500  # validation images per forward pass at most
 
@@ -80,14 +76,14 @@ class AccuracyMeasurement(Measurement):
                                                            "train_loss": train_loss, "samples": trained})
             if len({g["samples"] for g in gathered}) > 1:  # would split the stop decision and hang the ranks
                 raise RuntimeError(f"ranks evaluated at different points: {[g['samples'] for g in gathered]} samples")
-            accuracy, val_loss = convergence.EvalCounts.total(gathered)
+            accuracy, val_loss = convergence.eval_total(gathered)
             point = convergence.Point(trained, trained / len(data.train), gathered[0]["elapsed"], accuracy, val_loss,
                                       sum(g["train_loss"] for g in gathered) / len(gathered), lr_now)
             curve.append(point.as_dict())
             self.mllog.event("eval_accuracy", accuracy, epoch_num=point.epoch, samples=trained)
             if self.world.rank == 0:  # one voice per run
-                progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
-                         f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
+                self.progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
+                              f"{accuracy:.4f}, loss {val_loss:.4f}; training loss {point.train_loss:.4f}; LR {lr_now:g}")
             outcome = budget.outcome(point)
         self.mllog.end("run_stop", status="success" if outcome == convergence.CONVERGED else "aborted")
         run_time_s = timing.clock() - started
@@ -121,11 +117,10 @@ class AccuracyMeasurement(Measurement):
         }
         if self.tensorboard is not None:
             self._write_events(tensorboard.write_curve, self.tensorboard, curve, started_unix)
-        return self.finish_ok(totals, per_rank, ranks, [peer["checksum"] for peer in everyone],
-                              [peer["memory"] for peer in everyone], curve[-1]["train_loss"], accuracy=section)
+        return self.finish_ok(totals, per_rank, ranks, everyone, curve[-1]["train_loss"], accuracy=section)
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
-        """This rank's disjoint shard of the validation set: counts, never a mean (EvalCounts.total).
+        """This rank's disjoint shard of the validation set: counts, never a mean (convergence.eval_total).
         Every rank runs as many forward passes as the others (the largest shard's batches, split
         evenly): under a sharded strategy each one is a collective."""
         mine = labelled.shard(len(data.val), rank, workers)

@@ -1,9 +1,5 @@
 """Graph compilation (torch.compile, TensorFlow tf.function / XLA): the record's `compile` section.
-
-The first step is where a graph is traced and compiled. The measurement runs it
-on its own, timed and synchronised, before warmup (Measurement._measure), so
-compilation never lands in warmup statistics or in a timed loop; the graph
-count is read again at the end to show whether anything recompiled later.
+The first, compiling step runs on its own before warmup (Measurement._measure; docs/results.md#compile).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Time-to-accuracy bookkeeping, framework-free: when to evaluate, when to stop, what the curve says.
-
-MLPerf Training's rules: the clock starts at the first read of the dataset and
-includes evaluation; evaluation happens at fixed *sample* counts (the first step
-boundary at or after each multiple of --eval-every, so every configuration is
-measured at the same points, within one global batch); the run stops at the
-first evaluation at or above the target, or, past the epoch or time budget,
-ends `not_converged`. Distributed evaluation sums correct counts and losses
-over disjoint shards of the validation set, so no image counts twice.
+"""Time-to-accuracy bookkeeping, framework-free: when to evaluate, when to stop, what the curve says,
+by MLPerf Training's rules (docs/accuracy.md, "Timing rules").
 """
 
 from __future__ import annotations
@@ -32,19 +25,11 @@ class Point:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class EvalCounts:
-    """One shard's evaluation: summed over ranks by `total`."""
-
-    correct: int
-    loss_sum: float
-    images: int
-
-    @staticmethod
-    def total(shards: list[dict]) -> tuple[float, float]:
-        """(accuracy, mean loss) over disjoint shards: sums of counts, never a mean of means."""
-        images = sum(s["images"] for s in shards)
-        return sum(s["correct"] for s in shards) / images, sum(s["loss_sum"] for s in shards) / images
+def eval_total(shards: list[dict]) -> tuple[float, float]:
+    """(accuracy, mean loss) over disjoint shards, each {"correct", "loss_sum", "images"}: sums of
+    counts, never a mean of means."""
+    images = sum(s["images"] for s in shards)
+    return sum(s["correct"] for s in shards) / images, sum(s["loss_sum"] for s in shards) / images
 
 
 @dataclass(frozen=True)
@@ -70,14 +55,9 @@ class Budget:
         return None
 
 
-def first_at_target(curve: list[dict], target: float) -> dict | None:
-    """The first point of a curve at or above the target: the run's time and samples to target."""
-    return next((point for point in curve if point["val_accuracy"] >= target), None)
-
-
 def summary(curve: list[dict], target: float) -> dict:
     """The record's result fields from the curve alone (so reports can recompute them for another target)."""
-    hit = first_at_target(curve, target)
+    hit = next((point for point in curve if point["val_accuracy"] >= target), None)  # the time and samples to target
     best = max(curve, key=lambda point: point["val_accuracy"]) if curve else None
     return {
         "outcome": CONVERGED if hit else NOT_CONVERGED,

@@ -1,23 +1,11 @@
-"""Writing records so that a measurement, once taken, is never lost.
+"""Writing records so that a measurement, once taken, is never lost: `bench --output`, `benchrun run
+--results`, `benchrun sweep --store` and `benchrun compare-runtimes --out`.
 
-Three guarantees, shared by `bench --output`, `benchrun run --results`,
-`benchrun sweep --store` and `benchrun compare-runtimes --out`:
-
-- paths are checked *before* anything runs (`check_file`, `check_dir`): a real
-  probe (create + remove a file), not `os.access`, which root always passes;
-- a JSONL append is one write + fsync; when it fails part-way (disk full,
-  quota, NFS gone) the file is cut back to its old length, and an incomplete
-  last line left by a process killed mid-write is cut off by the next append,
-  so a store never holds a torn line before a good one;
-- when the append still fails, the record goes to a fallback file in the
-  system temp dir (`fallback`), whose path the one-line error names;
-- appends hold an advisory lock (flock) on the file, so writers in other processes (two
-  `benchrun run --results` into one store, a sweep beside them) neither interleave nor cut
-  each other's line as torn; a sweep holds its store for its whole length (`sole_writer`).
-
-An output that is not a regular file (a FIFO, /dev/stdout as a pipe or terminal) gets the line
-written whole, without fsync or truncation (they mean nothing there); opening a FIFO waits at
-most STREAM_WAIT_S for a reader, so a FIFO nobody reads ends in the fallback, not in a hang.
+Paths are checked before anything runs by a real probe (create + remove a file), not `os.access`,
+which root always passes. An append is one locked (flock), fsynced write, cut back when it fails
+part-way, after cutting a torn last line a killed writer left; when it still fails the record goes
+to a fallback file in the temp dir. A FIFO or terminal gets the line whole, a FIFO's reader waited for
+at most STREAM_WAIT_S. README.md (`--output`) and docs/sweeps.md (Store format) say more.
 """
 
 from __future__ import annotations
@@ -148,15 +136,15 @@ def _open_stream(path: Path, wait_s: float) -> int:
     while True:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+            break
         except OSError as error:
-            if error.errno != errno.ENXIO or time.monotonic() >= deadline:
-                if error.errno == errno.ENXIO:
-                    raise OSError(errno.ENXIO, f"no reader opened the FIFO within {wait_s:g} s") from None
+            if error.errno != errno.ENXIO:
                 raise
+            if time.monotonic() >= deadline:
+                raise OSError(errno.ENXIO, f"no reader opened the FIFO within {wait_s:g} s") from None
             time.sleep(0.1)
-            continue
-        os.set_blocking(fd, True)
-        return fd
+    os.set_blocking(fd, True)
+    return fd
 
 
 def append_jsonl(path: str | os.PathLike, obj: dict, stream_wait_s: float = STREAM_WAIT_S) -> None:

@@ -1,17 +1,10 @@
 """Energy of the timed loops, and the GPU's thermal state while they ran: the record's `energy`
 section and `repeats[].device_state`.
 
-Sources, best first:
-- NVML's total-energy counter (nvmlDeviceGetTotalEnergyConsumption, mJ since the
-  driver loaded; Volta and later), read just before and just after each timed
-  loop (which synchronises the device at both ends);
-- on GPUs without it, NVML power readings sampled by the memory monitor's
-  thread (memory.DeviceMemoryMonitor) and integrated over time;
-- on a CPU, RAPL package counters (/sys/class/powercap/intel-rapl:N/energy_uj)
-  where readable (Linux >= 5.10 makes them root-only); they cover the whole
-  package, so with several ranks on a host each host is counted once.
-Where none exists the fields are null with the reason, never 0. Totals are
-summed over ranks (combine), like images.
+Sources, best first: NVML's total-energy counter, read at the two ends of each timed loop (which
+synchronises the device at both); NVML power samples of the memory monitor's thread, integrated;
+on a CPU, RAPL package counters (whole packages: each host counted once). Where none exists the
+fields are null with the reason, never 0 (docs/results.md#energy).
 """
 
 from __future__ import annotations
@@ -46,16 +39,12 @@ class Reading:
 # -- readers -------------------------------------------------------------------------------------
 
 
-def rapl_domains(root: Path = POWERCAP) -> list[Path]:
-    """Top-level package domains (intel-rapl:N; their subdomains intel-rapl:N:M are parts of them)."""
-    return sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
-
-
 class RaplCounter:
     """Package energy in µJ, each domain wrapping at its max_energy_range_uj."""
 
     def __init__(self, root: Path = POWERCAP):
-        self.domains = rapl_domains(root)
+        # Top-level package domains, intel-rapl:N (their subdomains intel-rapl:N:M are parts of them).
+        self.domains = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
         self.reason = None
         if not self.domains:
             self.reason = f"no RAPL package counters under {root} (not an Intel/AMD host, or not exposed here)"
@@ -108,11 +97,8 @@ def nvml_state(handles, skip: set) -> dict[str, float]:
 
 
 class EnergyMeter:
-    """start() before a timed loop, stop() after it: a Reading.
-
-    `read_counter` returns a cumulative counter value (or raises when there is none);
-    `integrated` returns joules integrated by a sampling thread since its last reset
-    (the fallback); `to_joules(start, end)` converts two counter values."""
+    """start() before a timed loop, stop() after it: a Reading, from a cumulative counter (`read_counter`,
+    `to_joules(start, end)`) or else the joules a sampling thread integrated since `reset_integral`."""
 
     def __init__(self, source: str | None, read_counter: Callable | None = None, to_joules: Callable | None = None,
                  reset_integral: Callable[[], None] | None = None, integrated: Callable[[], float | None] | None = None,

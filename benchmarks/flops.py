@@ -1,17 +1,10 @@
 """Model FLOPs, achieved FLOP/s and model FLOPs utilisation (MFU): the record's `flops` section.
 
-The framework counts the FLOPs of its own model (Framework.count_flops: torch's
-FlopCounterMode on meta tensors, TensorFlow's registered op statistics of the
-traced graph), after the timed loops, so counting never costs measured time.
-Only convolutions and matrix products are counted, 2 FLOPs per multiply-add, as
-the published figures are (docs/results.md#flops cites them).
-
-Achieved FLOP/s = 3 x forward FLOPs per image x images/sec (forward + backward
-~ 3 x forward: the usual "model FLOPs" convention, so MFU compares across
-frameworks); a training step counted forward and backward is recorded beside it.
-MFU = achieved / (dense datasheet peak of the device for the math in effect x
-devices). A device not in the table, a MIG slice or a CPU gets no MFU: null
-with the reason, never a guess.
+The framework counts its own model after the timed loops (Framework.count_flops), so counting never
+costs measured time. Achieved FLOP/s = 3 x forward FLOPs per image x images/sec, the usual "model
+FLOPs" convention, so MFU compares across frameworks. MFU = achieved / (dense datasheet peak for the
+math in effect x devices); a CPU, a MIG slice or a device not in PEAKS gets no MFU: null with the
+reason, never a guess (docs/results.md#flops).
 """
 
 from __future__ import annotations

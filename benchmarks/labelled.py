@@ -1,13 +1,9 @@
-"""Labelled train and validation data for time-to-accuracy runs (bench --target-accuracy).
+"""Labelled train and validation data for time-to-accuracy runs (bench --target-accuracy):
+Fashion-MNIST from Debian's IDX files, or an ImageFolder with a held-out split (docs/accuracy.md, "Data").
 
-Framework-neutral on purpose: both frameworks (and every strategy) read the same
-images in the same order, shard them the same way and see the same pixels, so a
-difference in accuracy is the training's, not the input pipeline's.
-
-Two sources: Fashion-MNIST from Debian's `dataset-fashion-mnist` files (gzip IDX,
-read here, never downloaded) and any ImageFolder tree (--data-dir) with a
-held-out split chosen by a hash of each file's path (stable across seeds and
-runs, so every configuration is evaluated on the same images).
+Framework-neutral on purpose: both frameworks (and every strategy) read the same images in the same
+order, shard them the same way and see the same pixels, so a difference in accuracy is the training's,
+not the input pipeline's.
 """
 
 from __future__ import annotations

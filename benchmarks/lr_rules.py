@@ -1,12 +1,5 @@
-"""Learning-rate scaling rules for time-to-accuracy runs (--lr-rule), one formula each.
-
-A rule maps the base LR, tuned at --base-batch images per update, to the LR at
-the run's global batch; warmup ramps the LR linearly from the base LR to that
-peak over the first warmup samples (Goyal et al., "Accurate, Large Minibatch
-SGD", 2017). LARS (You et al., 2017) adds a per-layer trust
-ratio, in NVIDIA apex's LARC "clip" form: a layer's rate is
-min(eta x |w| / |g|, global LR), so it never exceeds the linear rule's LR and
-shrinks where a layer's gradient is large relative to its weights.
+"""Learning-rate scaling rules for time-to-accuracy runs (--lr-rule), one formula each, with linear
+warmup from the base LR (Goyal et al. 2017) and LARS in apex's LARC clip form (docs/accuracy.md).
 """
 
 from __future__ import annotations

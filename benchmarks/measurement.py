@@ -24,10 +24,6 @@ from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
 
 
-def progress(message: str) -> None:
-    print(f"bench: {message}", file=sys.stderr, flush=True)
-
-
 def framework_info(backend: Framework) -> dict:
     return framework_section(backend.name, backend.version(), backend.device_info())
 
@@ -46,10 +42,8 @@ def _pooled(loops: list[dict], key: str) -> list[float]:
 
 
 def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
-    """Totals over ranks: per repeat, all images / the slowest rank's wall time.
-
-    `per_rank[k][r]` is rank k's loop_payload for repeat r. Never rank 0 x N.
-    """
+    """Totals over ranks: per repeat, all images / the slowest rank's wall time, never rank 0 x N.
+    `per_rank[k][r]` is rank k's loop_payload for repeat r."""
     repeats = []
     for r in range(len(per_rank[0])):
         loops = [rank_loops[r] for rank_loops in per_rank]
@@ -112,24 +106,21 @@ def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -
 class Measurement(RankSession):
     """A training run's measurement; the session (meeting, peer failures, the world) is RankSession's."""
 
-    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
-                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0,
-                 trace: dict | None = None, on_silence=None):
-        super().__init__(base, config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
+    def __init__(self, spec: dict, on_peer_failure, on_silence=None):
+        """The worker's run, as supervisor.training_job wrote its spec."""
+        config = BenchConfig(**spec["config"])
+        super().__init__(spec["base"], config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
                          on_peer_failure, on_silence)
         self.config = config
-        self.mllog = mllog
-        self.tensorboard = tensorboard  # directory for per-step scalars, or None
-        self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
-        self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
-        self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
+        self.mllog = MLLogger(spec["mllog"], sys.stdout)
+        self.tensorboard = spec["tensorboard"]  # directory for per-step scalars, or None
+        self.display_every = spec["display_every"]  # --display-every: a progress line every N steps (0: none)
+        self.trace = spec["trace"]  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
+        self.data_scan = spec["data_scan"]  # --data-dir: images found and set apart as undecodable (dataset.scan_images)
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
-        """The worker's run, as supervisor.training_job wrote it."""
-        return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
-                   tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
-                   trace=spec["trace"], on_silence=on_silence)
+        return cls(spec, on_peer_failure, on_silence)  # the worker's one way to build a measurement, as comm's
 
     # -- the measurement -------------------------------------------------------------------------
 
@@ -144,7 +135,7 @@ class Measurement(RankSession):
         if self.data_scan is not None:
             self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
             self.backend.strict_data = self.data_scan["strict"]
-        progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
+        self.progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
             self.serve_until_done(dist.role, self._serve_trace if self.trace is not None else None)
@@ -166,10 +157,10 @@ class Measurement(RankSession):
         self.mllog.event("global_batch_size", cfg.batch_size * max(1, self._num_workers()))
         self.mllog.start("run_start")
         if backend.compiles:  # never inside warmup or a timed loop
-            progress("compiling: the first step, timed on its own")
+            self.progress("compiling: the first step, timed on its own")
             backend.compile_step(batches)
         if cfg.num_warmup_batches:
-            progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
+            self.progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
         backend.reset_peak_memory()
         monitor.reset()
@@ -186,7 +177,7 @@ class Measurement(RankSession):
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
-            progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
+            self.progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
         local = {
             "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
                       for loop, reading, state in zip(loops, energies, states)],
@@ -203,8 +194,7 @@ class Measurement(RankSession):
             workers = sorted(loops[0].per_worker)
             per_rank = [[loop_payload(loop.per_worker[w]) for loop in loops] for w in workers]
             ranks = [1 + w for w in workers]
-            checksums = [local["checksum"]]  # one copy of the variables, served to every worker
-            memories = [local["memory"]]
+            everyone = [local]  # one copy of the variables, served to every worker
             traces = local.get("trace")  # one per worker (--trace), in worker order
         else:
             everyone = self.gather("result", local)
@@ -212,8 +202,6 @@ class Measurement(RankSession):
                 return None
             per_rank = [peer["loops"] for peer in everyone]
             ranks = list(range(len(everyone)))
-            checksums = [peer["checksum"] for peer in everyone]
-            memories = [peer["memory"] for peer in everyone]
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
         sections = {
@@ -223,8 +211,7 @@ class Measurement(RankSession):
         if self.trace is not None:
             sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
-        return self.finish_ok(totals, per_rank, ranks, checksums, memories, backend.loss_value(loops[-1].last_loss),
-                              **sections)
+        return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), **sections)
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -238,7 +225,7 @@ class Measurement(RankSession):
         from . import trace
 
         rank, steps, path = self.world.rank, self.trace["steps"], self._trace_file()
-        progress(f"tracing {steps} steps after the timed loops: {path}")
+        self.progress(f"tracing {steps} steps after the timed loops: {path}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
@@ -247,16 +234,14 @@ class Measurement(RankSession):
             if self.backend.is_out_of_memory(error):
                 raise
             failure = f"{type(error).__name__}: {error}"
-        progress(f"warning: --trace: {failure}")
+        self.progress(f"warning: --trace: {failure}")
         return {"rank": rank, "error": failure}
 
     def _trace_served(self, batches) -> list[dict]:
-        """--trace under a strategy whose chief drives the workers (PS): every serving process profiles
-        itself while the chief runs K + 1 more steps per worker (the first a lead-in: a step starts
-        where the previous one ended); each worker splits its own steps, marked by their stamps, and
-        sends its summary (trace.summarize). Failures are reported per rank; the measurement stands."""
+        """--trace under a strategy whose chief drives the workers (PS; docs/results.md#trace): the chief runs
+        K + 1 more steps per worker while each serving process profiles itself. The measurement stands."""
         steps = self.trace["steps"]
-        progress(f"tracing {steps} steps per worker after the timed loops: {self._trace_dir()}")
+        self.progress(f"tracing {steps} steps per worker after the timed loops: {self._trace_dir()}")
         self.rendezvous.allgather("trace-start", None)
         self.rendezvous.allgather("trace-ready", None)
         told: dict = {"stamps": None, "error": None}
@@ -267,7 +252,7 @@ class Measurement(RankSession):
             if self.backend.is_out_of_memory(error):
                 raise
             told["error"] = f"{type(error).__name__}: {error}"
-            progress(f"warning: --trace: {told['error']}")
+            self.progress(f"warning: --trace: {told['error']}")
         self.rendezvous.allgather("trace-stop", told)
         results = self.rendezvous.allgather("trace-result", None)
         workers = sorted((peer["role"]["index"], rank) for rank, peer in enumerate(self.peers)
@@ -299,7 +284,7 @@ class Measurement(RankSession):
             except Exception as failure:  # noqa: BLE001
                 error = f"{type(failure).__name__}: {failure}"
         if error is not None:
-            progress(f"warning: --trace: {error}")
+            self.progress(f"warning: --trace: {error}")
         if role.kind == strategies.WORKER and summary is None:
             summary = {"rank": rank, "error": error}
         self.rendezvous.allgather("trace-result", summary)
@@ -311,7 +296,7 @@ class Measurement(RankSession):
             counted = self.backend.count_flops()
         except Exception as error:  # noqa: BLE001 - the measurement stands without a FLOP count
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
-            progress(f"warning: FLOPs not counted: {reason}")
+            self.progress(f"warning: FLOPs not counted: {reason}")
         framework = framework_info(self.backend)
         return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
                              max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
@@ -321,7 +306,7 @@ class Measurement(RankSession):
         try:
             write(logdir, *args)
         except Exception as error:  # noqa: BLE001 - say why there are no events
-            progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+            self.progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""
@@ -344,11 +329,13 @@ class Measurement(RankSession):
         self.mllog.end("run_stop", status="aborted")
         return super().failure(status, kind, message)
 
-    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], checksums: list[str],
-                  memories: list[dict], final_loss: float | None, **sections) -> dict:
-        """An ok run's record from every training rank's loops, weights' checksums and memory peaks."""
+    def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], everyone: list[dict],
+                  final_loss: float | None, **sections) -> dict:
+        """An ok run's record from every training rank's loops and its weights' checksum and memory peaks
+        (`everyone`: one {"checksum", "memory"} per copy of the weights)."""
+        checksums = [peer["checksum"] for peer in everyone]
         return self.finish(
-            "ok", None, **totals, **sections, memory=max_memory(memories), final_loss=final_loss,
+            "ok", None, **totals, **sections, memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
             ranks=rank_rows(per_rank, ranks, self.peers), placement=self.backend.placement(),
             replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                       "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},

@@ -1,13 +1,7 @@
-"""Peak memory, each kind labelled for what it measures.
-
-- allocator peak: bytes the framework's allocator handed to tensors
-  (torch.cuda.max_memory_allocated, TF get_memory_info()['peak']);
-- reserved peak: bytes PyTorch's caching allocator held from the driver;
-- device peak: NVML "used" memory of the device, sampled in a thread
-  (includes the CUDA context and any other process on that GPU);
-- host RSS peak: the process's resident set high-water mark (VmHWM).
-
-All GPU counters are reset after warmup so they describe steady training.
+"""Peak memory, each kind labelled for what it measures (docs/results.md#memory): the framework
+allocator's, PyTorch's reserved, the device's (NVML "used", sampled in a thread: the CUDA context and
+other processes included) and the host's RSS high-water mark. All GPU counters are reset after
+warmup so they describe steady training.
 """
 
 from __future__ import annotations
@@ -20,11 +14,6 @@ from typing import Callable, Mapping, Sequence
 
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
-
-
-def parse_vm_hwm(status_text: str) -> int | None:
-    """VmHWM from /proc/<pid>/status text, in bytes."""
-    return parse_status_bytes(status_text, "VmHWM")
 
 
 def parse_status_bytes(status_text: str, field: str) -> int | None:
@@ -62,7 +51,7 @@ def near_address_space_limit(fraction: float) -> str | None:
 
 def host_rss_peak_bytes() -> int:
     try:
-        peak = parse_vm_hwm(PROC_STATUS.read_text())
+        peak = parse_status_bytes(PROC_STATUS.read_text(), "VmHWM")
     except OSError:
         peak = None
     if peak is None:  # not Linux: ru_maxrss is kB on Linux, bytes on macOS
@@ -95,11 +84,7 @@ def host_only() -> dict:
 
 
 class PeakSampler:
-    """Polls a reader in a daemon thread and keeps the maximum since the last reset.
-
-    The reader is injected so the logic is tested without a GPU; on a GPU it is
-    `nvml_used_bytes(handles)`.
-    """
+    """Polls a reader in a daemon thread and keeps the maximum since the last reset."""
 
     def __init__(self, read: Callable[[], int], interval_s: float = 0.005):
         self._read = read
@@ -177,12 +162,8 @@ def nvml_total_bytes(handles) -> int:
 
 
 def nvml_devices(cuda_ordinals: Sequence[int], env: Mapping[str, str]) -> list[int | str]:
-    """The NVML device of each CUDA ordinal this process trains on (DeviceInfo.ordinals).
-
-    CUDA numbers only the GPUs CUDA_VISIBLE_DEVICES lists, in its order; NVML
-    numbers every physical GPU. Ordinal k is the k-th entry: an NVML index, or a
-    GPU-/MIG- UUID that NVML looks up as such. Unset: the numbering is the same.
-    """
+    """The NVML device of each CUDA ordinal this process trains on (DeviceInfo.ordinals): CUDA numbers
+    only the GPUs CUDA_VISIBLE_DEVICES lists (NVML indices or GPU-/MIG- UUIDs), in its order."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return list(cuda_ordinals)

@@ -1,12 +1,7 @@
-"""Numeric precision as a labelled axis: what was asked, what it means on this device,
-and what the framework reports as really in effect.
-
-`amp` is kept as an alias of its historic meaning: float16 autocast with loss
-scaling on a GPU, bfloat16 autocast on a CPU. On a CPU only fp32 and bf16
-autocast are real (no TF32 units, no fast float16 path): tf32 and amp-fp16 are
-refused there rather than silently run as something else.
-
-No framework is imported at module level; the `apply_*` functions import theirs.
+"""Numeric precision as a labelled axis: what was asked, what it means on this device, and what the
+framework reports as really in effect (docs/results.md#precision). `amp` keeps its historic meaning
+(amp-fp16 on a GPU, amp-bf16 on a CPU); on a CPU what is not real there is refused rather than silently
+run as something else. No framework is imported at module level; the `apply_*` functions import theirs.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "amp")
 ALIASES = {"amp": {"gpu": "amp-fp16", "cpu": "amp-bf16"}}  # historic meaning, per device kind
 CPU_PRECISIONS = ("fp32", "amp-bf16")  # real on a CPU; the others are refused
 AUTOCAST_DTYPE = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}
+KERAS_POLICIES = {"amp-fp16": "mixed_float16", "amp-bf16": "mixed_bfloat16"}  # else float32
 TF32_MIN_COMPUTE_CAPABILITY = (8, 0)  # Ampere and later have TF32 tensor cores
 
 
@@ -52,20 +48,13 @@ def plan(requested: str, device_kind: str) -> Plan:
     )
 
 
-def tf32_capable(compute_capability: tuple[int, int] | None) -> bool:
-    return compute_capability is not None and tuple(compute_capability) >= TF32_MIN_COMPUTE_CAPABILITY
-
-
 def in_effect(plan_: Plan, tf32_flag: bool, compute_capability: tuple[int, int] | None, detail: dict) -> dict:
-    """The record's `precision` section: the plan plus what the framework reports.
-
-    `tf32_flag` is read back from the framework after it was set; TF32 is in
-    effect only where the flag is on AND the GPU has TF32 units.
-    """
+    """The record's `precision` section: the plan plus what the framework reports. `tf32_flag` is read
+    back from the framework after it was set; TF32 is in effect only where the GPU also has TF32 units."""
     return {
         **asdict(plan_),
         "tf32_flag": bool(tf32_flag),
-        "tf32_in_effect": bool(tf32_flag) and tf32_capable(compute_capability),
+        "tf32_in_effect": bool(tf32_flag) and tuple(compute_capability or ()) >= TF32_MIN_COMPUTE_CAPABILITY,
         "compute_capability": ".".join(map(str, compute_capability)) if compute_capability else None,
         "framework_settings": detail,
     }
@@ -94,17 +83,13 @@ def torch_dtype(plan_: Plan):
     return getattr(torch, plan_.autocast_dtype) if plan_.autocast_dtype else None
 
 
-def keras_policy(plan_: Plan) -> str:
-    return {"amp-fp16": "mixed_float16", "amp-bf16": "mixed_bfloat16"}.get(plan_.effective, "float32")
-
-
 def apply_tensorflow(plan_: Plan, gpu_details: dict | None) -> dict:
     """Set TF32 and the Keras dtype policy; read both back. `gpu_details`: get_device_details() or None."""
     import keras
     import tensorflow as tf
 
     tf.config.experimental.enable_tensor_float_32_execution(plan_.tf32)
-    keras.mixed_precision.set_global_policy(keras_policy(plan_))
+    keras.mixed_precision.set_global_policy(KERAS_POLICIES.get(plan_.effective, "float32"))
     capability = tuple(gpu_details["compute_capability"]) if gpu_details and gpu_details.get("compute_capability") else None
     flag = gpu_details is not None and tf.config.experimental.tensor_float_32_execution_enabled()
     detail = {

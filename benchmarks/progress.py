@@ -1,12 +1,6 @@
-"""Progress during long runs (`--display-every N`, tf_cnn_benchmarks' flag).
-
-The worker prints one plain line every N steps (`step_line`): step, images/sec
-over the last N steps and the loss. The line is printed after the step's
-device sync and clock reading, and timing.run_steps takes the time spent
-printing out of the measured wall time, so progress costs the measurement
-nothing and the loss read adds no device sync. When bench's stderr is a
-terminal, the supervisor turns those lines into a rich progress bar with an
-ETA (`ProgressBar`) instead of printing them.
+"""Progress during long runs (`--display-every N`, tf_cnn_benchmarks' flag; README.md says what it costs
+the measurement: nothing). The worker prints a plain line every N steps (`step_line`); on a terminal the
+supervisor turns those lines into a rich progress bar with an ETA (`ProgressBar`) instead.
 """
 
 from __future__ import annotations
@@ -35,13 +29,6 @@ class ProgressBar:
             console=Console(file=stream), redirect_stdout=False, redirect_stderr=False, transient=False,
         )
         self.tasks: dict[str, int] = {}
-
-    def __enter__(self):
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.progress.stop()
 
     def feed(self, line: str) -> bool:
         """Show a step line on the bar (True), or leave any other line to the caller (False)."""

@@ -33,15 +33,8 @@ def detect_container_runtime(
     env: Mapping[str, str] = os.environ, exists: Callable[[str], bool] = os.path.exists,
     root: Callable[[], str] = root_mount,
 ) -> str:
-    """The container runtime this process runs under, or "none".
-
-    Markers: Charliecloud's ch-run sets CH_RUNNING; Apptainer sets
-    APPTAINER_CONTAINER (and Singularity SINGULARITY_CONTAINER; Apptainer also
-    sets the latter for compatibility); Shifter sets SHIFTER_RUNTIME; udocker sets
-    container_uuid and container_execmode (P1, R1, F1...) in every container;
-    Podman writes /run/.containerenv; Docker writes /.dockerenv; a container of containerd
-    itself (ctr, nerdctl, Kubernetes) has its root from containerd's snapshotter.
-    """
+    """The container runtime this process runs under, or "none", from the markers each runtime itself
+    sets (docs/results.md, `container_runtime`). Apptainer also sets Singularity's, so it is asked first."""
     if env.get("CH_RUNNING"):
         return "charliecloud"
     if env.get("APPTAINER_CONTAINER") or env.get("APPTAINER_NAME"):

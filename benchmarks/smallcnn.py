@@ -1,12 +1,7 @@
-"""The small BatchNorm CNN of time-to-accuracy runs (--model smallcnn), one definition for both frameworks.
-
-conv3x3(32)-BN-ReLU-maxpool2, conv3x3(64)-BN-ReLU-maxpool2, fc(128)-ReLU, fc(classes):
-0.42 M parameters at 28 px. Its initial weights are drawn here, with numpy, from
---seed, and loaded into either framework, so torch and TensorFlow start from the
-same numbers (not only the same distribution): He-normal for the layers a ReLU
-follows, LeCun-normal for the last, zero biases, BatchNorm gamma 1 and beta 0.
-Layouts are canonical: convolution kernels H x W x in x out, dense kernels in x
-out, with fc1's inputs in (channel, row, column) order.
+"""The small BatchNorm CNN of time-to-accuracy runs (--model smallcnn), one definition for both
+frameworks (docs/accuracy.md, "Models"): its initial weights are drawn here, with numpy, from --seed,
+so torch and TensorFlow start from the same numbers. Layouts are canonical: convolution kernels
+H x W x in x out, dense kernels in x out, with fc1's inputs in (channel, row, column) order.
 """
 
 from __future__ import annotations

@@ -66,11 +66,8 @@ def t_halfwidth(samples: Sequence[float], confidence: float = 0.95) -> float | N
 def throughput_halfwidth_from_steps(
     step_times: Sequence[float], images_per_step: int, confidence: float = 0.95
 ) -> float | None:
-    """CI of images/sec from one timed loop, by the delta method on the mean step time.
-
-    X = B / mean(step) so SE(X) ~= B * SE(step) / mean(step)^2. Used only when
-    there is a single repeat; with repeats the interval is over repeats.
-    """
+    """CI of images/sec from one timed loop (a single repeat), by the delta method on the mean step time:
+    X = B / mean(step) so SE(X) ~= B * SE(step) / mean(step)^2."""
     values = np.asarray(step_times, dtype=float)
     half = t_halfwidth(values, confidence)
     if half is None:

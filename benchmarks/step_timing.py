@@ -1,16 +1,10 @@
 """How a timed loop's steps are timed (--step-timing), and the record's `step_timing` section.
 
-- `sync` (the default until a GPU measurement decides, perf/gpu.md): the device is synchronised after
-  every step and the host clock reads the step's end. torch's cudnn.benchmark stays off.
-- `events`: a CUDA event is recorded on the device's stream after every step and the device is
-  synchronised once at each end of the loop; a step's time is the elapsed time between the event before
-  it and its own (timing.event_stamps), so the host never waits inside the loop. cudnn.benchmark is
-  turned on with it: both are what the fastest honest loop does, and phase B of perf/gpu_validate.py
-  measures them together against that loop. torch on a GPU only: CUDA events do not exist on a CPU
-  (whose steps are synchronous anyway) and TensorFlow has no per-step device events; both are refused
-  (one line, exit 2) rather than timed some other way under the name.
-
-No framework is imported at module level; apply_torch imports torch.
+- `sync`: the device is synchronised after every step and the host clock reads the step's end.
+- `events`: a CUDA event after every step, the device synchronised at the loop's ends only
+  (timing.event_stamps), and cudnn.benchmark on: what the fastest honest loop does. torch on a GPU
+  only; elsewhere it is refused (one line, exit 2) rather than timed some other way under the name.
+docs/results.md (`step_timing`) says more. No framework is imported at module level.
 """
 
 from __future__ import annotations

@@ -80,15 +80,8 @@ def classify_exit(
     as_limit: int | None = None,
     oom_kills_during: int | None = None,
 ) -> tuple[str, dict]:
-    """(status, error) for a worker that ended without writing a record.
-
-    Native code that hits `ulimit -v` often crashes (SIGSEGV/SIGABRT) instead
-    of raising; such a death close to the limit is reported as oom, with the
-    numbers, so the reader can judge. A SIGKILL is the OOM killer's only when the
-    kernel's count of OOM kills moved during the run (`oom_kills_during`; None:
-    unknown, so the likely cause is named): else another process or a scheduler's
-    limit killed it, a failure that a sweep retries.
-    """
+    """(status, error) for a worker that ended without writing a record (docs/results.md: how `oom` is
+    decided). `oom_kills_during`: how far the kernel's count of OOM kills moved, None where unknown."""
     text = "\n".join(stderr_tail)
     last = next((line.strip() for line in reversed(stderr_tail) if line.strip()), "")
     oom_line = next((line.strip() for line in reversed(stderr_tail) if looks_like_oom(line)), None)
@@ -214,7 +207,8 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
         if display_every and _is_terminal(sys.stderr):  # a bar with an ETA instead of the step lines
             from .progress import ProgressBar
 
-            bar = ProgressBar(sys.stderr).__enter__()
+            bar = ProgressBar(sys.stderr)
+            bar.progress.start()
         relays = [
             threading.Thread(target=_relay, args=(proc.stdout, report, None), daemon=True),
             threading.Thread(target=_relay, args=(proc.stderr, sys.stderr, tail, bar), daemon=True),
@@ -245,7 +239,7 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             for relay in relays:
                 relay.join(timeout=5)
             if bar is not None:
-                bar.__exit__(None, None, None)
+                bar.progress.stop()
             vm_peak = address_space.stop() if address_space is not None else 0
         world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:

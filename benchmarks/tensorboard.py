@@ -1,10 +1,5 @@
-"""`bench --tensorboard DIR`: per-step throughput and loss as TensorBoard scalars.
-
-Framework-independent: the first writer found of tensorboardX, PyTorch's
-torch.utils.tensorboard (needs the `tensorboard` package) and tf.summary.
-Events are written after the timed loops, never inside them. Loss values are
-kept per step only with --tensorboard and read back (one device-to-host copy
-each) after the loop.
+"""`bench --tensorboard DIR`: per-step throughput and loss as TensorBoard scalars, written after the
+timed loops, never inside them, by the first writer found (docs/reports.md says which and what it costs).
 """
 
 from __future__ import annotations

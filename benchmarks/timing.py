@@ -1,13 +1,9 @@
 """The timed loop, shared by every backend.
 
-By default (--step-timing sync) the device is synchronised at every boundary
-(before the clock starts and after each step) so a step's time is the time its
-work took on the device, not the time to enqueue it. With device events
-(--step-timing events, benchmarks/step_timing.py) an event recorded after each
-step times it on the device itself and the device is synchronised only at the
-loop's ends; either way the stamps become steps in one place (loop_from_stamps).
-The first step's input wait and the step itself are separated so real-data runs
-show how long each step waited for I/O.
+A step's time is the time its work took on the device, not the time to enqueue it: the device is
+synchronised at every boundary (--step-timing sync), or an event recorded after each step times it on
+the device itself (--step-timing events). Either way the stamps become steps in one place
+(loop_from_stamps; docs/results.md, "A step"), with each step's input wait apart.
 """
 
 from __future__ import annotations
@@ -44,19 +40,12 @@ def loop_from_stamps(
     losses: list | None = None,
     fetch_started: list[float] | None = None,
 ) -> TimedLoop:
-    """The one place clock stamps become a TimedLoop, for every strategy.
+    """The one place clock stamps become a TimedLoop, for every strategy (docs/results.md, "A step").
 
-    `stamps` are (batch fetched, step ended[, clock resumed]) per step, in order,
-    on one clock; `start` is when the loop's clock started. A step runs from the
-    end of the previous step (the first: from `start`) to its own end, so it
-    includes its wait for input; the input wait runs from the same point to the
-    fetch. `resumed`, when given, is where the next step starts instead of this
-    step's end: time spent between steps on something not measured (a progress
-    line) belongs to no step. `fetch_started`, when given, is when each step began
-    fetching its batch, where that is not right after the previous step (TF PS: a
-    worker fetches once the chief's next step reached it, after the previous
-    step's push): the input wait runs from it, and the time before it stays in
-    the step. The loop's wall time is the sum of its steps."""
+    `stamps` are (batch fetched, step ended[, clock resumed]) per step, on one clock from `start`. A
+    step runs from the previous step's end (or `resumed`: time between steps spent on a progress line
+    belongs to no step) to its own end, its input wait from the same point to the fetch, or from
+    `fetch_started` where a step begins fetching later (TF PS). The wall time is the sum of the steps."""
     steps, waits, begin = [], [], start
     for index, stamp in enumerate(stamps):
         fetched, end = stamp[0], stamp[1]
@@ -86,22 +75,12 @@ def merge_loops(loops: dict[int, TimedLoop], last_loss: object = None) -> TimedL
     )
 
 
-_NOTHING = contextlib.nullcontext()
-
-
-def _unmarked(kind: str, index: int) -> contextlib.AbstractContextManager:
-    return _NOTHING  # one shared no-op: nothing allocated inside the timed loop
-
 
 def event_stamps(start: float, host: list[tuple], events: list, resumed: dict) -> list[tuple]:
-    """Per-step stamps for loop_from_stamps on the device's own timeline, from timing events.
-
-    `events[0]` was recorded when the clock started and `events[i + 1]` after step i; `resumed[i]`, when
-    there, after step i's progress line (the time between belongs to no step); an event's
-    `elapsed_time(later)` is in milliseconds (torch.cuda.Event). Steps are laid end to end from `start`:
-    step i lasts from the event before it to its own. Its input wait is the host's wait for its batch
-    (`host`: run_steps' (fetched, enqueued[, resumed]) host stamps), which may overlap device work still
-    queued, capped at the step's time."""
+    """Per-step stamps for loop_from_stamps on the device's own timeline, from timing events
+    (docs/results.md, `step_timing`). `events[0]` was recorded when the clock started, `events[i + 1]`
+    after step i, `resumed[i]` after step i's progress line; `elapsed_time` is in ms (torch.cuda.Event).
+    `host`: run_steps' (fetched, enqueued[, resumed]) host stamps, for the input waits."""
     stamps, now, host_begin, before = [], start, start, events[0]
     for index, (fetched, enqueued, *host_resumed) in enumerate(host):
         after = events[index + 1]
@@ -136,18 +115,14 @@ def run_steps(
     annotate: Callable[[str, int], contextlib.AbstractContextManager] | None = None,
     new_event: Callable[[], object] | None = None,
 ) -> TimedLoop:
-    """Run `num_steps` training steps and stamp each, the device synchronised at every boundary.
-
-    `new_event` (--step-timing events): a factory of device timing events (torch.cuda.Event with
-    timing); then an event is recorded after each step instead of a sync, the device is synchronised
-    at the loop's ends only, and the steps come from the events (event_stamps).
-    Every `display_every` steps, `display(step, images/sec over those N steps, loss)` runs after
-    the step's sync (with events: a wait for its event) and clock reading; its time is taken out of
-    the loop's wall time and out of the next step, so showing progress does not change what is measured.
-    `annotate(kind, index)` (bench --trace, after the timed loops) returns a context manager that
-    marks each step ("step") and its input fetch ("input") in a profiler trace.
+    """Run `num_steps` training steps and stamp each, the device synchronised at every boundary, or with
+    `new_event` (--step-timing events: a factory of torch.cuda.Event with timing) at the loop's ends only.
+    Every `display_every` steps, `display(step, images/sec over those N steps, loss)` runs after the
+    step's end is known; its time belongs to no step, so showing progress does not change what is
+    measured. `annotate(kind, index)` (--trace) marks each "step" and its "input" fetch in a profiler trace.
     """
-    mark = annotate or _unmarked
+    nothing = contextlib.nullcontext()  # one shared no-op: nothing allocated inside the timed loop
+    mark = annotate or (lambda kind, index: nothing)
     synchronize()
     start = clock()
     events = [_recorded(new_event)] if new_event else None

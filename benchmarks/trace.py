@@ -1,33 +1,15 @@
 """bench --trace: where a profiled step's time goes, from the framework profiler's own trace.
 
-The trace window runs after the timed loops (never inside them): K steps, each marked by
-timing.run_steps' `annotate` hook as `ProfilerStep#i` with its input fetch as `dlbench/input`.
-A step's time splits, with no part counted twice, into
+The trace window runs after the timed loops (never inside them): K steps, marked by timing.run_steps'
+`annotate` hook. A step splits, with no part counted twice, into
 
     compute  + input  + exposed communication  + idle  =  step
 
-compute = time the training thread spends in framework ops (communication ops excluded),
-input = the batch fetch, exposed communication = communication that overlaps neither,
-idle = the rest (the training thread waiting with nothing in flight that the trace shows).
-`overlap` = communication hidden under compute.
-
-TensorFlow's profiler writes an XSpace (.xplane.pb); its host plane is read here (the
-TensorFlow protobuf, no extra package) into the same events: ops of the executor threads are
-compute, and a `_Recv` of a variable read on another task (a pull from a parameter server)
-is communication from its start to its completion (the executor's async start/done pair).
-
-Under --strategy ps the chief schedules each worker's steps, so no step marker runs on the
-worker: its steps come from the stamps the step takes on the worker's clock (fetch start and
-end, end, and `pushed`: when the parameter servers had applied the step's gradients, seen
-through a probe named PUSHED), on the same wall clock as the profiler's events. A step runs
-from the previous step's end to its own end, as in the timed loop, and the push of the
-previous step's gradients (transfer and the PS's update) is communication at its head.
-
-GPU traces (CUDA kernels present) are analysed by HolisticTraceAnalysis (temporal breakdown and
-comm/comp overlap over the kernels), when it is installed. HTA 0.5.0 cannot analyse CPU-only
-traces (its breakdown indexes GPU kernels and fails; its overlap is NaN), so CPU traces are
-split here from the profiler's events: CPU ops of the training thread and the communication
-events (gloo/NCCL/c10d, on any thread) as intervals. No framework is imported here.
+and `overlap` = communication hidden under compute. CPU traces (and TensorFlow's XSpace, read with
+TensorFlow's own protobuf) are split here from the profiler's events, because HolisticTraceAnalysis
+cannot analyse CPU-only traces; GPU traces go to HTA. Under --strategy ps no step marker runs on a
+worker: its steps come from the stamps its steps take on its clock. docs/results.md#trace says how
+each part is found. No framework is imported here.
 """
 
 from __future__ import annotations
@@ -116,10 +98,6 @@ def load_events(path: str | Path) -> list[dict]:
         return [e for e in json.load(handle).get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
 
 
-def has_gpu_kernels(events: list[dict]) -> bool:
-    return any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
-
-
 def event_steps(events: list[dict]) -> list[dict]:
     """Per step of the window, its parts: the CPU breakdown from the trace's events. Compute is the
     training thread's ops (torch: autograd runs there on a CPU), or any thread's where the events
@@ -157,11 +135,8 @@ def wall_clock_origin(space) -> int:
 
 
 def load_xspace(path: str | Path) -> tuple[list[dict], bool]:
-    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds on the wall clock): the
-    host plane's TraceMe regions (steps, input), the ops its executor threads ran ("name:OpType";
-    not tf.data's threads, not the runtime's regions that wrap a whole function call), and each
-    pull (a `_Recv` of a ReadVariableOp's output: async, from its start to its done event); and
-    whether it has GPU planes (whose kernels this host-side split does not see)."""
+    """A TensorFlow profiler XSpace as Chrome-trace-like events (microseconds on the wall clock; which
+    events, docs/results.md#trace), and whether it has GPU planes (whose kernels this split does not see)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     space = xplane_pb2.XSpace()
@@ -257,7 +232,7 @@ def summarize(path: str | Path, rank: int, stamps: list[list[float]] | None = No
         events = [e for e in events if not e["name"].startswith(STEP_NAME) and e["name"] != INPUT] + stamp_events(stamps)
         note = "; ".join(n for n in (note, STAMPED_NOTE) if n)
     steps = event_steps(events)
-    if has_gpu_kernels(events):
+    if any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events):  # a GPU trace
         try:
             steps, source = hta_steps(path, rank, len(steps), steps), "hta"
         except ImportError:

@@ -59,11 +59,6 @@ def write_json(path: str, value) -> None:
     os.replace(partial, target)
 
 
-def write_result(path: str, record: dict | None) -> None:
-    """{"record": ...}; record is null for ranks other than 0 that finished their part."""
-    write_json(path, {"record": record})
-
-
 def main(spec_path: str) -> int:
     faulthandler.register(STACKS_SIGNAL, all_threads=True)  # `kill -USR1 WORKER` shows where a hung run waits
     spec = json.loads(Path(spec_path).read_text())
@@ -76,7 +71,7 @@ def main(spec_path: str) -> int:
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a
         # collective with the dead rank: write the record and leave at once.
-        write_result(spec["result_path"], record)
+        write_json(spec["result_path"], {"record": record})
         sys.stderr.write(f"bench: {record['error']['message']}\n")
         fast_exit(EXIT_CODE_BY_STATUS[record["status"]])
 
@@ -108,7 +103,7 @@ def main(spec_path: str) -> int:
         else:
             show_crash(error)
             result = measurement.failure("failed", "crash", first_line(error))
-    write_result(spec["result_path"], result)
+    write_json(spec["result_path"], {"record": result})  # null: a rank other than 0 that finished its part
     return EXIT_CODE_BY_STATUS[result["status"]] if result else 0
 
 

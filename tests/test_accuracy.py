@@ -166,7 +166,7 @@ def test_target_extraction_from_a_curve():
 
 def test_distributed_evaluation_sums_counts():
     shards = [{"correct": 9, "loss_sum": 1.0, "images": 10}, {"correct": 0, "loss_sum": 3.0, "images": 1}]
-    accuracy, loss = convergence.EvalCounts.total(shards)
+    accuracy, loss = convergence.eval_total(shards)
     assert accuracy == pytest.approx(9 / 11) and loss == pytest.approx(4 / 11)  # not the mean of 0.9 and 0.0
 
 

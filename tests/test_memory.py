@@ -9,8 +9,8 @@ from benchmarks import memory
 
 def test_parse_vm_hwm_reads_kilobytes():
     text = "Name:\tpython\nVmPeak:\t 999 kB\nVmHWM:\t  2048 kB\nVmRSS:\t 1024 kB\n"
-    assert memory.parse_vm_hwm(text) == 2048 * 1024
-    assert memory.parse_vm_hwm("Name: x\n") is None
+    assert memory.parse_status_bytes(text, "VmHWM") == 2048 * 1024
+    assert memory.parse_status_bytes("Name: x\n", "VmHWM") is None
 
 
 def test_host_rss_peak_grows_with_allocation_and_resets():
