@@ -55,7 +55,6 @@ class TFPsBackend(CommBackend):
         if self.serves_only:
             self.server = tf_ps.start_server()
             return
-        from ..config import MODELS
         from ..frameworks import keras_models
 
         opts = self.options
@@ -68,7 +67,7 @@ class TFPsBackend(CommBackend):
         self.num_workers = strategies.get(opts.strategy).workers(self.dist.world.size, opts.num_ps)
         self.strategy = tf_ps.make_strategy()
         self.device = self._device(0)  # where the buffers are made (each worker its own)
-        size = opts.image_size or MODELS[opts.model].default_image_size
+        size = opts.image_size
         with self.strategy.scope(), tf_ps.placement_scope(self.strategy, opts.ps_placement, opts.num_ps):
             self.model = keras_models.build(opts.model, (size, size, 3), 1000, has_aux_head(opts.model, size))
         self.variables = [v.value for v in self.model.variables if v.dtype == tf.float32]
