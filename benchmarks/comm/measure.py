@@ -162,7 +162,8 @@ class CommMeasurement(RankSession):
                     pass
             times = self._timed(round_trip)
             self._gather_row(f"pingpong:{nbytes}", times, wrong, f"pingpong {metrics.format_size(nbytes)}",
-                             lambda per_rank: {**metrics.pingpong_row(nbytes, per_rank[near]), "ranks": 2, "peer": f"{near}<->{far}"})
+                             lambda per_rank: {**metrics.pingpong_row(nbytes, per_rank[near]), "ranks": 2,
+                                               "peer": f"{near}<->{far}"})
 
     def _op_gradients(self) -> None:
         backend, n, rank = self.backend, self.world.size, self.world.rank
@@ -178,7 +179,8 @@ class CommMeasurement(RankSession):
         buffers = [backend.buffer(np.zeros(c, dtype=np.float32)) for c in counts]
         times = self._timed(lambda: backend.allreduce_many(buffers))
         self._gather_row("gradients", times, wrong, f"gradients of {self.options.model}",
-                         lambda per_rank: {**metrics.timing_row("gradients", total, per_rank, n), "ranks": n, "buckets": buckets})
+                         lambda per_rank: {**metrics.timing_row("gradients", total, per_rank, n), "ranks": n,
+                                           "buckets": buckets})
 
     def _ps_rows(self, op: str) -> None:
         """pull/push: one row per distinct variable size of the model within --min-bytes..--max-bytes
