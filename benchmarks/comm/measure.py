@@ -1,12 +1,8 @@
 """One `bench comm` run: per operation and message size check the result once, warm up, and time
 each iteration; gather every rank's times on process 0. The session (meeting, peer failures,
 the world) is RankSession's; the worker runs it under the supervisor, as a training run.
-
-A timed region holds only the operation and the device synchronisation after it: buffers
-are made, filled and checked outside it, and ranks line up (barrier) before each loop.
-The measurement runs in a thread so that a stop (SIGTERM: the supervisor's, at --timeout or
-on Ctrl-C) is handled at once even while a collective blocks in native code; rows measured
-so far are kept in the record whatever ends the run.
+What a timed region holds: docs/comm.md, "Sanity". The measurement runs in a thread so that a
+stop (SIGTERM) is handled at once even while a collective blocks in native code.
 """
 
 from __future__ import annotations
@@ -107,6 +103,12 @@ class CommMeasurement(RankSession):
             self.wrong_messages.append(f"{what}: {wrong} wrong elements")
         self.rows.append(row)
 
+    def _gather_row(self, tag: str, times: list[float], wrong: int, what: str, make_row) -> None:
+        """Every rank's times and wrong elements to process 0, which adds the row make_row(per-rank times) makes."""
+        everyone = self.gather(tag, {"times": times, "wrong": wrong})
+        if everyone:
+            self._add(make_row([e["times"] for e in everyone]), sum(e["wrong"] for e in everyone), what)
+
     def _op_allreduce(self) -> None:
         backend, n, rank = self.backend, self.world.size, self.world.rank
         sizes = metrics.message_sizes(self.options.min_bytes, self.options.max_bytes, self.options.step_factor)
@@ -118,11 +120,8 @@ class CommMeasurement(RankSession):
             wrong = metrics.wrong_elements(backend.read(reduced), metrics.expected_sum(n, elements))
             buffer = backend.buffer(np.zeros(elements, dtype=np.float32))  # sums of zeros never overflow
             times = self._timed(lambda: backend.allreduce(buffer))
-            everyone = self.gather(f"allreduce:{nbytes}", {"times": times, "wrong": wrong})
-            if everyone:
-                row = metrics.timing_row("allreduce", nbytes, [e["times"] for e in everyone], n)
-                row["ranks"] = n
-                self._add(row, sum(e["wrong"] for e in everyone), f"allreduce {metrics.format_size(nbytes)}")
+            self._gather_row(f"allreduce:{nbytes}", times, wrong, f"allreduce {metrics.format_size(nbytes)}",
+                             lambda per_rank: {**metrics.timing_row("allreduce", nbytes, per_rank, n), "ranks": n})
 
     def _op_pingpong(self) -> None:
         backend, n, rank = self.backend, self.world.size, self.world.rank
@@ -162,11 +161,9 @@ class CommMeasurement(RankSession):
                 def round_trip():
                     pass
             times = self._timed(round_trip)
-            everyone = self.gather(f"pingpong:{nbytes}", {"times": times, "wrong": wrong})
-            if everyone:
-                row = metrics.pingpong_row(nbytes, everyone[near]["times"])
-                row.update(ranks=2, peer=f"{near}<->{far}")
-                self._add(row, sum(e["wrong"] for e in everyone), f"pingpong {metrics.format_size(nbytes)}")
+            self._gather_row(f"pingpong:{nbytes}", times, wrong, f"pingpong {metrics.format_size(nbytes)}",
+                             lambda per_rank: {**metrics.pingpong_row(nbytes, per_rank[near]), "ranks": 2,
+                                               "peer": f"{near}<->{far}"})
 
     def _op_gradients(self) -> None:
         backend, n, rank = self.backend, self.world.size, self.world.rank
@@ -181,11 +178,9 @@ class CommMeasurement(RankSession):
         wrong = sum(metrics.wrong_elements(backend.read(r), metrics.expected_sum(n, c)) for r, c in zip(reduced, counts))
         buffers = [backend.buffer(np.zeros(c, dtype=np.float32)) for c in counts]
         times = self._timed(lambda: backend.allreduce_many(buffers))
-        everyone = self.gather("gradients", {"times": times, "wrong": wrong})
-        if everyone:
-            row = metrics.timing_row("gradients", total, [e["times"] for e in everyone], n)
-            row.update(ranks=n, buckets=buckets)
-            self._add(row, sum(e["wrong"] for e in everyone), f"gradients of {self.options.model}")
+        self._gather_row("gradients", times, wrong, f"gradients of {self.options.model}",
+                         lambda per_rank: {**metrics.timing_row("gradients", total, per_rank, n), "ranks": n,
+                                           "buckets": buckets})
 
     def _ps_rows(self, op: str) -> None:
         """pull/push: one row per distinct variable size of the model within --min-bytes..--max-bytes

@@ -1,12 +1,5 @@
-"""Message sizes and bandwidths, defined as nccl-tests defines them.
-
-nccl-tests (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
-time is the average time of one operation; algbw = S / t; busbw = algbw x a
-per-operation factor that makes the number comparable with the hardware's
-peak link bandwidth, 2(n-1)/n for all-reduce. GB/s are 1e9 bytes per second.
-Point-to-point follows NetPIPE: a message goes there and back, half the round
-trip is the one-way latency, bandwidth = S / (round trip / 2).
-"""
+"""Message sizes and bandwidths, defined as nccl-tests (and NetPIPE, for point-to-point) define
+them: docs/comm.md, "Definitions"."""
 
 from __future__ import annotations
 

@@ -13,14 +13,11 @@ from ..frameworks.base import DeviceInfo  # noqa: E402
 from .base import CommBackend  # noqa: E402
 
 
-def model_gradient_bytes(model: str, image_size: int | None = None) -> list[int]:
-    """Bytes of each trainable variable of the Keras model built for `image_size` (None: the
-    model's default), in backward (reverse) order."""
-    from ..config import MODELS
+def model_gradient_bytes(model: str, image_size: int) -> list[int]:
+    """Bytes of each trainable variable of the Keras model built for `image_size`, in backward (reverse) order."""
     from ..frameworks import keras_models
 
-    size = image_size or MODELS[model].default_image_size
-    network = keras_models.build(model, (size, size, 3), 1000, model == "inception3")
+    network = keras_models.build(model, (image_size, image_size, 3), 1000, model == "inception3")
     return [int(np.prod(v.shape)) * 4 for v in reversed(network.trainable_variables)]
 
 

@@ -1,23 +1,7 @@
-"""`bench comm --strategy ps`: pull and push of the model's variables through TensorFlow
-parameter servers, set up as --strategy ps trains (benchmarks/frameworks/tf_ps.py).
-
-The chief (process 0) builds --model with its variables on the parameter servers, placed as
-training places them (round-robin or greedy by bytes), and drives every worker; workers and
-parameter servers only serve (a tf.distribute.Server each). For a variable held by PS p, with
-N workers, all at once:
-
-- pull: every worker reads the variable into its own memory (a tensor from p);
-- push: every worker adds a buffer of the variable's size, held in its own memory, into the
-  variable on p (the transfer and p's add);
-- ps_step: every worker pulls every variable of the model, then, once all arrived, pushes into
-  every one: one training step's traffic without its compute.
-
-One operation is one function the chief runs over the workers' and PS's devices. Each worker
-stamps it on its own clock (tf.timestamp): before its transfer may start (the PS's read waits
-for the stamp) and after it completed (the pulled tensors are in the worker's memory; the PS's
-adds are done and a control edge came back). The chief's dispatch of the function is outside
-the stamps. Workers and PS run on CPU, as PS training runs them (Framework.serves_only hides
-GPUs). TF_CONFIG is set by the caller before import.
+"""`bench comm --strategy ps`: pull, push and ps_step of the model's variables through TensorFlow
+parameter servers, set up as --strategy ps trains (benchmarks/frameworks/tf_ps.py). What each operation
+moves, how every worker stamps it on its own clock and how it is checked: docs/comm.md, "Parameter
+servers". Workers and PS run on CPU, as PS training runs them. TF_CONFIG is set by the caller before import.
 """
 
 from __future__ import annotations
@@ -55,7 +39,6 @@ class TFPsBackend(CommBackend):
         if self.serves_only:
             self.server = tf_ps.start_server()
             return
-        from ..config import MODELS
         from ..frameworks import keras_models
 
         opts = self.options
@@ -68,7 +51,7 @@ class TFPsBackend(CommBackend):
         self.num_workers = strategies.get(opts.strategy).workers(self.dist.world.size, opts.num_ps)
         self.strategy = tf_ps.make_strategy()
         self.device = self._device(0)  # where the buffers are made (each worker its own)
-        size = opts.image_size or MODELS[opts.model].default_image_size
+        size = opts.image_size
         with self.strategy.scope(), tf_ps.placement_scope(self.strategy, opts.ps_placement, opts.num_ps):
             self.model = keras_models.build(opts.model, (size, size, 3), 1000, has_aux_head(opts.model, size))
         self.variables = [v.value for v in self.model.variables if v.dtype == tf.float32]
@@ -150,9 +133,8 @@ class TFPsBackend(CommBackend):
         return [float(t) for t in self._function(op, indices, False)().numpy()]
 
     def check(self, op: str, indices: tuple[int, ...]) -> int:
-        """Wrong elements after one checked operation (untimed), summed over workers. pull: each
-        variable holds the pattern and every worker compares what it pulled; push: variables start
-        at zero, worker w pushes pattern(w), and each PS compares the sums it holds. ps_step: both."""
+        """Wrong elements after one checked operation (untimed), summed over workers, checked as
+        docs/comm.md ("Parameter servers") says."""
         if op == STEP:
             return self.check(PULL, indices) + self.check(PUSH, indices)
         variables = [self.variables[i] for i in indices]

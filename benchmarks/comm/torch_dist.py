@@ -28,14 +28,13 @@ def available(backend: str) -> bool:
     return {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available, "mpi": dist.is_mpi_available}[backend]()
 
 
-def model_gradient_bytes(model: str, image_size: int | None = None) -> list[int]:
+def model_gradient_bytes(model: str, image_size: int) -> list[int]:
     """Bytes of each trainable parameter's gradient, in the order backward produces them
-    (reverse of definition, the order DDP assumes), of the model built for `image_size` (None: the
-    model's default; it matters for smallcnn, whose classifier follows the image size)."""
-    from ..config import MODELS
+    (reverse of definition, the order DDP assumes), of the model built for `image_size` (it matters
+    for smallcnn, whose classifier follows the image size)."""
     from ..frameworks.torch_backend import build_model
 
-    network = build_model(model, 1000, model == "inception3", image_size or MODELS[model].default_image_size)
+    network = build_model(model, 1000, model == "inception3", image_size)
     return [p.numel() * p.element_size() for p in reversed(list(network.parameters())) if p.requires_grad]
 
 

@@ -185,9 +185,7 @@ class Rendezvous:
         self.where = f"{host}:{port}"
         self._server = self._sock = self._board = None
         self._lines = None
-        if size == 1:
-            self._board = _Board(1, on_failure, run_token)
-        elif rank == 0:
+        if rank == 0:
             self._board = _Board(size, on_failure, run_token)
             try:
                 self._server = _Server(("", port), _Handler)

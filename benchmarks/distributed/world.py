@@ -40,17 +40,7 @@ def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """Slurm's compressed host list ('node[1-3,7],gpu01') as names, without calling scontrol."""
-    hosts, depth, part = [], 0, ""
-    for char in nodelist + ",":
-        if char == "," and depth == 0:
-            if part:
-                hosts.extend(_expand_one(part))
-            part = ""
-            continue
-        depth += char == "["
-        depth -= char == "]"
-        part += char
-    return hosts
+    return [name for part in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", nodelist) for name in _expand_one(part)]
 
 
 def _expand_one(pattern: str) -> list[str]:

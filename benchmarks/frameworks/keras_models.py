@@ -90,11 +90,6 @@ class AdaptiveAveragePooling(layers.Layer):
             x = keras.ops.concatenate(pieces, axis=axis)
         return x
 
-    def compute_output_shape(self, input_shape):
-        if keras.config.image_data_format() == "channels_first":
-            return (input_shape[0], input_shape[1], *self.output_size)
-        return (input_shape[0], *self.output_size, input_shape[3])
-
 
 def _conv_bn(x, filters, kernel):
     axis = 1 if keras.config.image_data_format() == "channels_first" else -1

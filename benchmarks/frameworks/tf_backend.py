@@ -2,9 +2,7 @@
 
 `model.fit` is avoided on purpose: it warms up slowly, hides the step boundary
 and fails under ParameterServerStrategy; a tf.function step is what
-tf_cnn_benchmarks-style measurement needs. Strategies: none, allreduce
-(MultiWorkerMirroredStrategy), horovod; ps (ParameterServerStrategy) is the
-subclass in tf_ps.py.
+tf_cnn_benchmarks-style measurement needs.
 TF_CONFIG is exported by the measurement before this module is imported.
 """
 

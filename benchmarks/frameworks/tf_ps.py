@@ -5,13 +5,9 @@ servers (round-robin, or greedy by bytes), schedules every worker's steps
 through a ClusterCoordinator and measures them; workers and PS tasks only host
 a gRPC server (Framework.serves_only). Each step is stamped on the worker that
 ran it (tf.timestamp) and timing.loop_from_stamps turns the stamps into that
-worker's loop, so a step means what it means in every other strategy.
-
-A step's gradients reach the parameter servers after the step's `end` stamp (the
-worker hands them over; the PS receive and apply them while the chief waits for
-the step to complete), so each step also stamps `pushed`: when a probe that reads
-every variable after its update, one per PS (benchmarks.trace.PUSHED), reached the
-worker. bench --trace uses it to tell the push from idle time (benchmarks/trace.py).
+worker's loop, so a step means what it means in every other strategy. Each step
+also stamps `pushed`, when its gradients were applied on every PS: bench --trace tells
+the push from idle time by it (docs/results.md, --trace).
 The variable placement and the PS/worker server are module functions, shared with
 `bench comm --strategy ps` (benchmarks/comm/tf_ps_comm.py).
 """

@@ -18,13 +18,7 @@ from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
 from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
-TORCHVISION_MODELS = {
-    "alexnet": "alexnet",
-    "resnet50": "resnet50",
-    "resnet101": "resnet101",
-    "resnet152": "resnet152",
-    "inception3": "inception_v3",
-}
+TORCHVISION_NAMES = {"inception3": "inception_v3"}  # the other --model names are torchvision's own
 
 
 MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
@@ -107,7 +101,7 @@ class SmallCNN(torch.nn.Sequential):
 def build_model(model: str, num_classes: int, aux_head: bool, image_size: int = 224, seed: int = 0) -> torch.nn.Module:
     if model == "smallcnn":
         return SmallCNN(image_size, num_classes, seed)
-    builder = getattr(torchvision.models, TORCHVISION_MODELS[model])
+    builder = getattr(torchvision.models, TORCHVISION_NAMES.get(model, model))
     kwargs = {"weights": None, "num_classes": num_classes}
     if model == "inception3":
         kwargs.update(aux_logits=aux_head, init_weights=False)
