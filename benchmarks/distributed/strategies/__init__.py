@@ -1,53 +1,14 @@
-"""One object per --strategy: PsStrategy in ps.py, the others (attributes only) here; adding one = a
-Strategy subclass + its entry in _ALL."""
+"""One object per --strategy; adding one = a Strategy subclass in its own file + one line here."""
 
 from __future__ import annotations
 
+from .allreduce import AllreduceStrategy
 from .base import WORKER, Role, Strategy
+from .ddp import DdpStrategy
+from .fsdp import FsdpStrategy
+from .horovod import HorovodStrategy
+from .none import NoStrategy
 from .ps import CHIEF, PS, PsStrategy
-
-
-class NoStrategy(Strategy):
-    name = "none"
-    summary = "independent processes, each training its own replica"
-    frameworks = ("torch", "tensorflow")
-    syncs_replicas = False  # several ranks train independent replicas
-    comm_ops = ("allreduce", "pingpong", "gradients")
-
-
-class DdpStrategy(Strategy):
-    name = "ddp"
-    summary = "PyTorch DDP (gloo on CPU, NCCL on GPU)"
-    frameworks = ("torch",)
-    backends = {"torch": "benchmarks.frameworks.torch_backend:TorchDdpFramework"}
-
-
-class HorovodStrategy(Strategy):
-    name = "horovod"
-    summary = "Horovod ring all-reduce"
-    frameworks = ("torch", "tensorflow")
-    backends = {"torch": "benchmarks.frameworks.torch_backend:TorchHorovodFramework",
-                "tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowHorovodFramework"}
-
-
-class AllreduceStrategy(Strategy):
-    name = "allreduce"
-    summary = "TF MultiWorkerMirroredStrategy"
-    frameworks = ("tensorflow",)
-    tf_cluster = True
-    backends = {"tensorflow": "benchmarks.frameworks.tf_backend:TensorFlowAllreduceFramework"}
-
-
-class FsdpStrategy(Strategy):
-    """Each rank holds 1/N of the parameters, gradients and optimizer state (benchmarks/frameworks/torch_fsdp.py)."""
-
-    name = "fsdp"
-    summary = "PyTorch fully sharded data parallel (FSDP2; gloo on CPU, NCCL on GPU)"
-    frameworks = ("torch",)
-    exchange = "all-gather + reduce-scatter"
-    exchange_op = None  # no bench comm op moves a sharded step's traffic: reports predict none
-    backends = {"torch": "benchmarks.frameworks.torch_fsdp:TorchFsdpFramework"}
-
 
 _ALL = (NoStrategy(), DdpStrategy(), HorovodStrategy(), AllreduceStrategy(), PsStrategy(), FsdpStrategy())
 STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in _ALL}

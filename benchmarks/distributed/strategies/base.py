@@ -1,6 +1,6 @@
 """The Strategy interface: what a --strategy means for processes, roles and results.
 
-Everything outside a strategy's own class asks its object instead of comparing
+Everything outside a strategy's own file asks its object instead of comparing
 its name: which frameworks have it, how many processes (workers, num_ps) take,
 the role of a process, whether the chief measures and gathers every worker's
 results itself, and whether replicas should end with identical parameters.
