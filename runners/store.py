@@ -1,21 +1,11 @@
-"""Read result stores: plain bench JSONL (`bench --output`) and sweep stores (envelopes).
+"""Read result stores: plain bench JSONL (`bench --output`, docs/results.md) and sweep stores,
+whose lines are envelopes {"sweep": {...}, "record": <bench record> | null, "error": ...} (docs/sweeps.md).
 
-A sweep store line is an envelope (docs/sweeps.md):
-
-    {"sweep": {"config_hash", "plan", "attempt", "point", ...}, "record": <bench record> | null, "error": str | null}
-
-A plain bench line is the record itself (docs/results.md). `iter_records`
-yields bench records from either; `iter_entries` yields every line as an
-envelope (plain records get `sweep: None`), failures without a record included.
-
-Every line is written with one write + fsync (benchmarks.durable.append_jsonl), so
-only the last line can be incomplete (power loss, full disk): it is skipped with
-a StoreWarning. An unreadable line before the last is corruption: ValueError.
-
-Writers hold an exclusive lock on the store while they append; readers never see another
-process's line half written (they would take it for a torn one): DuckDB parses a store under
-its shared lock (`reading`: an append waits for that parse), and the lines read here end where
-the store ended at a moment no append was in progress (`_whole_length`).
+Every line is written with one write + fsync under the store's exclusive lock
+(benchmarks.durable.append_jsonl), so only the last line can be incomplete (power loss, full
+disk): it is skipped with a StoreWarning; an unreadable line before it is corruption
+(CorruptStore). Readers never take another process's line half written for a torn one: they read
+under the shared lock (`reading`) or up to a length taken under it (`_whole_length`).
 """
 
 from __future__ import annotations

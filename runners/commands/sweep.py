@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 from benchmarks import durable
@@ -336,9 +337,7 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
                    MlflowLog(console, tracker) if tracker else None)
         except durable.OutputError as error:
             unwritable = error
-    counts = {k: 0 for k in ("ok", "oom", "failed", "timeout", "interrupted")}
-    for status in final.values():
-        counts[status] = counts.get(status, 0) + 1
+    counts = {**dict.fromkeys(("ok", "oom", "failed", "timeout", "interrupted"), 0), **Counter(final.values())}
     _summary(console, counts, len(points) - len(todo), len(skipped), len(todo) - len(final), store_path)
     if unwritable is not None:
         saved = (f"the last entry is kept in {unwritable.fallback} and is appended by the next run of this sweep"
