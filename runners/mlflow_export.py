@@ -11,6 +11,7 @@ next export deletes and writes again; a complete run is never written twice.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import json
@@ -299,8 +300,6 @@ class Tracker:
     def _abandon(self, run_id: str) -> None:
         """A run that could not be completed: FAILED and deleted, so none is left RUNNING (best effort: the
         store may be what failed; the next export deletes what is left)."""
-        try:
+        with contextlib.suppress(Exception):  # the store is failing already; the first error is the one to report
             self.client.set_terminated(run_id, "FAILED")
             self.client.delete_run(run_id)
-        except Exception:  # noqa: BLE001 - the store is failing already; the first error is the one to report
-            pass

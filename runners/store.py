@@ -135,9 +135,9 @@ def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> It
             yield {"sweep": None, "record": obj, "error": None}
 
 
-def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+def iter_numbered_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, bench record) per line holding one: a plain record, or an envelope's."""
-    for number, obj in _lines(path):
+    for number, obj in _lines(path, mentioning):
         record = obj["record"] if is_envelope(obj) else obj
         if record is not None:
             yield number, record
@@ -145,9 +145,8 @@ def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]
 
 def iter_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
     """The bench records in a plain or sweep JSONL store, in file order (envelopes without a record skipped)."""
-    for entry in iter_entries(path, mentioning):
-        if entry["record"] is not None:
-            yield entry["record"]
+    for _, record in iter_numbered_records(path, mentioning):
+        yield record
 
 
 def repair_tail(path: str | os.PathLike) -> bool:

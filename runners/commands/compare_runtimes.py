@@ -151,10 +151,9 @@ def run(args) -> int:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
         dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
     launches: dict[str, list[dict]] = {name: [] for name in names}
-    (out / "logs").mkdir(exist_ok=True)
     records: list[dict] = []
     no_record: list[str] = []
     rows_csv = []

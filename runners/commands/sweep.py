@@ -27,6 +27,7 @@ store fails mid-sweep, one warning says so, the sweep goes on without it, and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -189,21 +190,17 @@ def run_point(request: dispatch.RunRequest, log_path: Path, stop: Stop, deadline
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(read_fd, 65536), b"")), daemon=True)
     reader.start()
-    try:
+    with contextlib.suppress(BrokenPipeError):
         child.stdin.write(payload.encode())
         child.stdin.close()
-    except BrokenPipeError:
-        pass
     started = time.monotonic()
     killed = None
     while child.poll() is None:
         if deadline_s is not None and killed is None and time.monotonic() - started > deadline_s:
             killed = f"no result {deadline_s:g} s after the start: stopped by the sweep"
             child.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
     stop.child = None
     reader.join(timeout=10)
     os.close(read_fd)
@@ -221,11 +218,9 @@ def _no_record_reason(result: dict, log_path: Path) -> str:
     signum = (-code if code < 0 else code - 128 if 128 < code < 160 else None) if isinstance(code, int) else None
     how = f"killed by signal {signum}" if signum else f"exit code {code}"  # launchers report 128 + signal
     last = ""
-    try:
+    with contextlib.suppress(OSError):
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
         last = f"; last output: {lines[-1].strip()[:300]}" if lines else ""
-    except OSError:
-        pass
     command = f"; command: {shlex.join(result['command'])}" if result.get("command") else ""
     return f"bench wrote no record ({how}){last}{command}"
 
