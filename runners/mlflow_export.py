@@ -4,9 +4,8 @@
 docs/mlflow.md lists every field) without importing MLflow; `Tracker` writes it through
 MLflow's own client, to any tracking URI MLflow accepts (a directory, file:, sqlite:, http(s):).
 
-A run is complete once its tag `dlbench.export` reads `complete`, set after everything else:
-an export that stopped half-way (server gone, Ctrl-C) leaves a run without it, which the
-next export deletes and writes again; a complete run is never written twice.
+A run is complete once its tag `dlbench.export` reads `complete`, set last (docs/mlflow.md,
+"Idempotent"): the next export deletes and rewrites a run without it, and never a complete one.
 """
 
 from __future__ import annotations

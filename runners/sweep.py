@@ -231,6 +231,11 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
 # --- the product -------------------------------------------------------------------------------
 
+# the axes a point's label names where not at their default: axis -> (name in the label, default)
+LABELLED = {"strategy": ("strategy", strategies.DEFAULT), "num_ps": ("ps", 0), "data": ("data", "synthetic"),
+            "runtime": ("runtime", runtimes.DEFAULT), "image": ("image", None)}
+
+
 @dataclass
 class Point:
     values: dict  # one value per axis, in AXES order
@@ -257,16 +262,7 @@ class Point:
     def label(self) -> str:
         v = self.values
         parts = [v["framework"], v["model"], f"bs={v['batch_size']}", f"ranks={v['ranks']}"]
-        if v["strategy"] != strategies.DEFAULT:
-            parts.append(f"strategy={v['strategy']}")
-        if v["num_ps"]:
-            parts.append(f"ps={v['num_ps']}")
-        if v["data"] != "synthetic":
-            parts.append(f"data={v['data']}")
-        if v["runtime"] != runtimes.DEFAULT:
-            parts.append(f"runtime={v['runtime']}")
-        if v["image"]:
-            parts.append(f"image={v['image']}")
+        parts += [f"{name}={v[axis]}" for axis, (name, default) in LABELLED.items() if v[axis] != default]
         parts += [f"{name}={self.bench[name]}" for name in self.varied]
         return " ".join(parts)
 
