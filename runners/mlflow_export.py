@@ -46,9 +46,6 @@ REPEAT_METRICS = {"repeat.images_per_sec": ("images_per_sec",), "repeat.wall_tim
                   "repeat.step_time_s.p90": ("step_time_s", "p90"), "repeat.step_time_s.mean": ("step_time_s", "mean"),
                   "repeat.input_wait_fraction": ("input_wait_fraction",), "repeat.joules": ("joules",)}
 RANK_METRICS = {"rank.images_per_sec": ("images_per_sec",), "rank.wall_time_s": ("wall_time_s",)}
-# a curve: a list of points under record[SECTION][KEY], each with the step field; its other numeric
-# fields become metrics SECTION.FIELD at that step (time-to-accuracy runs' evaluation points)
-CURVES = (("accuracy", "curve", "samples"),)
 COMM_ROW_METRICS = ("busbw_gbps", "algbw_gbps", "time_s", "latency_us")
 WORLD_PARAMS = ("workers", "processes", "num_ps", "nodes", "processes_per_node", "launcher")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy stores: full mlflow, not mlflow-skinny
@@ -133,11 +130,10 @@ def _metrics(record: dict) -> list[tuple[str, float, int]]:
         for row in rows or []:
             found += [(name, value, int(row.get(index) or 0)) for name, path in table.items()
                       if (value := _number(_get(row, path))) is not None]
-    for section, key, step in CURVES:
-        for point in _get(record, (section, key)) or []:
-            if isinstance(point, dict) and isinstance(point.get(step), int):
-                found += [(f"{section}.{name}", value, point[step]) for name, item in point.items()
-                          if name != step and (value := _number(item)) is not None]
+    for point in _get(record, ("accuracy", "curve")) or []:  # evaluation points: accuracy.FIELD at step = samples
+        if isinstance(point, dict) and isinstance(point.get("samples"), int):
+            found += [(f"accuracy.{name}", value, point["samples"]) for name, item in point.items()
+                      if name != "samples" and (value := _number(item)) is not None]
     return found
 
 
