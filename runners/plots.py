@@ -81,9 +81,9 @@ def _label(fields: list[str], values: tuple) -> str:
     return keys.describe(dict(zip(fields, values))) or "all"
 
 
-def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
+def _series(records: list[dict]) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
     """Records split into lines (key minus batch size) -> batch size -> records."""
-    fields = keys.varying(aggregate.keys(records), exclude=(*exclude, "framework", "model"))
+    fields = keys.varying(aggregate.keys(records), exclude=("batch_size", "framework", "model"))
     lines: dict[tuple, dict[int, list[dict]]] = defaultdict(dict)
     for key, members in aggregate.group(records, (*fields, "batch_size")).items():
         lines[key[:-1]][key[-1]] = members

@@ -125,10 +125,9 @@ def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:
     return f"{path}: line {number} {message}", keep
 
 
-def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
-    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}
-    (with `mentioning`: the lines holding those bytes)."""
-    for _, obj in _lines(path, mentioning):
+def iter_entries(path: str | os.PathLike) -> Iterator[dict]:
+    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}."""
+    for _, obj in _lines(path):
         if is_envelope(obj):
             yield {"sweep": obj["sweep"], "record": obj["record"], "error": obj.get("error")}
         else:
