@@ -329,7 +329,7 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     with Stop() as stop:
         try:
             _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop,
-                   MlflowLog(console, tracker) if tracker else None)
+                   MlflowLog(console, tracker))
         except durable.OutputError as error:
             unwritable = error
     counts = {**dict.fromkeys(("ok", "oom", "failed", "timeout", "interrupted"), 0), **Counter(final.values())}
@@ -346,8 +346,8 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
 
 
 class MlflowLog:
-    """Each stored record to MLflow as it comes; after the first failure of the tracking store, nothing more
-    (the store has every record; `benchrun export --mlflow` catches up later)."""
+    """Each stored record to MLflow as it comes (tracker None: without --mlflow); after the first failure of
+    the tracking store, nothing more (the store has every record; `benchrun export --mlflow` catches up later)."""
 
     def __init__(self, console, tracker):
         self.console, self.tracker = console, tracker
@@ -364,7 +364,7 @@ class MlflowLog:
 
 
 def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
-           logged=None) -> None:
+           logged) -> None:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -403,8 +403,7 @@ def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_p
                 status = status_of(entry)
                 final[h] = status
                 durable.append_or_fallback(store_path, entry, pending_name(store_path))
-                if logged:
-                    logged(entry)
+                logged(entry)
                 progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
                 if status not in RETRY or stop.requested:
                     break
