@@ -47,7 +47,6 @@ def arm_label(arm: "Arm") -> str:
 class Arm:
     key: dict  # keys.key_of fields
     rule: str
-    base_lr: float
     target: float
     records: list[dict]
     alike: tuple  # measured_alike: arms compare only with arms of the same
@@ -125,8 +124,8 @@ def arms(records) -> list[Arm]:
     found = []
     for members in groups.values():
         first = members[0]
-        found.append(Arm(keys.key_of(first), first["config"]["lr_rule"], first["config"]["base_lr"],
-                         first["config"]["target_accuracy"], members, measured_alike(first)))
+        found.append(Arm(keys.key_of(first), first["config"]["lr_rule"], first["config"]["target_accuracy"], members,
+                         measured_alike(first)))
     for arm in found:
         arm.reference = reference_for(arm, found)
         arm.flags = flags(arm)
