@@ -1,20 +1,12 @@
 """Time-to-accuracy records (bench --target-accuracy) turned into what a report says about them.
 
 Pure data, like runners/reporting/. Runs of one *arm* (the same configuration, LR rule and
-target; seeds differ) are scored as MLPerf Training scores repeated runs: the olympic mean
-of their times (benchmarks.stats.olympic_mean; a run that did not converge counts as
-infinitely slow, so one may be dropped at five runs and more, never averaged in). Each arm
-is compared with its *reference*: the 1-worker arm of the same framework, model, per-worker
-batch, data, evaluation points, base LR and target. Speed-up to target = reference time / time, split into
-statistical efficiency (reference samples-to-target / samples-to-target) x hardware
-efficiency (images/sec / reference images/sec). Two flags guard the comparison:
-
-- fast but wrong: more images/sec than the reference, but a best accuracy below the
-  reference's by more than its seed spread (two standard deviations over seeds, at least
-  FLOOR), or the target not reached in most runs;
-- suspiciously fast: significantly fewer samples to target than the reference (one-sided
-  Welch t-test, p < ALPHA, as MLPerf checks submissions against its reference convergence
-  points): a faster convergence than the 1-worker run is not expected from scaling alone.
+target; seeds differ) are scored as MLPerf Training scores repeated runs (olympic mean), and
+each arm is compared with its *reference*, the 1-worker arm of the same family
+(docs/reports.md, "Time to accuracy", has every definition). Two flags guard the comparison:
+fast but wrong (more images/sec, worse accuracy), and suspiciously fast (significantly fewer
+samples to target, as MLPerf checks submissions against its reference convergence points: a
+faster convergence than the 1-worker run is not expected from scaling alone).
 """
 
 from __future__ import annotations
@@ -55,7 +47,6 @@ def arm_label(arm: "Arm") -> str:
 class Arm:
     key: dict  # keys.key_of fields
     rule: str
-    base_lr: float
     target: float
     records: list[dict]
     alike: tuple  # measured_alike: arms compare only with arms of the same
@@ -133,8 +124,8 @@ def arms(records) -> list[Arm]:
     found = []
     for members in groups.values():
         first = members[0]
-        found.append(Arm(keys.key_of(first), first["config"]["lr_rule"], first["config"]["base_lr"],
-                         first["config"]["target_accuracy"], members, measured_alike(first)))
+        found.append(Arm(keys.key_of(first), first["config"]["lr_rule"], first["config"]["target_accuracy"], members,
+                         measured_alike(first)))
     for arm in found:
         arm.reference = reference_for(arm, found)
         arm.flags = flags(arm)

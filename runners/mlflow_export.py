@@ -4,13 +4,13 @@
 docs/mlflow.md lists every field) without importing MLflow; `Tracker` writes it through
 MLflow's own client, to any tracking URI MLflow accepts (a directory, file:, sqlite:, http(s):).
 
-A run is complete once its tag `dlbench.export` reads `complete`, set after everything else:
-an export that stopped half-way (server gone, Ctrl-C) leaves a run without it, which the
-next export deletes and writes again; a complete run is never written twice.
+A run is complete once its tag `dlbench.export` reads `complete`, set last (docs/mlflow.md,
+"Idempotent"): the next export deletes and rewrites a run without it, and never a complete one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import json
@@ -46,9 +46,6 @@ REPEAT_METRICS = {"repeat.images_per_sec": ("images_per_sec",), "repeat.wall_tim
                   "repeat.step_time_s.p90": ("step_time_s", "p90"), "repeat.step_time_s.mean": ("step_time_s", "mean"),
                   "repeat.input_wait_fraction": ("input_wait_fraction",), "repeat.joules": ("joules",)}
 RANK_METRICS = {"rank.images_per_sec": ("images_per_sec",), "rank.wall_time_s": ("wall_time_s",)}
-# a curve: a list of points under record[SECTION][KEY], each with the step field; its other numeric
-# fields become metrics SECTION.FIELD at that step (time-to-accuracy runs' evaluation points)
-CURVES = (("accuracy", "curve", "samples"),)
 COMM_ROW_METRICS = ("busbw_gbps", "algbw_gbps", "time_s", "latency_us")
 WORLD_PARAMS = ("workers", "processes", "num_ps", "nodes", "processes_per_node", "launcher")
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")  # SQLAlchemy stores: full mlflow, not mlflow-skinny
@@ -133,11 +130,10 @@ def _metrics(record: dict) -> list[tuple[str, float, int]]:
         for row in rows or []:
             found += [(name, value, int(row.get(index) or 0)) for name, path in table.items()
                       if (value := _number(_get(row, path))) is not None]
-    for section, key, step in CURVES:
-        for point in _get(record, (section, key)) or []:
-            if isinstance(point, dict) and isinstance(point.get(step), int):
-                found += [(f"{section}.{name}", value, point[step]) for name, item in point.items()
-                          if name != step and (value := _number(item)) is not None]
+    for point in _get(record, ("accuracy", "curve")) or []:  # evaluation points: accuracy.FIELD at step = samples
+        if isinstance(point, dict) and isinstance(point.get("samples"), int):
+            found += [(f"accuracy.{name}", value, point["samples"]) for name, item in point.items()
+                      if name != "samples" and (value := _number(item)) is not None]
     return found
 
 
@@ -299,8 +295,6 @@ class Tracker:
     def _abandon(self, run_id: str) -> None:
         """A run that could not be completed: FAILED and deleted, so none is left RUNNING (best effort: the
         store may be what failed; the next export deletes what is left)."""
-        try:
+        with contextlib.suppress(Exception):  # the store is failing already; the first error is the one to report
             self.client.set_terminated(run_id, "FAILED")
             self.client.delete_run(run_id)
-        except Exception:  # noqa: BLE001 - the store is failing already; the first error is the one to report
-            pass

@@ -81,9 +81,9 @@ def _label(fields: list[str], values: tuple) -> str:
     return keys.describe(dict(zip(fields, values))) or "all"
 
 
-def _series(records: list[dict], exclude=("batch_size",)) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
+def _series(records: list[dict]) -> tuple[dict[tuple, dict[int, list[dict]]], list[str]]:
     """Records split into lines (key minus batch size) -> batch size -> records."""
-    fields = keys.varying(aggregate.keys(records), exclude=(*exclude, "framework", "model"))
+    fields = keys.varying(aggregate.keys(records), exclude=("batch_size", "framework", "model"))
     lines: dict[tuple, dict[int, list[dict]]] = defaultdict(dict)
     for key, members in aggregate.group(records, (*fields, "batch_size")).items():
         lines[key[:-1]][key[-1]] = members
@@ -132,7 +132,7 @@ def _batch_panel(ax, series, ooms: list[int], batches: list[int], searches=()) -
 
 
 def _oom_batches(records: list[dict]) -> list[int]:
-    return sorted({key[0] for key in aggregate.group(aggregate.with_status(records, "oom"), ("batch_size",))})
+    return sorted({key[0] for key in aggregate.group([r for r in records if r["status"] == "oom"], ("batch_size",))})
 
 
 def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, list]:
@@ -171,7 +171,7 @@ def _draw_throughput(path: Path, series, ooms: list[int], searches, batches: lis
 def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path) -> tuple[Path, list[str]] | None:
     """One panel per memory kind that has any value; null kinds are left out (and named)."""
     good = aggregate.ok(records)
-    views = [(name, title) for name, title in MEMORY_VIEWS if aggregate.memory(good, name) is not None]
+    views = [(name, title) for name, title in MEMORY_VIEWS if aggregate.metric(good, "memory", name) is not None]
     if not views:
         return None
     lines, fields = _series(good)
@@ -179,7 +179,7 @@ def memory_vs_batch(records: list[dict], framework: str, model: str, path: Path)
     for name, title in views:
         series = []
         for line_key, by_batch in lines.items():
-            xs, ys, errs = _points(by_batch, lambda rs: aggregate.memory(rs, name))
+            xs, ys, errs = _points(by_batch, lambda rs: aggregate.metric(rs, "memory", name))
             if xs:
                 series.append((_label(fields, line_key), xs, [y / MiB for y in ys], [e / MiB for e in errs]))
         panels.append((title, series))
@@ -277,11 +277,8 @@ def _draw_scaling_loss(path: Path, bars, title: str) -> None:
             continue
         bottoms = [positive[i] if v >= 0 else negative[i] for i, v in enumerate(values)]
         ax.bar(labels, values, bottom=bottoms, color=LOSS_COLOURS[name], edgecolor="black", label=why.LOSS_LABELS[name])
-        for i, v in enumerate(values):
-            if v >= 0:
-                positive[i] += v
-            else:
-                negative[i] += v
+        positive = [total + max(v, 0.0) for total, v in zip(positive, values)]
+        negative = [total + min(v, 0.0) for total, v in zip(negative, values)]
     ax.scatter(labels, [1e3 * loss for _, _, loss in bars], marker="_", s=900, color="black", zorder=5,
                label="measured T(N) − T(1)")
     ax.axhline(0, color="black", linewidth=0.8)

@@ -1,21 +1,11 @@
-"""Read result stores: plain bench JSONL (`bench --output`) and sweep stores (envelopes).
+"""Read result stores: plain bench JSONL (`bench --output`, docs/results.md) and sweep stores,
+whose lines are envelopes {"sweep": {...}, "record": <bench record> | null, "error": ...} (docs/sweeps.md).
 
-A sweep store line is an envelope (docs/sweeps.md):
-
-    {"sweep": {"config_hash", "plan", "attempt", "point", ...}, "record": <bench record> | null, "error": str | null}
-
-A plain bench line is the record itself (docs/results.md). `iter_records`
-yields bench records from either; `iter_entries` yields every line as an
-envelope (plain records get `sweep: None`), failures without a record included.
-
-Every line is written with one write + fsync (benchmarks.durable.append_jsonl), so
-only the last line can be incomplete (power loss, full disk): it is skipped with
-a StoreWarning. An unreadable line before the last is corruption: ValueError.
-
-Writers hold an exclusive lock on the store while they append; readers never see another
-process's line half written (they would take it for a torn one): DuckDB parses a store under
-its shared lock (`reading`: an append waits for that parse), and the lines read here end where
-the store ended at a moment no append was in progress (`_whole_length`).
+Every line is written with one write + fsync under the store's exclusive lock
+(benchmarks.durable.append_jsonl), so only the last line can be incomplete (power loss, full
+disk): it is skipped with a StoreWarning; an unreadable line before it is corruption
+(CorruptStore). Readers never take another process's line half written for a torn one: they read
+under the shared lock (`reading`) or up to a length taken under it (`_whole_length`).
 """
 
 from __future__ import annotations
@@ -135,19 +125,18 @@ def torn_tail(path: str | os.PathLike) -> tuple[str, int] | None:
     return f"{path}: line {number} {message}", keep
 
 
-def iter_entries(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
-    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}
-    (with `mentioning`: the lines holding those bytes)."""
-    for _, obj in _lines(path, mentioning):
+def iter_entries(path: str | os.PathLike) -> Iterator[dict]:
+    """Every line as an envelope {"sweep": dict | None, "record": dict | None, "error": str | None}."""
+    for _, obj in _lines(path):
         if is_envelope(obj):
             yield {"sweep": obj["sweep"], "record": obj["record"], "error": obj.get("error")}
         else:
             yield {"sweep": None, "record": obj, "error": None}
 
 
-def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+def iter_numbered_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[tuple[int, dict]]:
     """(line number, bench record) per line holding one: a plain record, or an envelope's."""
-    for number, obj in _lines(path):
+    for number, obj in _lines(path, mentioning):
         record = obj["record"] if is_envelope(obj) else obj
         if record is not None:
             yield number, record
@@ -155,9 +144,8 @@ def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]
 
 def iter_records(path: str | os.PathLike, mentioning: bytes | None = None) -> Iterator[dict]:
     """The bench records in a plain or sweep JSONL store, in file order (envelopes without a record skipped)."""
-    for entry in iter_entries(path, mentioning):
-        if entry["record"] is not None:
-            yield entry["record"]
+    for _, record in iter_numbered_records(path, mentioning):
+        yield record
 
 
 def repair_tail(path: str | os.PathLike) -> bool:

@@ -55,10 +55,13 @@ def _one_of(valid, aliases: dict | None = None):
     return check
 
 
-def _a_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a number, got {value!r}")
-    return value
+def _a_number(what: str = "a number"):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be {what}, got {value!r}")
+        return value
+
+    return check
 
 
 def _nonempty_str(value: str) -> str:
@@ -70,11 +73,9 @@ def _nonempty_str(value: str) -> str:
 def _axis(values: list) -> list:
     if not values:
         raise ValueError("must list at least one value")
-    seen = []
-    for value in values:
-        if value in seen:
+    for index, value in enumerate(values):
+        if value in values[:index]:
             raise ValueError(f"lists {value!r} twice")
-        seen.append(value)
     return values
 
 
@@ -95,7 +96,7 @@ class _Model(BaseModel):
 
 def _value_type(option: Option):
     """A plan's value of a bench option: its type, strictly, then the option's own choices and rule."""
-    base = {bool: StrictBool, int: StrictInt, float: Annotated[float, BeforeValidator(_a_number)]}.get(option.type, Name)
+    base = {bool: StrictBool, int: StrictInt, float: Annotated[float, BeforeValidator(_a_number())]}.get(option.type, Name)
     rules = [AfterValidator(_one_of(option.choices, option.aliases))] if option.choices else []
     rules += [AfterValidator(_obeys(option.check))] if option.check else []
     return Annotated[(base, *rules)] if rules else base
@@ -115,12 +116,6 @@ class _Matrix(_Model):
     def varied(self) -> dict[str, list]:
         """The bench options given as axes (seed, lr_rule, ...): each point gets one value of each as a bench option."""
         return {name: values for name, values in self.model_dump().items() if name not in AXES and values is not None}
-
-
-def _number_not_bool(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
-    return value
 
 
 MATRIX_OPTIONS = ("framework", "model", "batch_size", "strategy", "num_ps", "data_dir")  # the matrix's own axes
@@ -154,7 +149,8 @@ class Plan(_Model):
     bench: BenchOptions = BenchOptions()
     launcher: Annotated[Name, AfterValidator(_one_of(tuple(launchers.LAUNCHERS)))] = "local"
     launcher_args: list[Annotated[str, Field(strict=True)]] = []
-    timeout: Optional[Annotated[float, BeforeValidator(_number_not_bool), AfterValidator(_positive_number)]] = None
+    timeout: Optional[Annotated[float, BeforeValidator(_a_number("a positive number of seconds")),
+                                AfterValidator(_positive_number)]] = None
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -164,7 +160,7 @@ def _where(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("function-after[", "function-before[") or str(part).startswith(("function-", "lax-", "json-")):
+        elif str(part).startswith(("function-", "lax-", "json-")):
             continue
         else:
             out += ("." if out else "") + str(part)
@@ -172,6 +168,11 @@ def _where(loc: tuple) -> str:
 
 
 _MODELS_BY_KEY = {(): Plan, ("matrix",): Matrix, ("bench",): BenchOptions}
+# pydantic error type -> what the value must be
+MUST_BE = {**dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "an integer"), "string_type": "a string",
+           **dict.fromkeys(("bool_type", "bool_parsing"), "true or false"), "list_type": "a list",
+           **dict.fromkeys(("model_type", "model_attributes_type", "dict_type"), "a mapping of keys to values"),
+           **dict.fromkeys(("float_type", "float_parsing"), "a number")}
 
 
 def _message(error: dict) -> str:
@@ -184,18 +185,8 @@ def _message(error: dict) -> str:
         return f"{_where(loc)}: required key missing"
     if kind == "value_error":
         return f"{_where(loc)}: {error['msg'].removeprefix('Value error, ')}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"{_where(loc)}: must be an integer, got {error['input']!r}"
-    if kind in ("string_type",):
-        return f"{_where(loc)}: must be a string, got {error['input']!r}"
-    if kind in ("bool_type", "bool_parsing"):
-        return f"{_where(loc)}: must be true or false, got {error['input']!r}"
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"{_where(loc)}: must be a mapping of keys to values, got {error['input']!r}"
-    if kind in ("list_type",):
-        return f"{_where(loc)}: must be a list, got {error['input']!r}"
-    if kind in ("float_type", "float_parsing"):
-        return f"{_where(loc)}: must be a number, got {error['input']!r}"
+    if kind in MUST_BE:
+        return f"{_where(loc)}: must be {MUST_BE[kind]}, got {error['input']!r}"
     return f"{_where(loc)}: {error['msg']}"
 
 
@@ -240,6 +231,11 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
 # --- the product -------------------------------------------------------------------------------
 
+# the axes a point's label names where not at their default: axis -> (name in the label, default)
+LABELLED = {"strategy": ("strategy", strategies.DEFAULT), "num_ps": ("ps", 0), "data": ("data", "synthetic"),
+            "runtime": ("runtime", runtimes.DEFAULT), "image": ("image", None)}
+
+
 @dataclass
 class Point:
     values: dict  # one value per axis, in AXES order
@@ -266,16 +262,7 @@ class Point:
     def label(self) -> str:
         v = self.values
         parts = [v["framework"], v["model"], f"bs={v['batch_size']}", f"ranks={v['ranks']}"]
-        if v["strategy"] != strategies.DEFAULT:
-            parts.append(f"strategy={v['strategy']}")
-        if v["num_ps"]:
-            parts.append(f"ps={v['num_ps']}")
-        if v["data"] != "synthetic":
-            parts.append(f"data={v['data']}")
-        if v["runtime"] != runtimes.DEFAULT:
-            parts.append(f"runtime={v['runtime']}")
-        if v["image"]:
-            parts.append(f"image={v['image']}")
+        parts += [f"{name}={v[axis]}" for axis, (name, default) in LABELLED.items() if v[axis] != default]
         parts += [f"{name}={self.bench[name]}" for name in self.varied]
         return " ".join(parts)
 
@@ -309,17 +296,12 @@ def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
     m = plan.matrix
     varied = m.varied()
     run, skipped, seen = [], [], set()
-    for *axes, options_given in itertools.product(
-        m.framework, m.model, m.batch_size, m.ranks, m.num_ps, m.strategy, m.data, m.runtime, m.image,
-        itertools.product(*varied.values())
-    ):
-        framework, model, batch_size, ranks, num_ps, strategy, data, runtime, image = axes
-        if not runtimes.uses_image(runtime):
-            image = None
-        values = dict(framework=framework, model=model, batch_size=batch_size, ranks=ranks, num_ps=num_ps,
-                      strategy=strategy, data=data, runtime=runtime, image=image)
+    for *axes, options_given in itertools.product(*(getattr(m, axis) for axis in AXES), itertools.product(*varied.values())):
+        values = dict(zip(AXES, axes))
+        if not runtimes.uses_image(values["runtime"]):
+            values["image"] = None
         bench = {**plan.bench.given(), **dict(zip(varied, options_given))}
-        multi = strategies.get(strategy).processes(ranks, num_ps) > 1
+        multi = strategies.get(values["strategy"]).processes(values["ranks"], values["num_ps"]) > 1
         point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [],
                       tuple(varied))
         if point.config_hash in seen:

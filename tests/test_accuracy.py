@@ -394,7 +394,7 @@ def arm(workers, runs, images_per_sec=100.0):
                              "train_images_per_sec": images_per_sec}, "run_id": f"{workers:08d}{i}"}
                for i, (samples, best) in enumerate(runs)]
     return accuracy.Arm({"framework": "torch", "model": "smallcnn", "strategy": "ddp", "workers": workers,
-                         "batch_size": 32}, "none", 0.01, 0.8, records, ())
+                         "batch_size": 32}, "none", 0.8, records, ())
 
 
 def scored(candidate, reference):

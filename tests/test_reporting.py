@@ -71,7 +71,7 @@ def test_summaries_over_records():
     assert one.ci == records[0]["throughput"]["ci95_halfwidth"] and one.method.startswith("one record: ")
     records[1]["memory"]["allocator_peak_bytes"] = None  # does not apply: left out, never 0
     records[0]["memory"]["allocator_peak_bytes"] = records[2]["memory"]["allocator_peak_bytes"] = 100
-    assert aggregate.memory(records, "allocator_peak_bytes").values == [100.0, 100.0]
+    assert aggregate.metric(records, "memory", "allocator_peak_bytes").values == [100.0, 100.0]
     records[2]["status"] = "oom"
     assert aggregate.throughput(records).n == 2 and aggregate.failures(records) == [records[2]]
     assert aggregate.welch([1.0], [2.0, 2.1]) is None and aggregate.welch([1.0, 1.1], [2.0, 2.1]) < 0.01

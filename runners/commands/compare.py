@@ -70,7 +70,7 @@ def judge(metric: str, base: aggregate.Summary | None, new: aggregate.Summary | 
 
 
 def summarize(metric: str, records: list[dict]) -> aggregate.Summary | None:
-    return aggregate.throughput(records) if metric == "images_per_sec" else aggregate.memory(records, metric)
+    return aggregate.throughput(records) if metric == "images_per_sec" else aggregate.metric(records, "memory", metric)
 
 
 def compare(base: list[dict], new: list[dict], threshold: float, metrics: list[str]):

@@ -117,7 +117,7 @@ def section_launch(doc: Document, launches: dict[str, list[dict]]) -> None:
             this, ref = summary_of(runs, column), summary_of(launches.get(base, []), column)
             compared = this is not None and ref is not None and name != base
             cells += ["n/a" if this is None else this.text(), f"{this.mean - ref.mean:+.2f}" if compared else "-",
-                      fmt_p(aggregate.welch_p(ref, this)) if compared else "-"]
+                      fmt_p(aggregate.welch(ref.values, this.values)) if compared else "-"]
         rows.append(cells)
     doc.table(["runtime", "runs", "to bench up (s)", "Δ", "p", "to first timed step (s)", "Δ", "p"], rows)
 
@@ -151,10 +151,9 @@ def run(args) -> int:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
         dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
     launches: dict[str, list[dict]] = {name: [] for name in names}
-    (out / "logs").mkdir(exist_ok=True)
     records: list[dict] = []
     no_record: list[str] = []
     rows_csv = []

@@ -24,9 +24,6 @@ from ..reporting import aggregate, keys, load, network, why
 from ..reporting.render import Document
 from ..reporting.scan import timestamp
 
-MiB = 1024 * 1024
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,7 +95,7 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
     for (framework, model), members in aggregate.group(records, ("framework", "model")).items():
         doc.heading(f"{framework} / {model}", 3)
         good = aggregate.ok(members)
-        ooms = aggregate.with_status(members, "oom")
+        ooms = [r for r in members if r["status"] == "oom"]
         if good:
             path = plots.throughput_vs_batch(members, framework, model, out / f"throughput-{framework}-{model}.png")
             doc.image(path, f"{framework} {model}: total images/sec vs batch size (n and runs in the table below)")
@@ -111,10 +108,10 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
         for key, rs in aggregate.group(good).items():
             k = dict(zip(keys.KEY_FIELDS, key))
             tp = aggregate.throughput(rs)
-            mems = [aggregate.memory(rs, name) for name, _ in plots.MEMORY_VIEWS]
+            mems = [aggregate.metric(rs, "memory", name) for name, _ in plots.MEMORY_VIEWS]
             rows.append([k["batch_size"], _short(k, shown) or "-",
                          tp.n, tp.text(), tp.method,
-                         *("n/a" if m is None else m.text(MiB, 0) for m in mems),
+                         *("n/a" if m is None else m.text(plots.MiB, 0) for m in mems),
                          *efficiency_cells(rs, k["device_kind"]), tp.ids])
         if rows:
             doc.table(["batch", "configuration", "n", "images/sec mean ± CI", "interval",

@@ -27,6 +27,7 @@ store fails mid-sweep, one warning says so, the sweep goes on without it, and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -37,6 +38,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 from benchmarks import durable
@@ -188,21 +190,17 @@ def run_point(request: dispatch.RunRequest, log_path: Path, stop: Stop, deadline
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(read_fd, 65536), b"")), daemon=True)
     reader.start()
-    try:
+    with contextlib.suppress(BrokenPipeError):
         child.stdin.write(payload.encode())
         child.stdin.close()
-    except BrokenPipeError:
-        pass
     started = time.monotonic()
     killed = None
     while child.poll() is None:
         if deadline_s is not None and killed is None and time.monotonic() - started > deadline_s:
             killed = f"no result {deadline_s:g} s after the start: stopped by the sweep"
             child.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            pass
     stop.child = None
     reader.join(timeout=10)
     os.close(read_fd)
@@ -220,11 +218,9 @@ def _no_record_reason(result: dict, log_path: Path) -> str:
     signum = (-code if code < 0 else code - 128 if 128 < code < 160 else None) if isinstance(code, int) else None
     how = f"killed by signal {signum}" if signum else f"exit code {code}"  # launchers report 128 + signal
     last = ""
-    try:
+    with contextlib.suppress(OSError):
         lines = [line for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
         last = f"; last output: {lines[-1].strip()[:300]}" if lines else ""
-    except OSError:
-        pass
     command = f"; command: {shlex.join(result['command'])}" if result.get("command") else ""
     return f"bench wrote no record ({how}){last}{command}"
 
@@ -333,12 +329,10 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     with Stop() as stop:
         try:
             _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop,
-                   MlflowLog(console, tracker) if tracker else None)
+                   MlflowLog(console, tracker))
         except durable.OutputError as error:
             unwritable = error
-    counts = {k: 0 for k in ("ok", "oom", "failed", "timeout", "interrupted")}
-    for status in final.values():
-        counts[status] = counts.get(status, 0) + 1
+    counts = {**dict.fromkeys(("ok", "oom", "failed", "timeout", "interrupted"), 0), **Counter(final.values())}
     _summary(console, counts, len(points) - len(todo), len(skipped), len(todo) - len(final), store_path)
     if unwritable is not None:
         saved = (f"the last entry is kept in {unwritable.fallback} and is appended by the next run of this sweep"
@@ -352,8 +346,8 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
 
 
 class MlflowLog:
-    """Each stored record to MLflow as it comes; after the first failure of the tracking store, nothing more
-    (the store has every record; `benchrun export --mlflow` catches up later)."""
+    """Each stored record to MLflow as it comes (tracker None: without --mlflow); after the first failure of
+    the tracking store, nothing more (the store has every record; `benchrun export --mlflow` catches up later)."""
 
     def __init__(self, console, tracker):
         self.console, self.tracker = console, tracker
@@ -370,7 +364,7 @@ class MlflowLog:
 
 
 def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
-           logged=None) -> None:
+           logged) -> None:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
@@ -409,8 +403,7 @@ def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_p
                 status = status_of(entry)
                 final[h] = status
                 durable.append_or_fallback(store_path, entry, pending_name(store_path))
-                if logged:
-                    logged(entry)
+                logged(entry)
                 progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
                 if status not in RETRY or stop.requested:
                     break

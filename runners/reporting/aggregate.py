@@ -25,17 +25,12 @@ class Summary:
     method: str  # how `ci` was obtained
 
     @property
-    def stats(self) -> Stats:
-        """The values' statistics: the same Stats type bench uses for steps."""
-        return Stats.of(self.values)
-
-    @property
     def n(self) -> int:
         return len(self.values)
 
     @property
     def mean(self) -> float:
-        return self.stats.mean
+        return Stats.of(self.values).mean
 
     @property
     def ids(self) -> str:
@@ -48,10 +43,6 @@ class Summary:
 
 def ok(records: Iterable[dict]) -> list[dict]:
     return [r for r in records if r["status"] == "ok" and r.get("throughput")]
-
-
-def with_status(records: Iterable[dict], status: str) -> list[dict]:
-    return [r for r in records if r["status"] == status]
 
 
 def failures(records: Iterable[dict]) -> list[dict]:
@@ -83,11 +74,6 @@ def throughput(records: Iterable[dict]) -> Summary | None:
     return Summary(summary.values, summary.records, own["ci95_halfwidth"], f"one record: {own['ci_method'] or 'no interval'}")
 
 
-def memory(records: Iterable[dict], name: str) -> Summary | None:
-    """A memory peak over the ok records that have it (null = does not apply: left out)."""
-    return metric(records, "memory", name)
-
-
 def metric(records: Iterable[dict], section: str, name: str) -> Summary | None:
     """`record[section][name]` over the ok records that have it (null = does not apply or not
     measured: left out, never read as 0); a t-interval with n >= 2."""
@@ -117,10 +103,6 @@ def single_record_groups(records: list[dict]) -> list[tuple[dict, dict]]:
     """Configurations measured by one ok record: their ± is that run's own interval, no
     run-to-run spread."""
     return [(dict(zip(KEY_FIELDS, key)), rs[0]) for key, rs in group(ok(records)).items() if len(rs) == 1]
-
-
-def welch_p(a: Summary, b: Summary) -> float | None:
-    return welch(a.values, b.values)
 
 
 def welch(a: list[float], b: list[float], alternative: str = "two-sided") -> float | None:
@@ -307,7 +289,7 @@ def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRo
         for runtime in sorted(by_runtime, key=lambda name: (name != BASELINE_RUNTIME, name)):
             summary = throughput(by_runtime[runtime])
             overhead = (base.mean - summary.mean) / base.mean if base is not None else None
-            p_value = welch_p(base, summary) if base is not None and runtime != BASELINE_RUNTIME else None
+            p_value = welch(base.values, summary.values) if base is not None and runtime != BASELINE_RUNTIME else None
             rows.append(RuntimeRow(runtime, summary, overhead, p_value))
         compared.append((k, rows))
     return compared, unmatched

@@ -123,20 +123,15 @@ def _parts(cols: dict[str, str], share: set[str]) -> tuple[list[str], list[tuple
     return select, parts, shared_at
 
 
-class Found(list):
-    """The records `read` found, and the stores that also hold `bench comm` records."""
-
-    comm_stores: list[str] = []
-
-
-def read(paths: Iterable[str | Path], warn: Callable[[str], None], **filters) -> Found:
-    """The training records of `scan` in store order, holding only FIELDS, each with its configuration
-    key (`key`: keys.KEY's values) as DuckDB computed it; equal keys are one tuple."""
+def read(paths: Iterable[str | Path], warn: Callable[[str], None], **filters) -> tuple[list, list[str]]:
+    """(the training records of `scan` in store order, holding only FIELDS, each with its configuration
+    key (`key`: keys.KEY's values) as DuckDB computed it, equal keys one tuple; the stores that also
+    hold `bench comm` records)."""
     cols = scan.columns([*scan.CHECKED, *FIELDS])
     select, parts, shared_at = _parts(cols, set(SHARED))
     keys = [expression.sql() for expression in KEY.values()]
     Record = slim_type("Record", (name for name, _ in parts), "key")
-    found = Found()
+    found = []
     with scan.scan(paths, FIELDS, select + keys, warn=warn, **filters) as con:
         # each shared section's distinct values get ids (in DuckDB): only those cross into Python, as JSON;
         # each distinct key an id too, the records' group
@@ -162,8 +157,8 @@ def read(paths: Iterable[str | Path], warn: Callable[[str], None], **filters) ->
                 record = Record(make(row, shared) for _, make in parts)
                 record.key = groups[row[-1]]
                 found.append(record)
-        found.comm_stores = [path for path, in con.execute("SELECT path FROM stores WHERE comm ORDER BY file").fetchall()]
-    return found
+        comm_stores = [path for path, in con.execute("SELECT path FROM stores WHERE comm ORDER BY file").fetchall()]
+    return found, comm_stores
 
 
 def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, kind: str = "train", *,
@@ -176,15 +171,15 @@ def load(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None,
     warn = warn or print_warning
     if kind == "comm":
         return comm_records(paths, warn, since, until)
-    return read(paths, warn, where=conditions(where), since=since, until=until)
+    return read(paths, warn, where=conditions(where), since=since, until=until)[0]
 
 
 def load_report(paths: Iterable[str | Path], warn: Callable[[str], None] | None = None, *, where: Iterable[str] = (),
                 since: str | None = None, until: str | None = None) -> tuple[list, list[dict]]:
     """(training records, `bench comm` records) of the stores, as load gives them, read once: the
     Python pass for comm records reads only the stores DuckDB saw such records in."""
-    records = load(paths, warn, where=where, since=since, until=until)
-    return records, comm_records(records.comm_stores, lambda message: None, since, until) if records.comm_stores else []
+    records, stores = read(paths, warn or print_warning, where=conditions(where), since=since, until=until)
+    return records, comm_records(stores, lambda message: None, since, until) if stores else []
 
 
 def comm_records(paths, warn: Callable[[str], None], since: str | None, until: str | None) -> list[dict]:

@@ -32,11 +32,8 @@ def gradient_bytes(record: dict) -> int | None:
 
 def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | None:
     """One step's exchange at this world size from the latest `bench comm` record of the same framework,
-    device kind and backend (the one the training strategy uses), at as many ranks as it has workers.
-    All-reduce: the `gradients` row when it sent exactly the model's gradient bytes, else the
-    all-reduce row nearest in size (at or above the gradient bytes) at its busbw. Parameter
-    servers: the `ps_step` row of the same model, image size, PS count and placement. None for a
-    strategy no `bench comm` op measures (its `exchange_op`)."""
+    device kind and backend, at as many ranks as it has workers (docs/reports.md, "Predicted
+    transfer"). None for a strategy no `bench comm` op measures (its `exchange_op`)."""
     from benchmarks.comm.cli import default_backend
     from benchmarks.comm.metrics import bus_factor, format_size
 

@@ -1,18 +1,11 @@
-"""Scan result stores with DuckDB: the JSONL stays the write format, reading scales.
+"""Scan result stores with DuckDB: the JSONL stays the write format, reading scales
+(docs/reports.md, "Reading"): only the fields asked for (a projection built from the record's
+JSON Schema), de-duplicated by run_id and filtered out of core.
 
-`benchrun report`, `compare` and `export` need a few dozen of a record's fields,
-not its per-step times. DuckDB parses the JSONL in C++ on every core, keeps only
-those fields (a projection built from the record's JSON Schema), de-duplicates by
-run_id and filters by time out of core (spilling to a temporary directory).
-runners.reporting.load turns what it keeps into records; export streams it to files.
-
-Store semantics are runners.store's, exactly: plain records and sweep envelopes
-may be mixed; an envelope without a record is skipped; a store is read under its
-shared lock (store.reading: no append is half done meanwhile); only its last line
-may be torn (skipped with a warning, store.torn_tail); an unreadable line before
-it is corruption (the error names the line, found by store.iter_entries). A field
-whose value is not of the schema's type is refused the same way, naming the line
-and the field (DuckDB would read it as null, or give up on the store).
+Store semantics are runners.store's, exactly (its shared lock, the torn last line, corrupt lines
+named, envelopes without a record skipped). A field whose value is not of the schema's type is
+refused the same way, naming the line and the field (DuckDB would read it as null, or give up on
+the store).
 """
 
 from __future__ import annotations
@@ -271,10 +264,10 @@ def _values(value, expected: dict, where: str):
 
 
 @contextmanager
-def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[str], *, kind: str = "train",
+def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[str], *,
          since: str | None = None, until: str | None = None, where: Iterable[tuple[str, list]] = (),
          warn: Callable[[str], None]):
-    """A DuckDB connection whose view `records` has one row per record of `kind` in the stores:
+    """A DuckDB connection whose view `records` has one row per training record in the stores:
     the `select` expressions (SQL over `r`, the record holding only `fields`, dotted paths) as
     columns c0, c1, ...; in store order, de-duplicated by run_id (the first seen wins), with
     since <= timestamp_utc < until and every (SQL condition over `r`, parameters) of `where`.
@@ -311,7 +304,7 @@ def scan(paths: Iterable[str | Path], fields: Iterable[str], select: Iterable[st
             con.execute("CREATE TEMP TABLE stores (file INTEGER, path VARCHAR, comm BOOLEAN)")
             con.executemany("INSERT INTO stores VALUES (?, ?, false)", [[i, str(path)] for i, path in enumerate(files)])
             con.execute("UPDATE stores SET comm = true WHERE file IN (SELECT file FROM rows WHERE comm AND NOT envelope_only)")
-            conditions, params = ["NOT envelope_only", "comm = ?", "chosen"], [kind == "comm"]
+            conditions, params = ["NOT envelope_only", "NOT comm", "chosen"], []
             if since:
                 conditions.append("timestamp_utc >= ?")
                 params.append(since)

@@ -72,16 +72,10 @@ def traced_ranks(record: dict) -> list[dict]:
 
 
 def trace_parts(record: dict) -> dict | None:
-    """Per-step parts from a record's traces, scaled to the timed step.
-
-    Synchronous strategies: per profiled step, the slowest rank (most compute) is the one the
-    others wait for, so the step is its step: straggler wait = its compute - the median rank's
-    compute, compute = the median rank's, exposed communication and idle = its own (it waits
-    least for the others, so its exposed communication is the transfer itself). These add up to
-    its step minus its traced input fetch. Asynchronous ones (PS): no worker waits for another
-    and the timed step is every worker's mean, so each part is the mean over workers of their
-    mean step, and straggler wait does not apply (None). The profiler stretches traced steps, so
-    every part is scaled by timed step / traced step (`stretch` = the inverse, in the report)."""
+    """Per-step parts from a record's traces, scaled to the timed step (the profiler stretches
+    traced steps; `stretch` = the inverse, in the report). Synchronous strategies: per profiled
+    step, that of the slowest rank (most compute: the others wait for it); asynchronous ones (PS):
+    the mean over workers, no straggler wait (None). docs/reports.md, "Why it does not scale"."""
     ranks = traced_ranks(record)
     if not ranks:
         return None
