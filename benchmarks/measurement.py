@@ -106,21 +106,24 @@ def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -
 class Measurement(RankSession):
     """A training run's measurement; the session (meeting, peer failures, the world) is RankSession's."""
 
-    def __init__(self, spec: dict, on_peer_failure, on_silence=None):
-        """The worker's run, as supervisor.training_job wrote its spec."""
-        config = BenchConfig(**spec["config"])
-        super().__init__(spec["base"], config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
+    def __init__(self, config: BenchConfig, base: dict, mllog: MLLogger, on_peer_failure=None,
+                 tensorboard: str | None = None, data_scan: dict | None = None, display_every: int = 0,
+                 trace: dict | None = None, on_silence=None):
+        super().__init__(base, config.strategy, config.num_ps, config.rendezvous_port, config.rendezvous_timeout,
                          on_peer_failure, on_silence)
         self.config = config
-        self.mllog = MLLogger(spec["mllog"], sys.stdout)
-        self.tensorboard = spec["tensorboard"]  # directory for per-step scalars, or None
-        self.display_every = spec["display_every"]  # --display-every: a progress line every N steps (0: none)
-        self.trace = spec["trace"]  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
-        self.data_scan = spec["data_scan"]  # --data-dir: images found and set apart as undecodable (dataset.scan_images)
+        self.mllog = mllog
+        self.tensorboard = tensorboard  # directory for per-step scalars, or None
+        self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
+        self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
+        self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
-        return cls(spec, on_peer_failure, on_silence)  # the worker's one way to build a measurement, as comm's
+        """The worker's run, as supervisor.training_job wrote it."""
+        return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
+                   tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
+                   trace=spec["trace"], on_silence=on_silence)
 
     # -- the measurement -------------------------------------------------------------------------
 
