@@ -52,10 +52,12 @@ def show_crash(error: BaseException) -> None:
 
 
 def write_json(path: str, value) -> None:
-    """Whole or not at all: the supervisor may read it at any moment."""
+    """Whole or not at all: the supervisor may read it at any moment, and two threads may write it at
+    once (a peer's failure beside the main thread's record), so each writes a partial file of its own."""
     target = Path(path)
-    partial = target.with_suffix(".partial")
-    partial.write_text(json.dumps(value))
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(value))
     os.replace(partial, target)
 
 

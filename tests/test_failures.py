@@ -226,3 +226,45 @@ def test_a_shutdown_that_never_returns_keeps_the_measurement(tmp_path):
     warnings = [line for line in done.stderr.splitlines() if "did not shut down within 3 s" in line]
     assert len(warnings) == 1 and "the measurement kept" in warnings[0], done.stderr[-3000:]
     assert time.monotonic() - started < 240
+
+
+def test_two_threads_writing_the_result_never_leave_it_empty(tmp_path):
+    """A peer's failure (rendezvous thread) and the main thread's record may write the result at once
+    (seen: a `bench comm` at its --timeout gave the supervisor an empty result file): whichever lands,
+    the supervisor reads a whole one."""
+    import threading
+
+    from benchmarks.worker import write_json
+
+    target = tmp_path / "result.json"
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def writer(who: str) -> None:
+        try:
+            for _ in range(3000):
+                write_json(str(target), {"record": {"who": who, "pad": "x" * 4096}})
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    def reader() -> None:
+        while not done.is_set():
+            if target.exists():
+                try:
+                    json.loads(target.read_text())
+                except (ValueError, FileNotFoundError) as error:
+                    errors.append(error)
+                    return
+
+    threads = [threading.Thread(target=writer, args=(who,)) for who in ("main", "peer")]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    watcher.join()
+    assert not errors, errors[:3]
+    assert json.loads(target.read_text())["record"]["who"] in ("main", "peer")
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]  # no partial file left behind
