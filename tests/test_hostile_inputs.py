@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, SMALL
+from infra.helpers import ROOT, SMALL, Started
 from infra.tmpfs import small_fs
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32"]
@@ -167,18 +167,17 @@ def test_ctrl_c_as_benchrun_starts_is_one_line_and_exit_130(tmp_path, delay, inh
     store = tmp_path / "one.jsonl"
     store.write_text((ROOT / "examples" / "seed-000-table1" / "results.jsonl").read_text().splitlines()[0] + "\n")
     assert "benchmarks.entry:benchrun" in (ROOT / "pyproject.toml").read_text()  # what the installed command runs
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", "-c", BENCHRUN_SCRIPT, "report", str(store), "--out",
-                             str(tmp_path / "report")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
-    for line in proc.stderr:
-        if line.rstrip().endswith("| benchmarks.entry"):
-            break
+    # stderr read as it comes, through one reader to the end (communicate() after reading some lines here
+    # would read the descriptor past what the reader had buffered: the rest began mid-line)
+    started = Started([sys.executable, "-X", "importtime", "-c", BENCHRUN_SCRIPT, "report", store, "--out",
+                       tmp_path / "report"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
+    started.wait_for("| benchmarks.entry\n", timeout=60)
     time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    started.proc.send_signal(signal.SIGINT)
+    stdout, stderr = started.communicate(timeout=60)
     said = [line for line in stderr.splitlines() if not line.startswith("import time:")]
-    assert proc.returncode == 130 and said == ["benchrun: interrupted"], stderr[-3000:]
+    assert started.proc.returncode == 130 and said == ["benchrun: interrupted"], stderr[-3000:]
     assert "Traceback" not in stderr and not (tmp_path / "report").exists()
 
 @pytest.mark.parametrize("command", ["bench", "benchrun"])

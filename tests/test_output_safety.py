@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import durable
-from infra.helpers import ROOT, SMALL, bench, benchrun, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, Started, bench, benchrun, last_json_line, validate_record
 from infra.tmpfs import fill, small_fs
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32", *SMALL]
@@ -68,15 +68,12 @@ def test_disk_full_at_the_end_keeps_the_measurement(tmp_path):
         durable.append_jsonl(store, earlier)
         before = store.read_bytes()
         assert 4080 <= len(before) <= 4096
-        proc = subprocess.Popen([sys.executable, "-m", "benchmarks", *TINY, "--output", str(store)], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        for line in proc.stderr:  # fill the disk once the model is being built
-            if "building" in line:
-                fill(fs)
-                break
-        stdout, rest = proc.communicate(timeout=300)
-        assert proc.returncode == 5, rest
+        started = Started([sys.executable, "-m", "benchmarks", *TINY, "--output", store],
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        started.wait_for("building", timeout=300)  # fill the disk once the model is being built
+        fill(fs)
+        stdout, rest = started.communicate(timeout=300)
+        assert started.proc.returncode == 5, rest
         line = one_error_line(rest)
         assert "No space left on device" in line
         fallback = Path(line.split("saved to ", 1)[1].split(" and printed", 1)[0])

@@ -101,9 +101,9 @@ class Started:
     """A command started in the background whose stderr is read as it comes, so a test can act when the
     program has reached a given point (`wait_for`) instead of after a guessed sleep."""
 
-    def __init__(self, argv: list, env: dict | None = None, cwd=ROOT):
+    def __init__(self, argv: list, env: dict | None = None, cwd=ROOT, **popen):
         self.proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, **popen)
         self.err: list[str] = []
         self.out: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
@@ -122,7 +122,7 @@ class Started:
         while not any(text in line for line in list(self.err)):
             assert self.proc.poll() is None, f"ended ({self.proc.returncode}) before {text!r}:\n{''.join(self.err)[-3000:]}"
             assert time.monotonic() < deadline, f"no {text!r} on stderr within {timeout:g} s:\n{''.join(self.err)[-3000:]}"
-            time.sleep(0.2)
+            time.sleep(0.01)  # a test may act (a signal) right after the line
 
     def communicate(self, timeout: float) -> tuple[str, str]:
         """Wait for the end; (stdout, stderr) in full."""
