@@ -132,7 +132,7 @@ def _batch_panel(ax, series, ooms: list[int], batches: list[int], searches=()) -
 
 
 def _oom_batches(records: list[dict]) -> list[int]:
-    return sorted({key[0] for key in aggregate.group([r for r in records if r["status"] == "oom"], ("batch_size",))})
+    return sorted({key[0] for key in aggregate.group(aggregate.with_status(records, "oom"), ("batch_size",))})
 
 
 def _points(by_batch: dict[int, list[dict]], summarize) -> tuple[list, list, list]:

@@ -95,7 +95,7 @@ def section_batch(doc: Document, records: list[dict], out: Path) -> None:
     for (framework, model), members in aggregate.group(records, ("framework", "model")).items():
         doc.heading(f"{framework} / {model}", 3)
         good = aggregate.ok(members)
-        ooms = [r for r in members if r["status"] == "oom"]
+        ooms = aggregate.with_status(members, "oom")
         if good:
             path = plots.throughput_vs_batch(members, framework, model, out / f"throughput-{framework}-{model}.png")
             doc.image(path, f"{framework} {model}: total images/sec vs batch size (n and runs in the table below)")

@@ -45,6 +45,10 @@ def ok(records: Iterable[dict]) -> list[dict]:
     return [r for r in records if r["status"] == "ok" and r.get("throughput")]
 
 
+def with_status(records: Iterable[dict], status: str) -> list[dict]:
+    return [r for r in records if r["status"] == status]
+
+
 def failures(records: Iterable[dict]) -> list[dict]:
     return [r for r in records if r["status"] != "ok"]
 
