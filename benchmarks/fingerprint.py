@@ -1,0 +1,107 @@
+"""The path a run took: which collective library carried its bytes and how, which communication
+libraries were mapped and where they came from, and the limits that cap it — taken inside the
+container, on every rank (record section `path`, docs/results.md#path).
+
+Why: a container runtime rarely costs anything itself; what it changes is the path (ranks in separate
+PID namespaces lose single-copy CMA, a hook injects the host's MPI, /dev/shm is 64 MiB, a CPU quota is
+below the threads used). The comparison report (runners/reporting) sets two runs' `facts` side by side
+and names what differs as the first candidate cause of a difference in speed.
+"""
+
+from __future__ import annotations
+
+MIB = 1024**2
+
+
+def _yes_no(value: bool | None) -> str:
+    return "n/a" if value is None else ("yes" if value else "no")
+
+
+def _mpi_text(mpi: dict | None) -> str:
+    if not mpi:
+        return "none"
+    parts = [mpi.get("implementation") or "unknown MPI", mpi.get("version") or ""]
+    if mpi.get("pml"):
+        parts.append(f"pml {mpi['pml']}")
+    if mpi.get("btl"):
+        parts.append(f"btl {','.join(mpi['btl'])}")
+    if mpi.get("device"):
+        parts.append(mpi["device"])
+    if mpi.get("netmod"):
+        parts.append(mpi["netmod"])
+    return " ".join(part for part in parts if part)
+
+
+def _one(values: list[str]) -> str:
+    """The ranks' value when they agree, else each distinct value with its ranks."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) == 1:
+        return distinct[0]
+    return "; ".join(f"{value} (ranks {','.join(str(i) for i, v in enumerate(values) if v == value)})"
+                     for value in distinct)
+
+
+def facts(path: dict | None) -> dict[str, str]:
+    """A record's `path` section as named facts, the ranks' values merged (the comparison report's
+    unit of difference: two runs differ on the path where a fact's text differs). {} without a section."""
+    if not path or not path.get("ranks"):
+        return {}
+    ranks = path["ranks"]
+
+    def each(get) -> str:
+        return _one([get(rank) for rank in ranks])
+
+    def collective(rank: dict) -> str:
+        c = rank["collective"]
+        text = c.get("library") or "none"
+        if c.get("interface"):
+            text += f" over {c['interface']}"
+        return text
+
+    def nccl(rank: dict) -> str:
+        transports = sorted({channel["transport"] for channel in rank["collective"].get("nccl") or []})
+        return ",".join(transports) or "n/a"
+
+    def host_libraries(rank: dict) -> str:
+        mounted = [f"{lib['name']} ({lib['mount']})" for lib in rank["libraries"] if lib["origin"] == "mount"]
+        return ", ".join(sorted(mounted)) or "none"
+
+    def shm(rank: dict) -> str:
+        size = rank["limits"]["dev_shm_bytes"]
+        return "absent" if size is None else f"{size / MIB:,.0f} MiB"
+
+    def quota(rank: dict) -> str:
+        cpus = rank["limits"]["cpu_quota"]
+        return "none" if cpus is None else f"{cpus:g} CPUs"
+
+    def single_copy(rank: dict) -> str:
+        mpi = rank["collective"].get("mpi") or {}
+        mechanism = mpi.get("single_copy")
+        cma = rank["limits"].get("cma")
+        if mechanism:
+            return mechanism if cma is not False or mechanism != "cma" else "cma (not possible: peers unreadable)"
+        return {True: "possible", False: "not possible", None: "n/a"}[cma]
+
+    return {
+        "collective": each(collective),
+        "MPI": each(lambda rank: _mpi_text(rank["collective"].get("mpi"))),
+        "UCX_TLS": each(lambda rank: rank["collective"].get("ucx_tls") or "unset"),
+        "NCCL transports": each(nccl),
+        "single-copy (CMA)": each(single_copy),
+        "ranks share PID namespace": _yes_no(path.get("shared_pid_namespace")),
+        "ranks share IPC namespace": _yes_no(path.get("shared_ipc_namespace")),
+        "/dev/shm": each(shm),
+        "CPU quota": each(quota),
+        "CPUs allowed": each(lambda rank: str(rank["limits"]["cpuset"])),
+        "threads": each(lambda rank: str(rank["limits"]["threads"] or "framework default")),
+        "libraries from mounts": each(host_libraries),
+    }
+
+
+def differences(this: dict | None, reference: dict | None) -> dict[str, tuple[str, str]]:
+    """fact -> (this run's, the reference's) where two `path` sections differ; {} when either has none
+    (nothing to compare is not a difference)."""
+    mine, theirs = facts(this), facts(reference)
+    if not mine or not theirs:
+        return {}
+    return {name: (mine[name], theirs[name]) for name in mine if mine[name] != theirs.get(name)}
