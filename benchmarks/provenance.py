@@ -16,6 +16,7 @@ CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter",
                       "none")
 REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
 RUNTIME_VERSION_ENV = "DLBENCH_RUNTIME_VERSION"  # set by benchrun beside it: that runtime's version line
+COMPARISON_ENV = "DLBENCH_COMPARISON"  # set by compare-runtimes: {id, seed, round, position, order} (record.comparison)
 
 
 def root_mount() -> str:

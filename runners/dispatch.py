@@ -49,6 +49,7 @@ class RunRequest:
     gpus: bool = False
     mpi: bool = False  # the runtime's MPI hook (sarus/shifter --mpi); not needed for the hybrid model
     edf_annotations: dict[str, str] = field(default_factory=dict)  # cscs-ce's EDF [annotations]
+    env: dict[str, str] = field(default_factory=dict)  # benchrun's own variables for every rank (DLBENCH_COMPARISON)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
@@ -149,7 +150,7 @@ def planned(request: RunRequest, runtime: runtimes.Runtime, results: Path,
                                        request.num_ps, request.timeout_s,
                                        extra=[*plan.launcher_options, *request.launcher_args],
                                        env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
-                                            **({RUNTIME_VERSION_ENV: version} if version else {})})
+                                            **({RUNTIME_VERSION_ENV: version} if version else {}), **request.env})
 
 
 def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, spec: launchers.LaunchSpec) -> list[str]:

@@ -1,16 +1,16 @@
-"""`benchrun compare-runtimes`: one benchmark under several container runtimes, interleaved.
+"""`benchrun compare-runtimes`: one benchmark under several container runtimes, in rounds.
 
-    benchrun compare-runtimes --runtimes local,docker,podman,charliecloud --repeats 3 --out DIR -- \\
-        --framework tensorflow --model resnet50 --image-size 64 --batch-size 4 --num-batches 5
+    benchrun compare-runtimes --runtimes local,docker,apptainer --rounds 5 --out DIR -- \\
+        --framework tensorflow --model resnet50 --image-size 64 --batch-size 4 --num-batches 20
 
-Rounds run every runtime once, in order (A B C A B C ...), so slow drifts of the
-machine hit all runtimes alike. Each record keeps the runtime asked for
-(provenance.requested_runtime); the summary is `benchrun report`'s runtime section
-over these records, so both print the same numbers: per runtime, mean images/sec
-with a 95% t-interval over the runs, overhead versus `local` and a Welch t-test
-p-value against it. Written to --out: records.jsonl (the records, unchanged),
-compare.md (the table), compare.png (bars with 95% error bars) and compare.csv
-(one row per run, with the record's run_id).
+Each round runs every runtime once, in a fresh random order drawn from the comparison's seed (so no
+runtime always runs right after another: an order effect cannot bias one of them), and each record keeps
+its round and position (record.comparison) beside the runtime asked for (provenance.requested_runtime).
+Running the same command again with the same --out adds rounds to the comparison it holds (its id, seed
+and options are in DIR/comparison.json; other options are refused): follow "about N more rounds" without
+redoing the work. An interrupted comparison keeps every run that finished. Written to --out:
+records.jsonl (the records, unchanged), runs.jsonl (one line per run, launch times included),
+compare.md (the verdicts), compare.csv (one row per run), compare.png, and logs/ (each run's stdout).
 
 Launch overhead, per runtime: bench runs with --mllog, and the wall-clock times of its
 `init_start` (bench is up: runtime started, Python and bench imported) and of the first timed
@@ -24,15 +24,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import json
 import os
+import random
+import secrets
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cli import bench_arguments
 from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
+from benchmarks.provenance import COMPARISON_ENV
 from benchmarks.stats import t_halfwidth
 
 from .. import dispatch, runtimes
@@ -46,8 +52,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser("compare-runtimes", help="compare container runtimes on one benchmark", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runtimes", help="comma-separated (default: every available one)")
-    p.add_argument("--repeats", type=int, default=3, help="rounds over all runtimes (default: 3)")
-    p.add_argument("--out", required=True, help="directory for compare.{md,csv,png} and records.jsonl")
+    p.add_argument("--rounds", "--repeats", dest="repeats", type=int, default=3,
+                   help="rounds to run now, each over every runtime in a fresh random order (default: 3); "
+                        "an --out that holds this comparison already gets them added")
+    p.add_argument("--seed", type=int,
+                   help="seed of the rounds' random orders (default: a new one, kept in --out/comparison.json)")
+    p.add_argument("--out", required=True,
+                   help="directory for compare.{md,csv,png}, records.jsonl, runs.jsonl and logs/; the same --out "
+                        "again adds rounds to the comparison it holds")
     add_runtime_options(p)
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
     p.set_defaults(run=run)
@@ -138,11 +150,115 @@ def summary(records: list[dict], out: Path, no_record: list[str] = (),
     return doc.markdown()
 
 
+STATE = "comparison.json"  # what was compared, its id and seed: the same --out again adds rounds to it
+RUNS = "runs.jsonl"  # one line per run (round, position, runtime, status, launch times): compare.csv is made from it
+CSV_FIELDS = ["comparison_id", "seed", "round", "position", "runtime", "run_id", "status", "images_per_sec",
+              "container_runtime", "image", *LAUNCH_EVENTS.values()]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison: its runtimes and what each run is asked (`asked`: the request's fields that must not
+    change between the invocations that add rounds to it), and the seed of every round's random order."""
+
+    id: str
+    seed: int
+    runtimes: tuple[str, ...]
+    asked: dict
+
+    def order(self, round_: int) -> list[str]:
+        """The runtimes in the order round `round_` runs them: a fresh shuffle per round (no runtime always
+        follows another, so an order effect cannot bias one of them), reproducible from the seed."""
+        names = list(self.runtimes)
+        random.Random(f"{self.seed}/{round_}").shuffle(names)
+        return names
+
+    def label(self, round_: int, position: int, order: list[str]) -> str:
+        """DLBENCH_COMPARISON for one run: bench copies it into its record (record.comparison)."""
+        return json.dumps({"id": self.id, "seed": self.seed, "round": round_, "position": position, "order": order})
+
+
+def asked_of(req: dispatch.RunRequest) -> dict:
+    return {"bench_args": req.bench_args, "image": req.image, "launcher": req.launcher, "num_workers": req.num_workers,
+            "num_ps": req.num_ps, "launcher_args": req.launcher_args, "data_dir": req.data_dir, "gpus": req.gpus,
+            "mpi": req.mpi, "timeout_s": req.timeout_s}
+
+
+def open_comparison(out: Path, runtimes_given: list[str], seed: int | None, asked: dict) -> Comparison:
+    """The comparison in --out (a new one when there is none): the same one again adds rounds, anything else
+    is refused in one line before a run starts."""
+    state = out / STATE
+    if not state.exists():
+        return Comparison(uuid.uuid4().hex[:12], secrets.randbelow(2**31) if seed is None else seed,
+                          tuple(runtimes_given), asked)
+    try:
+        saved = json.loads(state.read_text())
+        found = Comparison(saved["id"], int(saved["seed"]), tuple(saved["runtimes"]), saved["asked"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UsageError(f"--out {out}: {STATE} is unreadable ({type(error).__name__}): give another --out") from None
+    if runtimes_given and set(runtimes_given) != set(found.runtimes):
+        raise UsageError(f"--out {out} holds a comparison of {','.join(found.runtimes)}, not "
+                         f"{','.join(runtimes_given)}: leave --runtimes out to add rounds to it, or give another --out")
+    if seed is not None and seed != found.seed:
+        raise UsageError(f"--out {out} holds a comparison with --seed {found.seed}, not {seed}: leave --seed out "
+                         "to add rounds to it, or give another --out")
+    changed = [key for key in asked if json.dumps(asked[key]) != json.dumps(found.asked.get(key))]
+    if changed:
+        raise UsageError(f"--out {out} holds a comparison of another run ({', '.join(changed)} differ): add rounds "
+                         "with the same options, or give another --out")
+    return found
+
+
+def save_comparison(out: Path, comparison: Comparison) -> None:
+    state = out / STATE
+    if not state.exists():
+        partial = state.with_name(f".{STATE}.{os.getpid()}")
+        partial.write_text(json.dumps({"id": comparison.id, "seed": comparison.seed,
+                                       "runtimes": list(comparison.runtimes), "asked": comparison.asked}, indent=1) + "\n")
+        os.replace(partial, state)
+
+
+def read_runs(out: Path) -> list[dict]:
+    """The runs of every invocation so far (a line a killed writer left torn is skipped)."""
+    runs = []
+    path = out / RUNS
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            runs.append(json.loads(line))
+    return runs
+
+
+def read_records(out: Path) -> list[dict]:
+    records = []
+    path = out / "records.jsonl"
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    return records
+
+
+def write_csv(out: Path, runs: list[dict]) -> None:
+    partial = out / f".compare.csv.{os.getpid()}"
+    with open(partial, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in runs:
+            writer.writerow({key: "" if row.get(key) is None else row[key] for key in CSV_FIELDS})
+    os.replace(partial, out / "compare.csv")
+
+
 def run(args) -> int:
     if args.repeats < 1:
-        raise UsageError(f"--repeats must be 1 or more, got {args.repeats}")
+        raise UsageError(f"--rounds must be 1 or more, got {args.repeats}")
     check_dir(args.out, "--out")
-    names = [n for n in (args.runtimes or "").split(",") if n] or runtimes.available()
+    out = Path(args.out)
+    given = [n for n in (args.runtimes or "").split(",") if n]
+    if len(set(given)) != len(given):
+        raise UsageError(f"--runtimes {args.runtimes}: a runtime named twice")
+    probe = request(args, given[0] if given else runtimes.BARE)
+    comparison = open_comparison(out, given, args.seed, asked_of(probe))
+    names = list(comparison.runtimes) or runtimes.available()
+    comparison = dataclasses.replace(comparison, runtimes=tuple(names))
     for name in names:
         runtimes.get(name).require()  # unknown or missing: one line, before anything runs
     requests = {name: request(args, name) for name in names}
@@ -150,52 +266,56 @@ def run(args) -> int:
         if not bench_arguments(req.bench_args).mllog:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
         dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
-    out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    launches: dict[str, list[dict]] = {name: [] for name in names}
-    records: list[dict] = []
-    no_record: list[str] = []
-    rows_csv = []
-    for round_ in range(1, args.repeats + 1):
-        for name in names:
-            req = requests[name]
-            req.run_id = dispatch.RunRequest([]).run_id  # a fresh container name per run
+    save_comparison(out, comparison)
+    done = read_runs(out)
+    first = max((run["round"] for run in done if run.get("comparison_id") == comparison.id), default=0) + 1
+    if first > 1:
+        print(f"compare-runtimes: {out}: comparison {comparison.id} has {first - 1} rounds: adding {args.repeats}",
+              flush=True)
+    interrupted, failed = False, False
+    for round_ in range(first, first + args.repeats):
+        order = comparison.order(round_)
+        for position, name in enumerate(order, 1):
+            req = dataclasses.replace(requests[name], run_id=dispatch.RunRequest([]).run_id,  # a fresh container name
+                                      env={COMPARISON_ENV: comparison.label(round_, position, order)})
             log = out / "logs" / f"round{round_}-{name}-{req.run_id}.log"
             issued = time.time()
             with stdout_to(log):
                 outcome = dispatch.run(req)
             record = outcome.record
             launch = launch_times(log, issued)
-            launches[name].append(launch)
             if record is not None:
                 append_or_fallback(out / "records.jsonl", record, f"dlbench-record-{record['run_id']}.jsonl")
-                records.append(record)
-            else:
-                no_record.append(f"{name}: round {round_}: bench wrote no record (exit {outcome.exit_code})")
             value = throughput(record)
-            if value is not None:
-                samples[name].append(value)
+            failed |= value is None
             prov = (record or {}).get("provenance", {})
-            rows_csv.append({"round": round_, "runtime": name, "run_id": (record or {}).get("run_id", ""),
-                             "status": (record or {}).get("status", f"no record (exit {outcome.exit_code})"),
-                             "images_per_sec": "" if value is None else f"{value:.4f}",
-                             "container_runtime": prov.get("container_runtime", ""), "image": prov.get("image") or "",
-                             **{column: "" if t is None else f"{t:.3f}" for column, t in launch.items()}})
+            row = {"comparison_id": comparison.id, "seed": comparison.seed, "round": round_, "position": position,
+                   "runtime": name, "run_id": (record or {}).get("run_id", ""), "exit_code": outcome.exit_code,
+                   "status": (record or {}).get("status", f"no record (exit {outcome.exit_code})"),
+                   "images_per_sec": value, "container_runtime": prov.get("container_runtime", ""),
+                   "image": prov.get("image") or "", **launch}
+            append_or_fallback(out / RUNS, row, f"dlbench-compare-run-{req.run_id}.jsonl")
             first_step = launch["first_step_s"]
-            print(f"compare-runtimes: round {round_}/{args.repeats} {name}: "
-                  f"{'failed' if value is None else f'{value:.2f} img/s'}"
+            print(f"compare-runtimes: round {round_} ({round_ - first + 1}/{args.repeats}), {position}/{len(order)} "
+                  f"{name}: {'failed' if value is None else f'{value:.2f} img/s'}"
                   f"{'' if first_step is None else f', first timed step after {first_step:.1f} s'}", flush=True)
             if outcome.interrupted:
+                interrupted = True
                 break
-        if outcome.interrupted:
-            print("compare-runtimes: interrupted: summarizing the runs so far", flush=True)
+        if interrupted:
+            print("compare-runtimes: interrupted: the finished runs are kept; summarizing them (the same command "
+                  "again adds rounds)", flush=True)
             break
-    with open(out / "compare.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows_csv[0]))
-        writer.writeheader()
-        writer.writerows(rows_csv)
+    runs = [run for run in read_runs(out) if run.get("comparison_id") == comparison.id]
+    write_csv(out, runs)
+    records = [r for r in read_records(out) if (r.get("comparison") or {}).get("id", comparison.id) == comparison.id]
+    no_record = [f"{run['runtime']}: round {run['round']}: bench wrote no record (exit {run.get('exit_code')})"
+                 for run in runs if not run.get("run_id")]
+    launches: dict[str, list[dict]] = {name: [] for name in names}
+    for run in runs:
+        launches.setdefault(run["runtime"], []).append(run)
     table = summary(records, out, no_record, launches)
     (out / "compare.md").write_text(table)
     print(table, end="")
-    return 130 if outcome.interrupted else (0 if all(samples.values()) else 1)
+    return 130 if interrupted else (1 if failed else 0)
