@@ -50,6 +50,7 @@ class RunRequest:
     mpi: bool = False  # the runtime's MPI hook (sarus/shifter --mpi); not needed for the hybrid model
     edf_annotations: dict[str, str] = field(default_factory=dict)  # cscs-ce's EDF [annotations]
     env: dict[str, str] = field(default_factory=dict)  # benchrun's own variables for every rank (DLBENCH_COMPARISON)
+    container_options: list[str] = field(default_factory=list)  # --container-option for this runtime
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property
@@ -103,7 +104,7 @@ def container_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path
         image = requested_image(request, runtime)
     return ContainerSpec(runtime=runtime.name, image=image or "", name=request.container_name,
                          mounts=mounts, workdir=runtime.results_dir(str(results)), gpus=request.gpus, mpi=request.mpi,
-                         annotations=dict(request.edf_annotations))
+                         annotations=dict(request.edf_annotations), options=list(request.container_options))
 
 
 def stop_grace_s(runtime: runtimes.Runtime, client) -> float:
@@ -189,6 +190,8 @@ def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
     for part in parts if installed else ():
         part.require()
     runtime.check_annotations(request.edf_annotations)
+    if request.container_options:
+        runtime.container_options(request.container_options)  # refused where the runtime takes none (local)
     if runtime.launcher not in (None, request.launcher) and request.launcher is not None:
         raise UsageError(f"runtime {request.runtime!r} runs through {runtime.launcher} (a Slurm plugin): "
                          f"use --launcher {runtime.launcher} or none, not {request.launcher!r}")

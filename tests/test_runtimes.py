@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -391,3 +392,35 @@ def test_a_stopped_run_gives_its_container_client_time_to_remove_its_container()
     assert grace["local"] == 2 * STOP_GRACE_S
     assert all(grace[name] >= wait + STOP_GRACE_S for name, wait in wrapper.items()), (grace, wrapper)
     assert wrapper["udocker"] >= wrapper["docker"] + 60
+
+
+def test_container_options_reach_the_runtime_line_and_unsafe_ones_are_refused(tmp_path):
+    """--container-option: a site's or a planted limit on the Docker-CLI runtimes' own line (between the
+    mounts and the entrypoint); privileges, mounts and what benchrun sets are refused, as are runtimes
+    without such a line (local), each in one line."""
+    from runners.commands.run import container_option
+
+    bench_args = ["--framework", "torch", "--model", "alexnet"]
+    for name in ("docker", "podman"):
+        request = dispatch.RunRequest(bench_args, runtime=name, container_options=["--cpus=1", "--shm-size=64m"])
+        argv = dispatch.container_command(request, tmp_path)
+        assert argv[argv.index("--cpus=1") - 2:argv.index("--entrypoint")] == \
+            ["-w", "/results", "--cpus=1", "--shm-size=64m"], argv
+    refusals = {"--privileged": "is refused (no privileges beyond the run's own)",
+                "--volume=/:/host": "is refused (benchrun mounts the data, read-only)",
+                "--network=bridge": "is refused (benchrun sets it)", "--cpus 1": "give one --flag or --flag=value token",
+                "-v": "give one --flag or --flag=value token"}
+    for option, said in refusals.items():
+        request = dispatch.RunRequest(bench_args, runtime="docker", container_options=[option])
+        with pytest.raises(UsageError, match=re.escape(said)):
+            dispatch.check(request, installed=False)
+    with pytest.raises(UsageError, match="runtime 'local' takes no --container-option"):
+        dispatch.check(dispatch.RunRequest(bench_args, runtime="local", container_options=["--cpus=1"]))
+    assert container_option("docker:--cpus=1") == ("docker", "--cpus=1")
+    assert container_option("--ipc=container:x") == ("", "--ipc=container:x")
+    with pytest.raises(UsageError, match="expected --FLAG"):
+        container_option("cpus=1")
+    result = benchrun("compare-runtimes", "--runtimes", "local,docker", "--container-option", "podman:--cpus=1",
+                      "--out", str(tmp_path / "out"), "--", "--model", "alexnet")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "is for runtime 'podman'" in result.stderr
+    assert not (tmp_path / "out").exists()

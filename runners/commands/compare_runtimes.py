@@ -45,7 +45,7 @@ from .. import dispatch, runtimes
 from ..reporting import aggregate, keys
 from ..reporting.render import Document
 from .report import fmt_p, section_runtimes
-from .run import add_runtime_options, request
+from .run import add_runtime_options, check_option_targets, request
 
 
 def add_parser(sub) -> None:
@@ -256,12 +256,13 @@ def run(args) -> int:
     if len(set(given)) != len(given):
         raise UsageError(f"--runtimes {args.runtimes}: a runtime named twice")
     probe = request(args, given[0] if given else runtimes.BARE)
-    comparison = open_comparison(out, given, args.seed, asked_of(probe))
+    comparison = open_comparison(out, given, args.seed, {**asked_of(probe), "container_options": args.container_option})
     names = list(comparison.runtimes) or runtimes.available()
     comparison = dataclasses.replace(comparison, runtimes=tuple(names))
-    for name in names:
-        runtimes.get(name).require()  # unknown or missing: one line, before anything runs
+    check_option_targets(args, names)
     requests = {name: request(args, name) for name in names}
+    for req in requests.values():
+        dispatch.check(req)  # unknown or missing runtime, bad input: one line, before anything runs or is written
     for req in requests.values():
         if not bench_arguments(req.bench_args).mllog:
             req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps

@@ -48,6 +48,10 @@ def add_runtime_options(p) -> None:
     p.add_argument("--timeout", type=float, help="seconds; bench stops itself, the host removes what is left")
     p.add_argument("--gpus", action="store_true", help="give the container the GPUs (--gpus all, --nv, ...)")
     p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich, podman-hpc --mpi: one shared container per node)")
+    p.add_argument("--container-option", action="append", default=[], metavar="[RUNTIME:]--FLAG[=VALUE]",
+                   help="an option for the runtime's own command line (docker, podman, podman-hpc), e.g. "
+                        "--container-option=--shm-size=64m or docker:--cpus=1 for one runtime of a comparison; "
+                        "privileges, mounts, the name and the network are refused (repeatable)")
     p.add_argument("--edf-annotation", action="append", default=[], metavar="KEY=VALUE",
                    help="cscs-ce: an [annotations] entry of the run's EDF, e.g. com.hooks.cxi.enabled=true (repeatable)")
 
@@ -59,6 +63,23 @@ def bench_args(args) -> list[str]:
         if getattr(given, own) not in (None, False):
             raise UsageError(f"benchrun sets bench's {OPTIONS[own].flag} itself: leave it out")
     return rest
+
+
+def container_option(item: str) -> tuple[str, str]:
+    """--container-option's value as (the runtime it is for, "" for every one; the option)."""
+    target, sep, option = ("", "", item) if item.startswith("-") else item.partition(":")
+    if not option.startswith("-"):
+        raise UsageError(f"--container-option {item!r}: expected --FLAG[=VALUE] or RUNTIME:--FLAG[=VALUE]")
+    return target, option
+
+
+def check_option_targets(args, names) -> None:
+    """A --container-option for one runtime must name a runtime the command runs (else it would be dropped)."""
+    for item in args.container_option:
+        target, _ = container_option(item)
+        if target and target not in names:
+            raise UsageError(f"--container-option {item!r} is for runtime {target!r}, which this command does not "
+                             f"run ({', '.join(names)})")
 
 
 def request(args, runtime: str) -> dispatch.RunRequest:
@@ -76,13 +97,15 @@ def request(args, runtime: str) -> dispatch.RunRequest:
         if not sep or not key:
             raise UsageError(f"--edf-annotation {item!r}: expected KEY=VALUE")
         annotations[key] = value
+    options = [option for target, option in map(container_option, args.container_option) if target in ("", runtime)]
     return dispatch.RunRequest(bench_args(args), runtime=runtime, image=args.image, launcher=args.launcher,
                                num_workers=args.num_workers, num_ps=args.num_ps, timeout_s=args.timeout,
                                launcher_args=args.launcher_arg, data_dir=args.data_dir, gpus=args.gpus, mpi=args.mpi,
-                               edf_annotations=annotations)
+                               edf_annotations=annotations, container_options=options)
 
 
 def run(args) -> int:
+    check_option_targets(args, [args.runtime])
     req = request(args, args.runtime)
     if args.dry_run:
         dispatch.check(req, installed=False)

@@ -94,7 +94,7 @@ DATA_TARGET = "/data"  # where a container sees --data-dir (read-only)
 # A command line's slots, in the order they are joined. A runtime that spells a run its own way edits
 # the slots by name (podman-hpc's shared run, Shifter's --module), never the argv by position.
 SLOTS = ("program", "program_options", "subcommand", "name", "base", "gpu", "mpi", "env", "mounts", "workdir",
-         "labels", "entrypoint", "image", "command")
+         "labels", "options", "entrypoint", "image", "command")
 
 
 def known(slot: str) -> str:
@@ -134,6 +134,7 @@ class Invocation:
     gpus: bool = False
     name: str | None = None
     mpi: bool = False
+    options: Sequence[str] = ()  # --container-option: the user's own, checked by container_options()
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ class Runtime:
     # ---- the command line -----------------------------------------------------------------------
     def command(self, image: str | None, argv: Sequence[str], env: Mapping[str, str | None] = {},
                 mounts: Sequence[Mount] = (), workdir: str | None = None, gpus: bool = False,
-                name: str | None = None, mpi: bool = False) -> list[str]:
+                name: str | None = None, mpi: bool = False, options: Sequence[str] = ()) -> list[str]:
         """The argv that runs `argv` (the program and its arguments) in `image`."""
         if self.uses_image:
             check_image(image)
@@ -268,7 +269,8 @@ class Runtime:
                 raise UsageError(f"invalid environment variable name {key!r}")
         if name is not None:
             check_name(name)
-        run = Invocation(image, list(argv), dict(env), [check_mount(m) for m in mounts], workdir, gpus, name, mpi)
+        run = Invocation(image, list(argv), dict(env), [check_mount(m) for m in mounts], workdir, gpus, name, mpi,
+                         self.container_options(options) if options else ())
         return self.slots(run).argv()
 
     def slots(self, run: Invocation) -> Command:
@@ -281,7 +283,7 @@ class Runtime:
                        mpi=self.mpi_options() if run.mpi else [], env=options,
                        mounts=[arg for mount in run.mounts for arg in self.mount_option(mount)],
                        workdir=self.workdir_option(run.workdir) if run.workdir is not None else [],
-                       entrypoint=entrypoint or [], image=self.image_option(run.image),
+                       options=run.options, entrypoint=entrypoint or [], image=self.image_option(run.image),
                        command=argv[1:] if entrypoint else argv)
 
     def name_options(self, name: str) -> list[str]:
@@ -307,6 +309,10 @@ class Runtime:
 
     def workdir_option(self, workdir: str) -> list[str]:
         return []  # no such option: bench is given absolute paths
+
+    def container_options(self, options: Sequence[str]) -> list[str]:
+        """--container-option: the user's own options for the runtime's command line, checked."""
+        raise UsageError(f"runtime {self.name!r} takes no --container-option")
 
     def entrypoint_option(self, program: str) -> list[str] | None:
         """Options that make `program` the container's command in place of the image's ENTRYPOINT;
@@ -345,6 +351,14 @@ def env_and_argv(runtime: Runtime, env: Mapping[str, str | None], argv: list[str
     return options, ["env", *inside, *argv] if inside else list(argv)
 
 
+REFUSED_OPTIONS = {  # --container-option flags a Docker-CLI runtime refuses, and why
+    **dict.fromkeys(("--privileged", "--cap-add", "--security-opt", "--device", "--device-cgroup-rule", "--userns"),
+                    "no privileges beyond the run's own"),
+    **dict.fromkeys(("--volume", "--mount", "--volumes-from", "--tmpfs"), "benchrun mounts the data, read-only"),
+    **dict.fromkeys(("--name", "--rm", "--entrypoint", "--network", "--net"), "benchrun sets it"),
+}
+
+
 class DockerCliRuntime(Runtime):
     """The Docker CLI's spelling (docker, podman and their relatives): named containers removed
     after the run, `-e`, `-v SRC:DST[:ro]`, `-w`, the image's ENTRYPOINT replaced by bench."""
@@ -370,6 +384,18 @@ class DockerCliRuntime(Runtime):
 
     def workdir_option(self, workdir: str) -> list[str]:
         return ["-w", workdir]
+
+    def container_options(self, options: Sequence[str]) -> list[str]:
+        """One `--flag[=value]` token each (a separate value would be read as the image); options that would
+        undo what the run relies on (its mounts read-only, its name, its network, its entrypoint) or grant
+        privileges are refused. What they are for: a site's or a planted limit (--shm-size, --cpus, --ipc)."""
+        for option in options:
+            flag = option.split("=", 1)[0]
+            if not re.fullmatch(r"--[a-z][a-z0-9-]*(=\S*)?", option):
+                raise UsageError(f"--container-option {option!r}: give one --flag or --flag=value token")
+            if flag in REFUSED_OPTIONS:
+                raise UsageError(f"--container-option {option!r}: {flag} is refused ({REFUSED_OPTIONS[flag]})")
+        return list(options)
 
     def entrypoint_option(self, program: str) -> list[str]:
         return ["--entrypoint", program]  # the images' ENTRYPOINT is bench: state it

@@ -34,6 +34,7 @@ class ContainerSpec:
     gpus: bool = False
     mpi: bool = False
     annotations: dict[str, str] = field(default_factory=dict)  # EDF annotations (cscs-ce)
+    options: list[str] = field(default_factory=list)  # --container-option: the user's, for the runtime's command line
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -53,7 +54,7 @@ class ContainerSpec:
         env: dict[str, str | None] = {key: None for key in forwarded_names(environ)}
         env.update(self.env)
         return runtime.command(self.image, argv, env=env, mounts=self.mounts, workdir=self.workdir,
-                               gpus=self.gpus, name=name, mpi=self.mpi), name
+                               gpus=self.gpus, name=name, mpi=self.mpi, options=self.options), name
 
 
 def rank_name(base: str, environ=os.environ) -> str:
