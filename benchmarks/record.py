@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import convergence, lr_rules, step_timing
 from .distributed import strategies
 from .options import DEFAULTS, choices_of
-from .provenance import CONTAINER_RUNTIMES
+from .provenance import COMPARISON_ENV, CONTAINER_RUNTIMES
 
 SCHEMA_VERSION = "1.18"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
@@ -525,8 +525,21 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
             **result,
             "duration_s": duration_s,
             "provenance": {**base["provenance"], "framework": framework},
+            "comparison": base.get("comparison"),
         }
     )
+
+
+def comparison_of(environ) -> tuple[dict | None, str | None]:
+    """The comparison a run belongs to, as compare-runtimes set it (COMPARISON_ENV), and why a value set
+    is not used (malformed: the run goes on without it, and says so)."""
+    text = environ.get(COMPARISON_ENV)
+    if not text:
+        return None, None
+    try:
+        return ComparisonInfo.model_validate_json(text).model_dump(mode="json"), None
+    except ValueError as error:
+        return None, f"{COMPARISON_ENV} is not a comparison ({str(error).splitlines()[0][:160]}): left out of the record"
 
 
 def validate(record: dict) -> dict:

@@ -82,3 +82,15 @@ def test_the_same_out_again_adds_rounds_and_every_record_knows_its_round(tmp_pat
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "(bench_args differ)" in refused.stderr
     assert len((out / "records.jsonl").read_text().splitlines()) == 2
+
+
+def test_bench_takes_its_comparison_from_the_environment_or_says_why_not():
+    from benchmarks.record import comparison_of
+
+    label = Comparison("c1", 7, NAMES, ASKED).label(4, 2, ["docker", "local", "apptainer"])
+    assert comparison_of({"DLBENCH_COMPARISON": label}) == (
+        {"id": "c1", "seed": 7, "round": 4, "position": 2, "order": ["docker", "local", "apptainer"]}, None)
+    assert comparison_of({}) == (None, None)
+    for bad in ('{"id": "c1"}', "{torn", '{"id": "c1", "seed": "x", "round": 1, "position": 1, "order": []}'):
+        value, why = comparison_of({"DLBENCH_COMPARISON": bad})
+        assert value is None and why.startswith("DLBENCH_COMPARISON is not a comparison (") and "\n" not in why

@@ -203,3 +203,42 @@ def test_srun_docker_one_node(slurm_single):
 def test_srun_docker_two_emulated_nodes(slurm_two_nodes):
     record = srun_docker(slurm_two_nodes, "--launcher-arg=--nodes=2")
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+def test_planted_path_difference_is_fingerprinted_resolved_and_flagged(tmp_path):
+    """The overhead job's *why*, planted: the same 2-rank DDP run (torch gloo, one container per rank) on the
+    host and in Docker with half a CPU per container (`docker:--cpus=0.5`) and, as Docker always does, each
+    rank in a PID namespace of its own. Every rank's fingerprint shows both (the quota, no shared PID
+    namespace, no single-copy CMA between the ranks), preflight labels the Docker runs (a thread on half a
+    CPU), the comparison resolves Docker as slower (or says it cannot, with N) and the verdict names the quota
+    as the first candidate cause, the PID namespace beside it."""
+    docker_up(TORCH_IMAGE)
+    out = tmp_path / "cmp"
+    done = subprocess.run(
+        [sys.executable, "-m", "runners", "compare-runtimes", "--runtimes", "local,docker", "--rounds", "3", "--seed", "1",
+         "--container-option", "docker:--cpus=0.5", "--launcher", "local", "-n", "2", "--out", str(out), "--", *DDP],
+        env=python_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    by_runtime = {name: [r for r in records if r["provenance"]["requested_runtime"] == name] for name in ("local", "docker")}
+    assert all(len(rs) == 3 and all(r["status"] == "ok" for r in rs) for rs in by_runtime.values()), records
+    for record in by_runtime["local"]:
+        path = validate_in_image(record)["path"]
+        assert len(path["ranks"]) == 2 and path["shared_pid_namespace"] is True
+        assert all(rank["limits"]["cpu_quota"] is None and rank["limits"]["cma"] is True for rank in path["ranks"])
+        assert all(rank["collective"]["library"] == "gloo" for rank in path["ranks"])
+        assert record["preflight"]["ok"] is True
+    for record in by_runtime["docker"]:
+        path = validate_in_image(record)["path"]
+        assert len(path["ranks"]) == 2 and path["shared_pid_namespace"] is False
+        assert all(rank["limits"]["cpu_quota"] == 0.5 and rank["limits"]["cma"] is False for rank in path["ranks"])
+        assert record["preflight"]["ok"] is False
+        assert any(check["name"] == "threads" and not check["ok"] for check in record["preflight"]["checks"])
+    assert sorted(r["comparison"]["position"] for r in records if r["comparison"]["round"] == 1) == [1, 2]
+    table = (out / "compare.md").read_text()
+    [docker_row] = [line for line in table.splitlines() if line.startswith("| docker |")]
+    assert "slower by" in docker_row or "more rounds" in docker_row, table
+    assert "CPU quota" in docker_row and "PID namespace" in docker_row, docker_row
+    if "slower by" in docker_row:
+        assert "likely cause: CPU quota" in docker_row, docker_row
+    assert not containers()
