@@ -164,7 +164,7 @@ class DlbenchRuntimeOverhead(DlbenchBase):
     def command(self):
         self.executable = self.benchrun
         self.executable_opts = [shlex.quote(a) for a in [
-            'compare-runtimes', '--runtimes', f'{runtimes.BARE},{self.runtime}', '--repeats', str(self.rounds),
+            'compare-runtimes', '--runtimes', f'{runtimes.BARE},{self.runtime}', '--rounds', str(self.rounds),
             '--out', 'compare', '--', '--framework', self.framework, '--model', self.model,
             *shlex.split(self.bench_options)]]
 

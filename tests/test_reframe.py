@@ -160,7 +160,7 @@ def test_docker_through_reframes_container_platform_and_overhead(reframe_path, t
     assert "benchrun" not in train and "docker pull" not in train, train
     [ranks] = [script for script in scripts if "run --runtime docker --launcher local -n 2 -- --framework torch" in script]
     assert "--strategy ddp" in ranks, ranks
-    assert any("compare-runtimes --runtimes local,docker --repeats 1" in script for script in scripts)
+    assert any("compare-runtimes --runtimes local,docker --rounds 1" in script for script in scripts)
     assert re.search(r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch %model=alexnet %strategy=ddp %ranks=2 %runtime=docker", out), \
         out[-3000:]
     assert re.search(r"P: runtime_overhead: -?[0-9.]+ %", out), out[-3000:]
