@@ -242,3 +242,38 @@ def test_planted_path_difference_is_fingerprinted_resolved_and_flagged(tmp_path)
     if "slower by" in docker_row:
         assert "likely cause: CPU quota" in docker_row, docker_row
     assert not containers()
+
+
+def test_compare_runtimes_interrupted_mid_round_keeps_its_runs_and_the_same_out_adds_rounds(tmp_path):
+    """Ctrl-C while the second runtime of round 1 runs: the first run's record and row are kept, the
+    interrupted run is recorded as such, the summary is written (exit 130); the same command again adds
+    round 2 in that round's own order, and the table counts every finished run."""
+    from runners.commands.compare_runtimes import Comparison
+
+    docker_up(TF_IMAGE)
+    out = tmp_path / "cmp"
+    argv = [sys.executable, "-m", "runners", "compare-runtimes", "--runtimes", "local,docker", "--seed", "11",
+            "--out", str(out)]
+    started = Started([*argv, "--rounds", "2", "--", *TINY_TF], env=python_env())
+    deadline = time.monotonic() + 300
+    while sum("bench: building" in line for line in list(started.err)) < 2:  # the round's second run is up
+        assert started.proc.poll() is None and time.monotonic() < deadline, "".join(started.err)[-3000:]
+        time.sleep(0.05)
+    started.proc.send_signal(signal.SIGINT)
+    stdout, stderr = started.communicate(timeout=180)
+    assert started.proc.returncode == 130, stderr[-3000:]
+    assert "interrupted: the finished runs are kept" in stdout
+    order = Comparison("-", 11, ("local", "docker"), {}).order(1)
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["position"], r["runtime"]) for r in runs] == [(1, 1, order[0]), (1, 2, order[1])]
+    assert runs[0]["status"] == "ok" and runs[1]["status"] in ("interrupted", "no record (exit 130)")
+    assert (out / "compare.md").exists() and not containers()
+
+    again = subprocess.run([*argv, "--rounds", "1", "--", *TINY_TF], env=python_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    runs = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["position"], r["runtime"]) for r in runs[2:]] == \
+        [(2, p, name) for p, name in enumerate(Comparison("-", 11, ("local", "docker"), {}).order(2), 1)]
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["comparison"]["round"] for r in records if r["status"] == "ok"] == [1, 2, 2]
