@@ -330,3 +330,31 @@ def test_report_section_without_rounds_says_position_not_estimable(base_record, 
     md = doc.markdown()
     assert "| podman | local | 0.986 [0.958, 1.014] | unpaired (Welch), ≥ 5 runs a side | " in md
     assert "Position in the round: not estimable" in md
+
+
+def test_the_loader_keeps_rounds_and_paths(base_record, tmp_path):
+    """`benchrun report` reads slim records (runners/reporting/load.py): the comparison and path sections
+    must come through, or every verdict there would fall back to Welch and lose its path flags."""
+    from runners.reporting import load
+
+    records = rounds(base_record, {"local": LOCAL, "docker": [0.9 * v for v in LOCAL]},
+                     {"local": path_section(cma=True), "docker": path_section(cma=False)})
+    store = tmp_path / "s.jsonl"
+    store.write_text("".join(json.dumps(r) + "\n" for r in records))
+    [found], _ = aggregate.runtime_groups(load.load([store]))
+    verdict = found.rows[1].against("local")
+    assert verdict.verdict.interval.method == equivalence.PAIRED and "likely cause: docker: single-copy" in verdict.text
+
+
+@pytest.mark.parametrize("command, option", [("report", "--margin"), ("compare-runtimes", "--margin"),
+                                             ("compare-runtimes", "--launch-margin")])
+def test_a_margin_of_zero_is_one_line_and_exit_2(tmp_path, command, option):
+    from infra.helpers import benchrun
+
+    store = tmp_path / "s.jsonl"
+    store.write_text(STORE.read_text().splitlines()[0] + "\n")
+    args = [store] if command == "report" else ["--runtimes", "local"]
+    after = [] if command == "report" else ["--", "--model", "x"]
+    result = benchrun(command, *args, "--out", tmp_path / "out", option, "0", *after)
+    assert result.returncode == 2 and result.stderr == f"benchrun: error: {option} must be a positive number, got 0\n"
+    assert not (tmp_path / "out").exists()

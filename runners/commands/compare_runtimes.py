@@ -3,19 +3,25 @@
     benchrun compare-runtimes --runtimes local,docker,podman,charliecloud --repeats 3 --out DIR -- \\
         --framework tensorflow --model resnet50 --image-size 64 --batch-size 4 --num-batches 5
 
-Rounds run every runtime once, in order (A B C A B C ...), so slow drifts of the
-machine hit all runtimes alike. Each record keeps the runtime asked for
-(provenance.requested_runtime); the summary is `benchrun report`'s runtime section
-over these records, so both print the same numbers: per runtime, mean images/sec
-with a 95% t-interval over the runs, overhead versus `local` and a Welch t-test
-p-value against it. Written to --out: records.jsonl (the records, unchanged),
-compare.md (the table), compare.png (bars with 95% error bars) and compare.csv
-(one row per run, with the record's run_id).
+Rounds run every runtime once, so slow drifts of the machine hit all runtimes alike. Each record
+keeps the runtime asked for (provenance.requested_runtime) and its round and position (section
+`comparison`); the summary is `benchrun report`'s runtime section over these records, so both print
+the same numbers: per runtime, mean images/sec with a 95% t-interval over the runs, and against
+`local` (and `docker` where both ran) the throughput ratio with its 95% interval, paired by round,
+and a verdict at --margin percent: `equivalent (±M%)`, `slower by X% [lo, hi]`, `faster by X% [lo, hi]`
+or `inconclusive: ±H% now; about N more rounds for ±M%`; where the runs' paths differ from the
+reference's (section `path`), the difference is named beside the verdict, and as the likely cause of
+a resolved slowdown; whether the position in the round shifted throughput. Definitions:
+docs/reports.md#verdicts-with-intervals. Written to --out: records.jsonl (the records, unchanged),
+compare.md (the tables), compare.png (bars with 95% error bars), compare.csv (one row per run, with
+the record's run_id, comparison id, seed and position) and verdicts.csv (one row per runtime and
+reference: ratio or difference, its interval, method, rounds, margin, verdict, path differences).
 
 Launch overhead, per runtime: bench runs with --mllog, and the wall-clock times of its
 `init_start` (bench is up: runtime started, Python and bench imported) and of the first timed
 step (`epoch_start` of repeat 0: model built, warm-up done) are taken against the moment
-benchrun issued the run (the same host clock inside every container; the latest rank counts).
+benchrun issued the run (the same host clock inside every container; the latest rank counts);
+the differences against the references, paired by round, get verdicts at --launch-margin seconds.
 Each run's stdout (bench's lines, the MLLOG lines) is kept in logs/ beside the records.
 """
 
