@@ -248,7 +248,8 @@ def test_runs_pair_by_comparison_id_and_round(base_record):
     # a second comparison's round 1 is another round: it does not pair with the first's
     other = make(base_record, "apptainer", 40.0, 1)
     other["comparison"]["id"] = "cmp2"
-    assert len(aggregate.round_pairs([other], [r for r in records if r["provenance"]["requested_runtime"] == "local"])) == 0
+    local = [r for r in records if r["provenance"]["requested_runtime"] == "local"]
+    assert aggregate.round_pairs([other], local) == [] and len(aggregate.round_pairs(records[:1], local)) == 1
     # older records without rounds: Welch over all runs
     [old], _ = aggregate.runtime_groups(rounds(base_record, {"local": LOCAL, "apptainer": APPTAINER}, paired=False))
     assert old.rows[1].verdicts[0].verdict.interval.method == equivalence.UNPAIRED and old.position is None

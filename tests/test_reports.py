@@ -148,10 +148,12 @@ def test_runtime_overhead(report):
     assert "| local | 2 | 12.00 ± 12.71 | 00000006 00000007 |" in md  # detected `none` reads as local
     assert "| singularity | 1 | 9.50 ± 0.50 | 00000008 |" in md
     # no compare-runtimes rounds in these records: Welch's interval on the logs, exp(mean log(9, 11) - mean log(11, 13))
-    assert "| docker | local | 0.832 [0.466, 1.486] | unpaired (Welch), ≥ 2 runs a side | inconclusive: ±78.6% now;" in md
+    assert "| docker | local | 0.832 [0.466, 1.486] | unpaired (Welch), ≥ 2 runs a side | " \
+           "inconclusive: ±78.6% now;" in md
     assert "| local | docker | 1.202 [0.673, 2.146] | unpaired (Welch), ≥ 2 runs a side |" in md
     # singularity: 1 record -> no interval, said so (never "no difference")
-    assert "| singularity | local | n/a | none (< 2 rounds) | inconclusive: fewer than 2 rounds, no interval | - |" in md
+    assert "| singularity | local | n/a | none (< 2 rounds) | " \
+           "inconclusive: fewer than 2 rounds, no interval | - |" in md
     assert "Welch p" not in md and "Position in the round: not estimable" in md
     assert "only under docker — runs 00000009" in md  # ddp only ran under docker
 

@@ -293,12 +293,15 @@ def test_launch_times_and_table_from_mllog_stamps(tmp_path):
            "slower by 1.00 s [1.00, 1.00] |" in md
     assert "| udocker | local | to first timed step | +4.00 s [+4.00, +4.00] | paired by round, 2 rounds | " \
            "slower by 4.00 s [4.00, 4.00] |" in md
-    assert "| podman | local | to bench up | n/a | none (< 2 rounds) | inconclusive: fewer than 2 rounds, no interval |" in md
+    assert "| podman | local | to bench up | n/a | none (< 2 rounds) | " \
+           "inconclusive: fewer than 2 rounds, no interval |" in md
     # a launch that names its round pairs by it, not by its place in the list
     doc = compare_runtimes.Document()
     found = compare_runtimes.section_launch(doc, {
-        "local": [{"round": 1, "bench_up_s": 1.0, "first_step_s": 10.0}, {"round": 2, "bench_up_s": 3.0, "first_step_s": 12.0}],
-        "docker": [{"round": 2, "bench_up_s": 3.5, "first_step_s": 12.5}, {"round": 1, "bench_up_s": 1.5, "first_step_s": 10.5}]},
+        "local": [{"round": 1, "bench_up_s": 1.0, "first_step_s": 10.0},
+                  {"round": 2, "bench_up_s": 3.0, "first_step_s": 12.0}],
+        "docker": [{"round": 2, "bench_up_s": 3.5, "first_step_s": 12.5},
+                   {"round": 1, "bench_up_s": 1.5, "first_step_s": 10.5}]},
         margin=0.25)
     assert [v.verdict.text for v in found if v.runtime == "docker"] == ["slower by 0.50 s [0.50, 0.50]"] * 2
 

@@ -45,7 +45,7 @@ from benchmarks.stats import t_halfwidth
 from .. import dispatch, runtimes
 from ..reporting import aggregate, equivalence, keys
 from ..reporting.render import Document
-from .report import add_margin, fmt_ratio, interval_text, margin_of, positive, section_runtimes
+from .report import add_margin, fmt_estimate, interval_text, margin_of, positive, section_runtimes
 from .run import add_runtime_options, request
 
 
@@ -161,7 +161,7 @@ def section_launch(doc: Document, launches: dict[str, list[dict]],
     found = launch_verdicts(launches, margin)
     if found:
         doc.table(["runtime", "vs", "time", "difference [95% CI]", "interval", "verdict"],
-                  [[v.runtime, v.reference, LAUNCH_TITLES[v.column], fmt_ratio(v.verdict), interval_text(v.verdict),
+                  [[v.runtime, v.reference, LAUNCH_TITLES[v.column], fmt_estimate(v.verdict), interval_text(v.verdict),
                     v.verdict.text] for v in found])
     return found
 

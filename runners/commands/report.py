@@ -293,7 +293,7 @@ def section_runtimes(doc: Document, records: list[dict], out: Path,
         doc.table(["runtime", "n", "images/sec mean ± CI", "runs"],
                   [[row.runtime, row.summary.n, row.summary.text(), row.summary.ids] for row in found.rows])
         doc.table(["runtime", "vs", "ratio [95% CI]", "interval", "verdict", "path differences"],
-                  [[row.runtime, v.reference, fmt_ratio(v.verdict), interval_text(v.verdict), v.text,
+                  [[row.runtime, v.reference, fmt_estimate(v.verdict), interval_text(v.verdict), v.text,
                     " / ".join(v.path) or "-"] for row in found.rows for v in row.verdicts])
         doc.para("Position in the round: " + (found.position.text if found.position else
                  "not estimable (no compare-runtimes rounds in a random order for this configuration)"))
@@ -306,7 +306,7 @@ def section_runtimes(doc: Document, records: list[dict], out: Path,
     return compared
 
 
-def fmt_ratio(verdict: equivalence.Verdict) -> str:
+def fmt_estimate(verdict: equivalence.Verdict) -> str:
     """'0.962 [0.941, 0.984]' (throughput) or '+0.31 s [0.12, 0.50]' (times); n/a without an interval."""
     ci = verdict.ci()
     if ci is None:
@@ -317,7 +317,8 @@ def fmt_ratio(verdict: equivalence.Verdict) -> str:
 
 
 def interval_text(verdict: equivalence.Verdict) -> str:
-    """How the interval was had and over how much: 'paired by round, 5 rounds' or 'unpaired (Welch), ≥ 3 runs a side'."""
+    """How the interval was had and over how much: 'paired by round, 5 rounds' or
+    'unpaired (Welch), ≥ 3 runs a side'."""
     found = verdict.interval
     if found is None:
         return "none (< 2 rounds)"
