@@ -235,7 +235,7 @@ def _draw_scaling(path: Path, lines, title: str) -> None:
 def runtime_overhead(rows: list[aggregate.RuntimeRow], title: str, path: Path) -> Path:
     """Mean images/sec per runtime with its 95% interval (report and compare-runtimes)."""
     bars = [(row.runtime, row.summary.mean, row.summary.ci or 0.0, row.summary.n,
-             None if row.runtime == keys.BASELINE_RUNTIME else row.overhead) for row in rows]
+             None if (v := row.against(keys.BASELINE_RUNTIME)) is None else v.verdict.estimate) for row in rows]
     return _render(_draw_runtimes, path, bars, title)
 
 
@@ -244,8 +244,8 @@ def _draw_runtimes(path: Path, bars, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     names, means, errors, _, _ = zip(*bars)
     ax.bar(names, means, yerr=errors, capsize=6, color="#4C72B0", edgecolor="black")
-    for i, (_, mean, error, n, overhead) in enumerate(bars):
-        note = "" if overhead is None else f"\n{100 * overhead:+.1f}%"
+    for i, (_, mean, error, n, ratio) in enumerate(bars):
+        note = "" if ratio is None else f"\n×{ratio:.3f} vs {keys.BASELINE_RUNTIME}"
         ax.annotate(f"{mean:.2f}\n(n={n}){note}", (i, mean + error), ha="center",
                     va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
     ax.set_ylabel("images/sec (mean, 95% CI)")

@@ -144,12 +144,17 @@ def test_io_overhead(report):
 @pytest.mark.slow
 def test_runtime_overhead(report):
     md = report[1]
-    # Welch by hand: variances 2 and 2, se^2 = 2/2 + 2/2 = 2, t = (12 - 10) / sqrt(2) = sqrt(2),
-    # df = 2^2 / (1^2/1 + 1^2/1) = 2; for df = 2 the two-sided p = 1 - t / sqrt(2 + t^2) = 1 - 1/sqrt(2) = 0.293
-    assert "| docker | 2 | 10.00 ± 12.71 | 16.7% | 0.293 | 00000001 00000002 |" in md
-    assert "| local | 2 | 12.00 ± 12.71 | 0.0% | - | 00000006 00000007 |" in md  # detected `none` reads as local
-    # singularity: 1 record -> overhead (12 - 9.5) / 12 = 20.8%, no p-value
-    assert "| singularity | 1 | 9.50 ± 0.50 | 20.8% | n/a (a side has < 2 records) | 00000008 |" in md
+    assert "| docker | 2 | 10.00 ± 12.71 | 00000001 00000002 |" in md
+    assert "| local | 2 | 12.00 ± 12.71 | 00000006 00000007 |" in md  # detected `none` reads as local
+    assert "| singularity | 1 | 9.50 ± 0.50 | 00000008 |" in md
+    # no compare-runtimes rounds in these records: Welch's interval on the logs, exp(mean log(9, 11) - mean log(11, 13))
+    assert "| docker | local | 0.832 [0.466, 1.486] | unpaired (Welch), ≥ 2 runs a side | " \
+           "inconclusive: ±78.6% now;" in md
+    assert "| local | docker | 1.202 [0.673, 2.146] | unpaired (Welch), ≥ 2 runs a side |" in md
+    # singularity: 1 record -> no interval, said so (never "no difference")
+    assert "| singularity | local | n/a | none (< 2 rounds) | " \
+           "inconclusive: fewer than 2 rounds, no interval | - |" in md
+    assert "Welch p" not in md and "Position in the round: not estimable" in md
     assert "only under docker — runs 00000009" in md  # ddp only ran under docker
 
 

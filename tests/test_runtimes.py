@@ -246,14 +246,18 @@ def test_compare_runtimes_and_report_print_the_same_numbers(real_record, tmp_pat
                R(11.0, requested="docker"), R(9.5, runtime="podman", requested="podman"),
                R(None, status="failed", runtime="podman", requested="podman", error="boom")]
     md = compare_runtimes.summary(records, tmp_path)
-    # by hand: local 11, 13 -> mean 12, t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; docker mean 10 ->
-    # (12 - 10) / 12 = 16.7%; Welch: t = 2 / sqrt(2/2 + 2/2) = sqrt(2), df = 2, p = 1 - 1/sqrt(2) = 0.293.
-    # podman: one record, its own interval 0.50, (12 - 9.5) / 12 = 20.8%, no p-value.
-    rows = ["| local | 2 | 12.00 ± 12.71 | 0.0% | - | 00000001 00000002 |",
-            "| docker | 2 | 10.00 ± 12.71 | 16.7% | 0.293 | 00000003 00000004 |",
-            "| podman | 1 | 9.50 ± 0.50 | 20.8% | n/a (a side has < 2 records) | 00000005 |"]
+    # by hand: local 11, 13 -> mean 12, t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; docker 9, 11 -> mean 10.
+    # No rounds in these records: Welch on the logs, docker / local = exp(mean log 9, 11 - mean log 11, 13) = 0.832,
+    # wide (df ~ 2); podman: one record, its own interval 0.50, no interval of a ratio.
+    rows = ["| local | 2 | 12.00 ± 12.71 | 00000001 00000002 |",
+            "| docker | 2 | 10.00 ± 12.71 | 00000003 00000004 |",
+            "| podman | 1 | 9.50 ± 0.50 | 00000005 |",
+            "| docker | local | 0.832 [0.466, 1.486] | unpaired (Welch), ≥ 2 runs a side | "
+            "inconclusive: ±78.6% now; about 5 more rounds to resolve the difference | - |",
+            "| podman | local | n/a | none (< 2 rounds) | inconclusive: fewer than 2 rounds, no interval | - |"]
     for row in rows:
         assert row in md
+    assert "Welch p" not in md
     assert "podman: run 00000006 failed: boom" in md
     assert (tmp_path / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     store = tmp_path / "records.jsonl"
@@ -280,12 +284,27 @@ def test_launch_times_and_table_from_mllog_stamps(tmp_path):
         "local": [{"bench_up_s": 1.0, "first_step_s": 10.0}, {"bench_up_s": 3.0, "first_step_s": 12.0}],
         "udocker": [{"bench_up_s": 2.0, "first_step_s": 14.0}, {"bench_up_s": 4.0, "first_step_s": 16.0}],
         "podman": [{"bench_up_s": None, "first_step_s": None}]})
-    # by hand: t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; Welch with n = 2 + 2 (df = 2):
-    # p = 1 - t / sqrt(2 + t^2); bench up t = 1 / sqrt(2) -> 0.553; first step t = 4 / sqrt(2) -> 0.106
+    # by hand: t-interval 12.706 * sqrt(2) / sqrt(2) = 12.71; udocker - local per round (paired by place):
+    # bench up 2 - 1 = 4 - 3 = 1, first step 14 - 10 = 16 - 12 = 4: no spread, so intervals of zero width
     md = doc.markdown()
-    assert "| local | 2 | 2.00 ± 12.71 | - | - | 11.00 ± 12.71 | - | - |" in md
-    assert "| udocker | 2 | 3.00 ± 12.71 | +1.00 | 0.553 | 15.00 ± 12.71 | +4.00 | 0.106 |" in md
-    assert "| podman | 1 | n/a | - | - | n/a | - | - |" in md
+    assert "| local | 2 | 2.00 ± 12.71 | 11.00 ± 12.71 |" in md
+    assert "| udocker | 2 | 3.00 ± 12.71 | 15.00 ± 12.71 |" in md
+    assert "| podman | 1 | n/a | n/a |" in md
+    assert "| udocker | local | to bench up | +1.00 s [+1.00, +1.00] | paired by round, 2 rounds | " \
+           "slower by 1.00 s [1.00, 1.00] |" in md
+    assert "| udocker | local | to first timed step | +4.00 s [+4.00, +4.00] | paired by round, 2 rounds | " \
+           "slower by 4.00 s [4.00, 4.00] |" in md
+    assert "| podman | local | to bench up | n/a | none (< 2 rounds) | " \
+           "inconclusive: fewer than 2 rounds, no interval |" in md
+    # a launch that names its round pairs by it, not by its place in the list
+    doc = compare_runtimes.Document()
+    found = compare_runtimes.section_launch(doc, {
+        "local": [{"round": 1, "bench_up_s": 1.0, "first_step_s": 10.0},
+                  {"round": 2, "bench_up_s": 3.0, "first_step_s": 12.0}],
+        "docker": [{"round": 2, "bench_up_s": 3.5, "first_step_s": 12.5},
+                   {"round": 1, "bench_up_s": 1.5, "first_step_s": 10.5}]},
+        margin=0.25)
+    assert [v.verdict.text for v in found if v.runtime == "docker"] == ["slower by 0.50 s [0.50, 0.50]"] * 2
 
 
 def test_a_docker_daemon_that_is_not_there_is_a_fault_recorded_for_the_run(tmp_path, monkeypatch):

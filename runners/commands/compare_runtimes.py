@@ -12,10 +12,21 @@ redoing the work. An interrupted comparison keeps every run that finished. Writt
 records.jsonl (the records, unchanged), runs.jsonl (one line per run, launch times included),
 compare.md (the verdicts), compare.csv (one row per run), compare.png, and logs/ (each run's stdout).
 
+The summary is `benchrun report`'s runtime section over these records, so both print the same
+numbers: per runtime, mean images/sec with a 95% t-interval over the runs, and against `local` (and
+`docker` where both ran) the throughput ratio with its 95% interval, paired by round, and a verdict
+at --margin percent: `equivalent (±M%)`, `slower by X% [lo, hi]`, `faster by X% [lo, hi]` or
+`inconclusive: ±H% now; about N more rounds for ±M%`; where the runs' paths differ from the
+reference's (section `path`), the difference is named beside the verdict, and as the likely cause of
+a resolved slowdown; whether the position in the round shifted throughput. Definitions:
+docs/reports.md#verdicts-with-intervals. verdicts.csv has one row per runtime and reference (ratio
+or difference, its interval, method, rounds, margin, verdict, path differences).
+
 Launch overhead, per runtime: bench runs with --mllog, and the wall-clock times of its
 `init_start` (bench is up: runtime started, Python and bench imported) and of the first timed
 step (`epoch_start` of repeat 0: model built, warm-up done) are taken against the moment
-benchrun issued the run (the same host clock inside every container; the latest rank counts).
+benchrun issued the run (the same host clock inside every container; the latest rank counts);
+the differences against the references, paired by round, get verdicts at --launch-margin seconds.
 Each run's stdout (bench's lines, the MLLOG lines) is kept in logs/ beside the records.
 """
 
@@ -36,15 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cli import bench_arguments
-from benchmarks.errors import UsageError
 from benchmarks.durable import append_or_fallback, check_dir
+from benchmarks.errors import UsageError
 from benchmarks.provenance import COMPARISON_ENV
 from benchmarks.stats import t_halfwidth
 
 from .. import dispatch, runtimes
-from ..reporting import aggregate, keys
+from ..reporting import aggregate, equivalence, keys
 from ..reporting.render import Document
-from .report import fmt_p, section_runtimes
+from .report import add_margin, fmt_estimate, interval_text, margin_of, positive, section_runtimes
 from .run import add_runtime_options, check_option_targets, request
 
 
@@ -60,6 +71,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True,
                    help="directory for compare.{md,csv,png}, records.jsonl, runs.jsonl and logs/; the same --out "
                         "again adds rounds to the comparison it holds")
+    add_margin(p)
+    p.add_argument("--launch-margin", type=float, default=equivalence.DEFAULT_LAUNCH_MARGIN, metavar="SECONDS",
+                   help="equivalence margin of the launch verdicts: a difference within ±SECONDS counts as "
+                        f"equivalent (default: {equivalence.DEFAULT_LAUNCH_MARGIN:g})")
     add_runtime_options(p)
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench's own arguments")
     p.set_defaults(run=run)
@@ -109,44 +124,106 @@ def launch_times(log: Path, issued: float) -> dict[str, float | None]:
     return {column: (latest[key] - issued if key in latest else None) for key, column in LAUNCH_EVENTS.items()}
 
 
-def section_launch(doc: Document, launches: dict[str, list[dict]]) -> None:
-    """Per runtime: time from benchrun issuing the run to bench up and to the first timed step."""
-    base = runtimes.BARE
+@dataclass(frozen=True)
+class LaunchVerdict:
+    runtime: str
+    reference: str
+    column: str  # a LAUNCH_EVENTS column
+    verdict: equivalence.Verdict
+
+
+def launch_verdicts(launches: dict[str, list[dict]], margin: float) -> list[LaunchVerdict]:
+    """Each runtime's launch times against each reference that ran (aggregate.REFERENCES), in seconds, paired
+    by round: a launch's `round` where it has one, else its place in the runtime's list (run() appends one
+    per round)."""
+    def by_round(runs: list[dict], column: str) -> dict:
+        return {t.get("round", i + 1): t[column] for i, t in enumerate(runs) if t[column] is not None}
+
+    found = []
+    for name, runs in launches.items():
+        for reference in aggregate.REFERENCES:
+            if reference == name or not launches.get(reference):
+                continue
+            for column in LAUNCH_EVENTS.values():
+                mine, theirs = by_round(runs, column), by_round(launches[reference], column)
+                pairs = [(value, theirs[key]) for key, value in mine.items() if key in theirs]
+                verdict = equivalence.seconds_verdict(pairs, list(mine.values()), list(theirs.values()), margin)
+                found.append(LaunchVerdict(name, reference, column, verdict))
+    return found
+
+
+LAUNCH_TITLES = {"bench_up_s": "to bench up", "first_step_s": "to first timed step"}
+
+
+def section_launch(doc: Document, launches: dict[str, list[dict]],
+                   margin: float = equivalence.DEFAULT_LAUNCH_MARGIN) -> list[LaunchVerdict]:
+    """Per runtime: time from benchrun issuing the run to bench up and to the first timed step, and the
+    differences against the references with verdicts at `margin` seconds. Returns the verdicts."""
     doc.heading("Launch overhead", 3)
     doc.para("Seconds from benchrun issuing the run to bench's `init_start` (runtime started, Python and "
              "bench imported) and to its first timed step (`epoch_start` of repeat 0: model built, warm-up "
-             "done), from the MLLOG wall-clock stamps; mean ± 95% t-interval over the runs; Δ = difference of "
-             f"means against `{base}`, p = Welch's t-test against `{base}`.")
+             "done), from the MLLOG wall-clock stamps; mean ± 95% t-interval over the runs. Differences "
+             "(runtime − reference, positive = later) are paired by round, with their 95% interval; verdict: "
+             "slower/faster where it excludes 0, equivalent where the 90% interval lies within "
+             f"±{margin:g} s (--launch-margin), else inconclusive.")
 
-    def summary_of(runs: list[dict], column: str) -> aggregate.Summary | None:
+    def summary_of(runs: list[dict], column: str) -> str:
         values = [t[column] for t in runs if t[column] is not None]
-        return aggregate.Summary(values, [], t_halfwidth(values), "t-interval over runs") if values else None
+        return aggregate.Summary(values, [], t_halfwidth(values), "t-interval over runs").text() if values else "n/a"
 
-    rows = []
-    for name, runs in launches.items():
-        cells = [name, len(runs)]
-        for column in LAUNCH_EVENTS.values():
-            this, ref = summary_of(runs, column), summary_of(launches.get(base, []), column)
-            compared = this is not None and ref is not None and name != base
-            cells += ["n/a" if this is None else this.text(), f"{this.mean - ref.mean:+.2f}" if compared else "-",
-                      fmt_p(aggregate.welch(ref.values, this.values)) if compared else "-"]
-        rows.append(cells)
-    doc.table(["runtime", "runs", "to bench up (s)", "Δ", "p", "to first timed step (s)", "Δ", "p"], rows)
+    doc.table(["runtime", "runs", *(f"{title} (s)" for title in LAUNCH_TITLES.values())],
+              [[name, len(runs), *(summary_of(runs, column) for column in LAUNCH_EVENTS.values())]
+               for name, runs in launches.items()])
+    found = launch_verdicts(launches, margin)
+    if found:
+        doc.table(["runtime", "vs", "time", "difference [95% CI]", "interval", "verdict"],
+                  [[v.runtime, v.reference, LAUNCH_TITLES[v.column], fmt_estimate(v.verdict), interval_text(v.verdict),
+                    v.verdict.text] for v in found])
+    return found
+
+
+VERDICT_COLUMNS = ("configuration", "measure", "runtime", "reference", "estimate", "ci_lo", "ci_hi", "method", "rounds",
+                   "margin", "verdict", "path_differences")
+
+
+def verdict_rows(groups: list[aggregate.RuntimeGroup], launches: list[LaunchVerdict],
+                 margin: float, launch_margin: float) -> list[dict]:
+    """verdicts.csv: one row per configuration × runtime × reference (throughput: the ratio), then the
+    launch rows (seconds; the configuration is the comparison's one)."""
+    def row(configuration, measure, runtime, reference, verdict, margin_text, text, path) -> dict:
+        ci = verdict.ci()
+        found = verdict.interval
+        number = lambda v: "" if v is None else f"{v:.6g}"  # noqa: E731
+        return dict(zip(VERDICT_COLUMNS, [configuration, measure, runtime, reference, number(verdict.estimate),
+                                          number(ci and ci[0]), number(ci and ci[1]), found.method if found else "",
+                                          found.n if found else 0, margin_text, text, path]))
+
+    rows = [row(keys.describe(g.key, keys.without("runtime")), "images_per_sec ratio", r.runtime, v.reference,
+                v.verdict, f"{100 * margin:g}%", v.text, " / ".join(v.path))
+            for g in groups for r in g.rows for v in r.verdicts]
+    rows += [row("", f"{v.column} difference", v.runtime, v.reference, v.verdict, f"{launch_margin:g} s",
+                 v.verdict.text, "") for v in launches]
+    return rows
 
 
 def summary(records: list[dict], out: Path, no_record: list[str] = (),
-            launches: dict[str, list[dict]] | None = None) -> str:
-    """compare.md and compare.png: `benchrun report`'s runtime section over these records, the launch
-    overhead, and the runs that did not finish; returns the Markdown."""
+            launches: dict[str, list[dict]] | None = None, margin: float = equivalence.DEFAULT_MARGIN,
+            launch_margin: float = equivalence.DEFAULT_LAUNCH_MARGIN) -> str:
+    """compare.md's Markdown (returned), compare.png and verdicts.csv: `benchrun report`'s runtime section
+    over these records, the launch overhead, and the runs that did not finish."""
     doc = Document()
-    section_runtimes(doc, records, out, chart_name=lambda index: "compare.png" if index == 0 else f"compare-{index + 1}.png")
-    if launches:
-        section_launch(doc, launches)
+    groups = section_runtimes(doc, records, out, chart_name=lambda index: "compare.png" if index == 0
+                              else f"compare-{index + 1}.png", margin=margin)
+    found = section_launch(doc, launches, launch_margin) if launches else []
     failed = [f"{keys.runtime_of(r)}: run {r['run_id'][:keys.ID_PREFIX]} {r['status']}: "
               f"{(r['error'] or {}).get('message', '')}" for r in records if r["status"] != "ok"]
     if failed or no_record:
         doc.heading("Runs that did not finish", 3)
         doc.bullets([*failed, *no_record])
+    with open(out / "verdicts.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=VERDICT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(verdict_rows(groups, found, margin, launch_margin))
     return doc.markdown()
 
 
@@ -250,6 +327,7 @@ def write_csv(out: Path, runs: list[dict]) -> None:
 def run(args) -> int:
     if args.repeats < 1:
         raise UsageError(f"--rounds must be 1 or more, got {args.repeats}")
+    margin, launch_margin = margin_of(args), positive(args.launch_margin, "--launch-margin")
     check_dir(args.out, "--out")
     out = Path(args.out)
     given = [n for n in (args.runtimes or "").split(",") if n]
@@ -316,7 +394,7 @@ def run(args) -> int:
     launches: dict[str, list[dict]] = {name: [] for name in names}
     for run in runs:
         launches.setdefault(run["runtime"], []).append(run)
-    table = summary(records, out, no_record, launches)
+    table = summary(records, out, no_record, launches, margin, launch_margin)
     (out / "compare.md").write_text(table)
     print(table, end="")
     return 130 if interrupted else (1 if failed else 0)

@@ -20,7 +20,7 @@ from benchmarks.durable import check_dir
 from benchmarks.errors import UsageError
 
 from .. import accuracy, plots
-from ..reporting import aggregate, keys, load, network, why
+from ..reporting import aggregate, equivalence, keys, load, network, why
 from ..reporting.render import Document
 from ..reporting.scan import timestamp
 
@@ -31,8 +31,28 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="directory for report.md, report.html and the PNGs (created)")
     p.add_argument("--link-gbps", type=float, metavar="GBIT",
                    help="draw this theoretical link speed (Gbit/s) on the network section's busbw plot")
+    add_margin(p)
     add_selection(p)
     p.set_defaults(run=run)
+
+
+def add_margin(p) -> None:
+    """--margin, shared by report and compare-runtimes (docs/reports.md#verdicts-with-intervals)."""
+    p.add_argument("--margin", type=float, default=100 * equivalence.DEFAULT_MARGIN, metavar="PERCENT",
+                   help="equivalence margin of the runtime verdicts: a throughput ratio within ±PERCENT%% of 1 "
+                        f"counts as equivalent (default: {100 * equivalence.DEFAULT_MARGIN:g})")
+
+
+def positive(value: float, option: str) -> float:
+    """`value` where it is a positive finite number, else one line of usage error."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} must be a positive number, got {value:g}")
+    return value
+
+
+def margin_of(args) -> float:
+    """--margin as the fraction the verdicts take (3 -> 0.03)."""
+    return positive(args.margin, "--margin") / 100
 
 
 def add_selection(p) -> None:
@@ -52,10 +72,6 @@ def selection(args) -> dict:
 
 def fmt_pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def fmt_p(value: float | None) -> str:
-    return "n/a (a side has < 2 records)" if value is None else f"{value:.3g}"
 
 
 def _short(key: dict, fields) -> str:
@@ -254,28 +270,61 @@ def section_io(doc: Document, records: list[dict]) -> None:
 
 
 def section_runtimes(doc: Document, records: list[dict], out: Path,
-                     chart_name=lambda index: f"runtimes-{index + 1}.png") -> None:
-    """The runtime-overhead tables and charts; `benchrun compare-runtimes` writes the same."""
+                     chart_name=lambda index: f"runtimes-{index + 1}.png",
+                     margin: float = equivalence.DEFAULT_MARGIN) -> list[aggregate.RuntimeGroup]:
+    """The runtime-overhead tables, verdicts and charts; `benchrun compare-runtimes` writes the same.
+    Returns the groups, for compare-runtimes' verdicts.csv."""
     base = keys.BASELINE_RUNTIME
     doc.heading("Container runtime overhead")
     doc.para(f"Same configuration under different runtimes: the one benchrun was asked for "
              f"(provenance.requested_runtime; records without it: the runtime detected inside, `none` read as "
-             f"`{base}`). Overhead = (X_{base} − X_runtime) / X_{base} (positive = slower than the bare host); "
-             f"p = Welch's t-test (scipy ttest_ind, equal_var=False) against `{base}`, only with ≥ 2 records "
-             f"on both sides.")
-    compared, unmatched = aggregate.runtime_groups(records)
-    for index, (key, rows) in enumerate(compared):
-        title = _short(key, keys.without("runtime"))
+             f"`{base}`). Each runtime against `{base}`, and against `docker` where both ran: the throughput ratio "
+             f"(runtime / reference images/sec) with its 95% interval, from the log-ratios of runs paired by "
+             f"compare-runtimes round where at least two rounds pair, else Welch's interval over the logs of all "
+             f"runs (column `interval`). Verdict: slower/faster where the 95% interval excludes 1; equivalent where "
+             f"the 90% interval lies within ±{100 * margin:g}% (two one-sided tests, --margin); else inconclusive, "
+             f"with the rounds that would likely settle it. Path: where the runtime's path or limits (record "
+             f"section `path`) differ from the reference's; a resolved slowdown names the first as its likely "
+             f"cause. Definitions: docs/reports.md.")
+    compared, unmatched = aggregate.runtime_groups(records, margin)
+    for index, found in enumerate(compared):
+        title = _short(found.key, keys.without("runtime"))
         doc.para(title)
-        doc.table(["runtime", "n", "images/sec mean ± CI", f"overhead vs {base}", "Welch p", "runs"],
-                  [[row.runtime, row.summary.n, row.summary.text(), fmt_pct(row.overhead), fmt_p(row.p_value)
-                    if row.runtime != base else "-", row.summary.ids] for row in rows])
-        doc.image(plots.runtime_overhead(rows, title, out / chart_name(index)), f"runtimes: {title}")
+        doc.table(["runtime", "n", "images/sec mean ± CI", "runs"],
+                  [[row.runtime, row.summary.n, row.summary.text(), row.summary.ids] for row in found.rows])
+        doc.table(["runtime", "vs", "ratio [95% CI]", "interval", "verdict", "path differences"],
+                  [[row.runtime, v.reference, fmt_estimate(v.verdict), interval_text(v.verdict), v.text,
+                    " / ".join(v.path) or "-"] for row in found.rows for v in row.verdicts])
+        doc.para("Position in the round: " + (found.position.text if found.position else
+                 "not estimable (no compare-runtimes rounds in a random order for this configuration)"))
+        doc.image(plots.runtime_overhead(found.rows, title, out / chart_name(index)), f"runtimes: {title}")
     if not compared:
         doc.para("No configuration was measured under more than one runtime.")
     if unmatched:
         doc.heading("Not compared", 3)
         doc.bullets(_missing(unmatched))
+    return compared
+
+
+def fmt_estimate(verdict: equivalence.Verdict) -> str:
+    """'0.962 [0.941, 0.984]' (throughput) or '+0.31 s [0.12, 0.50]' (times); n/a without an interval."""
+    ci = verdict.ci()
+    if ci is None:
+        return "n/a"
+    if verdict.scale.log:
+        return f"{verdict.estimate:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return f"{verdict.estimate:+.2f} s [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def interval_text(verdict: equivalence.Verdict) -> str:
+    """How the interval was had and over how much: 'paired by round, 5 rounds' or
+    'unpaired (Welch), ≥ 3 runs a side'."""
+    found = verdict.interval
+    if found is None:
+        return "none (< 2 rounds)"
+    if found.method == equivalence.PAIRED:
+        return f"{found.method}, {found.n} rounds"
+    return f"{found.method}, ≥ {found.n} runs a side"
 
 
 def section_accuracy(doc: Document, records, out: Path) -> None:
@@ -341,7 +390,7 @@ def section_quality(doc: Document, records: list[dict]) -> None:
 
 
 def build(records: list[dict], stores: list[str], out: Path, comm_records: list[dict] = (),
-          link_gbps: float | None = None) -> Document:
+          link_gbps: float | None = None, margin: float = equivalence.DEFAULT_MARGIN) -> Document:
     doc = Document()
     doc.heading("dlbench report", 1)
     doc.para(f"{len(records)} records from {', '.join(stores)}. Throughput is total images/sec "
@@ -354,7 +403,7 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
     section_why(doc, records, list(comm_records), out)
     section_network(doc, list(comm_records), out, link_gbps)
     section_io(doc, records)
-    section_runtimes(doc, records, out)
+    section_runtimes(doc, records, out, margin=margin)
     section_quality(doc, records)
     return doc
 
@@ -363,6 +412,7 @@ def run(args) -> int:
     check_dir(args.out, "--out")
     if args.link_gbps is not None and not args.link_gbps > 0:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
+    margin = margin_of(args)
     chosen = selection(args)
     with plots.in_parallel():  # figures are drawn in worker processes while the tables are computed
         records, comm_records = load.load_report(args.stores, **chosen)
@@ -371,7 +421,7 @@ def run(args) -> int:
             raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        doc = build(records, args.stores, out, comm_records, args.link_gbps)
+        doc = build(records, args.stores, out, comm_records, args.link_gbps, margin)
         (out / "report.md").write_text(doc.markdown())
     (out / "report.html").write_text(doc.html("dlbench report"))
     print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {len(doc.images)} plots "

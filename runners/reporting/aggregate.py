@@ -9,8 +9,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from benchmarks import fingerprint
 from benchmarks.stats import Stats, t_halfwidth
 
+from . import equivalence
 from .keys import BASELINE_RUNTIME, KEY_FIELDS, device_kind, ids, key_values, picker, runtime_of, without
 
 
@@ -263,16 +265,88 @@ def io_overhead(pair: Pair) -> float:
     return (pair.left.mean - pair.right.mean) / pair.left.mean
 
 
+REFERENCES = (BASELINE_RUNTIME, "docker")  # every runtime against the bare host, and against Docker where both ran
+
+
+@dataclass
+class RuntimeVerdict:
+    """One runtime against one reference: the verdict and where the runs' paths differed."""
+
+    reference: str
+    verdict: equivalence.Verdict
+    path: list[str]  # "docker: single-copy (CMA) not possible; local: possible", in fingerprint.facts order
+
+    @property
+    def text(self) -> str:
+        """The verdict; a resolved slowdown names the first path difference as its likely cause."""
+        if self.verdict.state == "slower" and self.path:
+            return f"{self.verdict.text}; likely cause: {self.path[0]}"
+        return self.verdict.text
+
+
 @dataclass
 class RuntimeRow:
     runtime: str
     summary: Summary
-    overhead: float | None  # (X_local - X_runtime) / X_local; None without a `local` twin
-    p_value: float | None  # Welch's t-test against `local`; None when a side has < 2 records
+    verdicts: list[RuntimeVerdict]  # against each of REFERENCES that ran (not itself)
+
+    def against(self, reference: str) -> RuntimeVerdict | None:
+        return next((v for v in self.verdicts if v.reference == reference), None)
 
 
-def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRow]]], list[tuple[dict, str, list[dict]]]]:
-    """Same configuration under different runtimes (runtime_of; compare-runtimes' records).
+@dataclass
+class RuntimeGroup:
+    key: dict  # the configuration but its runtime
+    rows: list[RuntimeRow]
+    position: equivalence.PositionEffect | None  # None: no random orders to tell position from runtime
+
+
+def round_of(record: dict) -> tuple | None:
+    """(comparison id, round) of a compare-runtimes run; None for runs without a comparison section."""
+    comparison = record.get("comparison")
+    return None if comparison is None else (comparison["id"], comparison["round"])
+
+
+def _ips(record: dict) -> float:
+    return float(record["throughput"]["images_per_sec"])
+
+
+def round_pairs(this: list[dict], reference: list[dict]) -> list[tuple[float, float]]:
+    """(this images/sec, the reference's) per round both ran in (the first run of a round on each side)."""
+    theirs: dict[tuple, float] = {}
+    for record in reference:
+        if (key := round_of(record)) is not None:
+            theirs.setdefault(key, _ips(record))
+    mine: dict[tuple, float] = {}
+    for record in this:
+        if (key := round_of(record)) is not None and key in theirs:
+            mine.setdefault(key, _ips(record))
+    return [(value, theirs[key]) for key, value in mine.items()]
+
+
+def path_facts(records: list[dict]) -> dict[str, str]:
+    """fingerprint.facts common to the runs that carry a path section; a fact that differs among them
+    reads "varies" (a runtime's path is what all its runs took). {} without any path section."""
+    every = [facts for facts in (fingerprint.facts(r.get("path")) for r in records) if facts]
+    merged = {}
+    for name in every[0] if every else {}:
+        texts = {facts.get(name) for facts in every}
+        merged[name] = texts.pop() if len(texts) == 1 else "varies"
+    return merged
+
+
+def path_differences(runtime: str, mine: dict[str, str], reference: str, theirs: dict[str, str]) -> list[str]:
+    """Each fact where a runtime's path differs from the reference's, both named; none where a side has no facts."""
+    if not mine or not theirs:
+        return []
+    return [f"{runtime}: {name} {mine[name]}; {reference}: {theirs.get(name)}" for name in mine
+            if mine[name] != theirs.get(name)]
+
+
+def runtime_groups(records: list[dict], margin: float = equivalence.DEFAULT_MARGIN
+                   ) -> tuple[list[RuntimeGroup], list[tuple[dict, str, list[dict]]]]:
+    """Same configuration under different runtimes (runtime_of; compare-runtimes' records), each runtime's
+    throughput ratio against REFERENCES with a verdict at `margin`, and the position effect.
 
     Returns (compared, unmatched): unmatched are configurations seen under one runtime only
     (listed only when the store has more than one runtime) or without a `local` baseline."""
@@ -286,14 +360,21 @@ def runtime_groups(records: list[dict]) -> tuple[list[tuple[dict, list[RuntimeRo
             if several:
                 unmatched.append((k, f"only under {next(iter(by_runtime))}", members))
             continue
-        base = throughput(by_runtime[BASELINE_RUNTIME]) if BASELINE_RUNTIME in by_runtime else None
-        if base is None:
-            unmatched.append((k, f"no `{BASELINE_RUNTIME}` (bare host) records: overhead not computed", members))
+        if BASELINE_RUNTIME not in by_runtime:
+            unmatched.append((k, f"no `{BASELINE_RUNTIME}` (bare host) records: no verdict against it", members))
+        facts = {runtime: path_facts(rs) for runtime, rs in by_runtime.items()}
         rows = []
         for runtime in sorted(by_runtime, key=lambda name: (name != BASELINE_RUNTIME, name)):
-            summary = throughput(by_runtime[runtime])
-            overhead = (base.mean - summary.mean) / base.mean if base is not None else None
-            p_value = welch(base.values, summary.values) if base is not None and runtime != BASELINE_RUNTIME else None
-            rows.append(RuntimeRow(runtime, summary, overhead, p_value))
-        compared.append((k, rows))
+            mine = by_runtime[runtime]
+            verdicts = []
+            for ref in (ref for ref in REFERENCES if ref != runtime and ref in by_runtime):
+                theirs = by_runtime[ref]
+                verdict = equivalence.ratio_verdict(round_pairs(mine, theirs), [_ips(r) for r in mine],
+                                                    [_ips(r) for r in theirs], margin)
+                path = path_differences(runtime, facts[runtime], ref, facts[ref])
+                verdicts.append(RuntimeVerdict(ref, verdict, path))
+            rows.append(RuntimeRow(runtime, throughput(mine), verdicts))
+        observations = [(runtime_of(r), round_of(r), r["comparison"]["position"], math.log(_ips(r)))
+                         for r in members if round_of(r) is not None]
+        compared.append(RuntimeGroup(k, rows, equivalence.position_effect(observations)))
     return compared, unmatched

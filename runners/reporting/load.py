@@ -42,6 +42,8 @@ FIELDS = (
     *(f"batch_search.{name}" for name in ("search_id", "probe", "final", "max_batch", "stop_reason")),
     "trace",  # whole (null in most records)
     "accuracy",  # whole: time-to-accuracy runs only (runners/accuracy.py)
+    *(f"comparison.{name}" for name in ("id", "seed", "round", "position")),  # compare-runtimes' rounds (1.18)
+    "path",  # whole: the path facts set beside a runtime's verdict (benchmarks/fingerprint.py)
 )
 SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 UNIQUE = ("run_id", "timestamp_utc")  # text not worth interning
