@@ -128,6 +128,7 @@ def run_benchmark(argv: list[str]) -> int:
     from .supervisor import supervise, training_job
 
     report = sys.stderr if args.json else sys.stdout
+    comparison = provenance.comparison(warn=lambda line: print(f"bench: warning: {line}", file=sys.stderr, flush=True))
 
     def run_once(config, timeout_s, section=None) -> tuple[dict | None, int]:
         """One run, its record delivered (process 0); `section(record)`: the batch_search section to add."""
@@ -135,6 +136,7 @@ def run_benchmark(argv: list[str]) -> int:
             "run_id": record.new_run_id(),
             "timestamp_utc": record.utc_now(),
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
+            "comparison": comparison,
         }
         job = training_job(config, base, mllog=args.mllog, data_scan=data_scan, display_every=args.display_every,
                            tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
