@@ -172,7 +172,8 @@ def parse_library_version(text: str) -> dict:
     first = text.strip().splitlines()[0].strip() if text.strip() else ""
     fields = {key: value for _, key, value in
               re.findall(r"^\s*(MPICH2?|MVAPICH2?) (\w[\w ]*?)\s*:\s*(.*?)\s*$", text, re.M)}
-    info = {"implementation": "other", "version": None, "library_version": first or None, "device": None, "netmod": None}
+    info = {"implementation": "other", "version": None, "library_version": first or None, "device": None,
+            "netmod": None}
     if match := re.match(r"Open MPI v(\S+?),", first):
         info.update(implementation="open-mpi", version=match.group(1))
     elif first.startswith("Intel(R) MPI Library"):

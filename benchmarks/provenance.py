@@ -113,6 +113,7 @@ def comparison(env: Mapping[str, str] = os.environ, warn: Callable[[str], None] 
     except (ValueError, ValidationError) as error:
         if warn is not None:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            warn(f"{COMPARISON_ENV} is ignored, not a comparison's {{id, seed, round, position, order}}: {reason[:200]}")
+            warn(f"{COMPARISON_ENV} is ignored, not a comparison's {{id, seed, round, position, order}}: "
+                 f"{reason[:200]}")
         return None
     return value

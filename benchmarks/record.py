@@ -20,8 +20,7 @@ from pydantic import BaseModel, Field
 from . import convergence, lr_rules, step_timing
 from .distributed import strategies
 from .options import DEFAULTS, choices_of
-from .pathrecord import (ComparisonInfo, CollectivePath, LibraryInfo, Limits, MpiPath, NcclChannel,  # noqa: F401
-                         PathInfo, PreflightCheck, PreflightInfo, RankPath, _Model)
+from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, _Model  # the 1.18 sections' models live there
 from .provenance import CONTAINER_RUNTIMES
 
 SCHEMA_VERSION = "1.18"

@@ -17,11 +17,11 @@ from infra.helpers import ROOT, benchrun, python_env, validate_record
 
 # A Docker container's mountinfo (overlay root, a bind-mounted volume, the NVIDIA hook's single-file mounts).
 MOUNTINFO = """\
-1067 872 0:254 / / rw,relatime master:431 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A:/var/lib/docker/overlay2/l/B,upperdir=/var/lib/docker/overlay2/x/diff,workdir=/var/lib/docker/overlay2/x/work
+1067 872 0:254 / / rw,relatime master:431 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/A,upperdir=/var/lib/docker/overlay2/x/diff
 1068 1067 0:257 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
 1075 1067 0:261 / /dev/shm rw,nosuid,nodev,noexec,relatime - tmpfs shm rw,size=65536k
 1076 1067 8:1 /home/me/work /work rw,relatime - ext4 /dev/sda1 rw
-1077 1067 8:1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 ro,nosuid,nodev,relatime master:1 - ext4 /dev/sda1 rw
+1077 1067 8:1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 ro - ext4 /dev/sda1 rw
 1078 1067 8:1 /opt/with\\040space /opt/with\\040space rw,relatime - ext4 /dev/sda1 rw
 1080 1067 0:30 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu,cpuacct
 """
@@ -35,7 +35,7 @@ MAPS = """\
 7f1c2c300000-7f1c2c310000 r-xp 00000000 00:3a 5531 /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_btl_vader.so
 7f1c2c400000-7f1c2c410000 r-xp 00000000 00:3a 5532 /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_btl_self.so
 7f1c2c500000-7f1c2c510000 r-xp 00000000 00:3a 5533 /usr/lib/x86_64-linux-gnu/libucp.so.0.0.0
-7f1c2c600000-7f1c2c610000 r-xp 00000000 00:3a 5534 /work/venv/lib/python3.11/site-packages/torch/lib/libgomp-a34b3233.so.1
+7f1c2c600000-7f1c2c610000 r-xp 00000000 00:3a 5534 /work/venv/site-packages/torch/lib/libgomp-a34b3233.so.1
 7f1c2c700000-7f1c2c710000 r-xp 00000000 00:3a 5535 /opt/with space/libfabric.so.1.18.1 (deleted)
 7fff5a1f0000-7fff5a211000 rw-p 00000000 00:00 0                          [stack]
 """
@@ -82,11 +82,11 @@ def test_cgroup_v1_quota_is_the_smallest_along_the_ancestors():
     mountinfo = "35 30 0:30 /docker/abc /sys/fs/cgroup/cpu,cpuacct ro - cgroup cgroup rw,cpu,cpuacct\n"
     files = {"/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "150000\n",
              "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"}
-    assert limits.cpu_quota(cgroup, mountinfo, files.get) == 1.5  # a namespaced view: the mount root is the cgroup
+    assert limits.cpu_quota(cgroup, mountinfo, files.get) == 1.5  # namespaced: the mount root is the cgroup
     host_view = "35 30 0:30 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n"
-    files = {"/sys/fs/cgroup/cpu/docker/abc/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu/docker/abc/cpu.cfs_period_us": "100000",
-             "/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us": "200000", "/sys/fs/cgroup/cpu/docker/cpu.cfs_period_us": "100000",
-             "/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}
+    files = {f"/sys/fs/cgroup/cpu{group}/cpu.cfs_{name}_us": value
+             for group, quota in (("/docker/abc", "-1"), ("/docker", "200000"), ("", "-1"))
+             for name, value in (("quota", quota), ("period", "100000"))}
     assert limits.cpu_quota("4:cpu:/docker/abc\n", host_view, files.get) == 2.0  # the parent's quota caps it
     files["/sys/fs/cgroup/cpu/docker/cpu.cfs_quota_us"] = "-1"
     assert limits.cpu_quota("4:cpu:/docker/abc\n", host_view, files.get) is None
@@ -131,7 +131,8 @@ def test_mpi_library_versions_are_parsed():
     assert (ompi["implementation"], ompi["version"], ompi["device"]) == ("open-mpi", "4.1.2", None)
     assert ompi["library_version"] == OPEN_MPI_41
     mpich = pathprobe.parse_library_version(MPICH_4)
-    assert (mpich["implementation"], mpich["version"], mpich["device"], mpich["netmod"]) == ("mpich", "4.1a1", "ch4:ofi", "ofi")
+    assert (mpich["implementation"], mpich["version"], mpich["device"], mpich["netmod"]) == (
+        "mpich", "4.1a1", "ch4:ofi", "ofi")
     assert mpich["library_version"] == "MPICH Version:      4.1a1"
     ch3 = pathprobe.parse_library_version(MPICH2_CH3)
     assert (ch3["implementation"], ch3["device"], ch3["netmod"]) == ("mpich", "ch3:nemesis", "mx")
