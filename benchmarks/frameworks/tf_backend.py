@@ -375,8 +375,10 @@ class TensorFlowAllreduceFramework(TensorFlowFramework):
         return "nccl" if gpu else "ring"  # as all_reduce_strategy asks for it
 
     def collective(self) -> tuple[str | None, str | None]:
-        implementation = self.strategy.extended._communication_options.implementation  # noqa: SLF001 - as set
-        return self.collective_library(bool(self.gpus)), f"MultiWorkerMirroredStrategy ({implementation.name})"
+        options = getattr(self.strategy.extended, "_communication_options", None)  # as set; private in TF
+        implementation = getattr(getattr(options, "implementation", None), "name", None)
+        return (self.collective_library(bool(self.gpus)),
+                f"MultiWorkerMirroredStrategy ({implementation})" if implementation else "MultiWorkerMirroredStrategy")
 
     def _make_step(self):
         return tf.function(self._allreduce_step, jit_compile=False)
@@ -400,6 +402,9 @@ class TensorFlowHorovodFramework(TensorFlowFramework):
 
         hvd.init()
         self.hvd = hvd
+        # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
+        hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
+        hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)
 
     def collective_library(self, gpu: bool) -> str | None:
         import horovod.tensorflow as hvd
@@ -412,6 +417,3 @@ class TensorFlowHorovodFramework(TensorFlowFramework):
         from ..distributed.strategies.horovod import collective
 
         return collective(self.hvd, bool(self.gpus))
-        # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
-        hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
-        hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)
