@@ -128,9 +128,7 @@ def run_benchmark(argv: list[str]) -> int:
     from .supervisor import supervise, training_job
 
     report = sys.stderr if args.json else sys.stdout
-    comparison, problem = record.comparison_of(os.environ)
-    if problem:
-        print(f"bench: warning: {problem}", file=sys.stderr, flush=True)
+    comparison = provenance.comparison(warn=lambda line: print(f"bench: warning: {line}", file=sys.stderr, flush=True))
 
     def run_once(config, timeout_s, section=None) -> tuple[dict | None, int]:
         """One run, its record delivered (process 0); `section(record)`: the batch_search section to add."""

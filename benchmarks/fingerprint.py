@@ -10,6 +10,13 @@ and names what differs as the first candidate cause of a difference in speed.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections import defaultdict
+
+from . import limits, pathprobe
+
 MIB = 1024**2
 
 
@@ -105,3 +112,88 @@ def differences(this: dict | None, reference: dict | None) -> dict[str, tuple[st
     if not mine or not theirs:
         return {}
     return {name: (mine[name], theirs[name]) for name in mine if mine[name] != theirs.get(name)}
+
+
+# -- taking it -------------------------------------------------------------------------------------------
+
+
+def _guarded(default, probe, *args):
+    """A probe's answer, or `default` when it fails: the measurement stands without it."""
+    try:
+        return probe(*args)
+    except Exception:  # noqa: BLE001 - a fact not read is null, never a failed run
+        return default
+
+
+class Probe:
+    """One rank's fingerprint over its run. Made before the framework starts its collective library (so
+    that NCCL's INFO log can be asked for, into a file of this rank), it holds the buffer a same-node peer
+    reads to test single-copy (CMA) until the run's record is gathered, and takes the rank's `RankPath`
+    after the timed loops (when MPI has closed the components it did not select and NCCL has connected)."""
+
+    def __init__(self, rank: int, host: str, library: str | None, environ=os.environ):
+        self.rank, self.host, self.library, self.environ = rank, host, library, environ
+        self.cma = limits.CmaBuffer()
+        self.directory, self.nccl_log = None, None
+        if library == "nccl":
+            self.directory = tempfile.mkdtemp(prefix="dlbench-nccl-")
+            self.nccl_log = pathprobe.capture_nccl_log(environ, self.directory, rank)
+        self.own = pathprobe.NCCL_LOG_VARIABLES if self.nccl_log else ()
+
+    def published(self) -> dict:
+        """What the other ranks need to read this one's pattern (exchanged through the rendezvous)."""
+        return self.cma.published(self.host)
+
+    def take(self, collective: tuple[str | None, str | None], coordinator: str, threads: int | None,
+             data_workers: int, published: list[dict] | None) -> dict:
+        """This rank's RankPath; `collective`: (library, backend) as the framework selected them; `published`:
+        every rank's CmaBuffer.published in rank order (None: not exchanged, cma null)."""
+        from .provenance import detect_container_runtime
+
+        library, backend = collective
+        mapped = _guarded([], pathprobe.mapped_files)
+        now = limits.taken(threads, data_workers)
+        now["cma"] = _guarded(None, limits.cma_with_peers, published, self.rank) if published else None
+        in_container = _guarded("none", detect_container_runtime) != "none"
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "collective": {
+                "library": library,
+                "backend": backend,
+                "interface": _guarded(None, pathprobe.interface, library, coordinator, self.environ),
+                "mpi": _guarded(None, pathprobe.mpi_path, mapped, self.environ, now["cma"]),
+                "ucx_tls": self.environ.get("UCX_TLS") or None,
+                "nccl": _guarded([], self._nccl_channels),
+                "settings": pathprobe.settings(self.environ, self.own),
+            },
+            "libraries": _guarded([], pathprobe.libraries, mapped, _guarded([], pathprobe.mounts), in_container),
+            "limits": now,
+        }
+
+    def _nccl_channels(self) -> list[dict]:
+        if self.nccl_log is None or not os.path.exists(self.nccl_log):
+            return []
+        with open(self.nccl_log, errors="replace") as log:
+            return pathprobe.parse_nccl_channels(log.read())
+
+    def close(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _shared(ranks: list[dict], key: str) -> bool | None:
+    """Whether the ranks of every node share one namespace; None when every node has one rank or a
+    namespace was not readable."""
+    by_host = defaultdict(list)
+    for rank in ranks:
+        by_host[rank["host"]].append(rank["limits"][key])
+    if all(len(names) == 1 for names in by_host.values()) or any("" in names for names in by_host.values()):
+        return None
+    return all(len(set(names)) == 1 for names in by_host.values())
+
+
+def section(ranks: list[dict]) -> dict:
+    """The record's `path` from every rank's RankPath, in rank order."""
+    return {"ranks": ranks, "shared_pid_namespace": _shared(ranks, "pid_namespace"),
+            "shared_ipc_namespace": _shared(ranks, "ipc_namespace")}

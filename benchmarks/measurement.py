@@ -16,10 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import energy, flops, frameworks, memory, record, stats, tensorboard, timing
+from . import energy, fingerprint, flops, frameworks, limits, memory, preflight, record, stats, tensorboard, timing
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
+from .errors import UsageError
 from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
 
@@ -117,6 +118,8 @@ class Measurement(RankSession):
         self.display_every = display_every  # --display-every: a progress line every N steps (0: none)
         self.trace = trace  # --trace: {"dir", "steps"} of the profiled window after the timed loops, or None
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
+        self.probe: fingerprint.Probe | None = None  # this rank's path, taken after the timed loops
+        self.preflight: dict | None = None  # the record's `preflight`, once every rank has checked
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
@@ -138,6 +141,7 @@ class Measurement(RankSession):
         if self.data_scan is not None:
             self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
             self.backend.strict_data = self.data_scan["strict"]
+        self._preflight()
         self.progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
         if self.backend.serves_only:
@@ -150,8 +154,46 @@ class Measurement(RankSession):
         finally:
             monitor.close()
             self.close_backend()
+            if self.probe is not None:
+                self.probe.close()
         self.leave()
         return result
+
+    def _preflight(self) -> None:
+        """Before the model is built: every rank checks what the run needs against its limits (preflight.py)
+        and learns every other rank's checks, so that under --strict-preflight all refuse together (exit 2,
+        nothing run or written) and none is left waiting; else a failure labels the record and process 0
+        says it in one line. The path probe starts here too: NCCL's log is asked for before NCCL starts."""
+        cfg, backend, rank = self.config, self.backend, self.world.rank
+        gpus = backend.visible_gpus()
+        library = backend.collective_library(cfg.device == "gpu" or (cfg.device == "auto" and bool(gpus)))
+        self.probe = fingerprint.Probe(rank, self.host, library)
+        now = limits.taken(backend.compute_threads(), cfg.num_data_workers if cfg.data_dir else 0)
+        local_peers = sum(peer["host"] == self.host for peer in self.peers) - 1
+        mine = preflight.checks(rank, now, threads=now["threads"], device=cfg.device, gpus=gpus,
+                                data_bytes=backend.shared_memory_for_data(), library=library, local_peers=local_peers)
+        every = self.rendezvous.allgather("preflight", mine) if self.rendezvous is not None else [mine]
+        self.preflight = preflight.section(every, cfg.strict_preflight)
+        if self.preflight["ok"]:
+            return
+        if cfg.strict_preflight:
+            raise UsageError(preflight.line(self.preflight))
+        if rank == 0:
+            self.progress(preflight.line(self.preflight))
+
+    def _rank_path(self, published: list[dict] | None) -> dict | None:
+        """This rank's RankPath after the timed loops; None when the probe itself failed (the run stands)."""
+        try:
+            cfg = self.config
+            return self.probe.take(self.backend.collective(), self.backend.dist.coordinator,
+                                   self.backend.device_info().intra_op_threads,
+                                   cfg.num_data_workers if cfg.data_dir else 0, published)
+        except Exception as error:  # noqa: BLE001 - the measurement stands without its path
+            self.progress(f"warning: the path was not probed: {type(error).__name__}: {error}")
+            return None
+
+    def _path_section(self, rank_paths: list[dict | None]) -> dict | None:
+        return fingerprint.section(rank_paths) if rank_paths and None not in rank_paths else None
 
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
         cfg, backend = self.config, self.backend
@@ -190,6 +232,11 @@ class Measurement(RankSession):
         }
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
+        if self.strategy.gathers_at_chief:  # the serving processes wait in serve_until_done: the chief's own
+            local["path"] = self._rank_path(None)
+        else:  # each rank reads a same-node peer's pattern (single-copy, CMA) once all have published theirs
+            mine = self.probe.published()
+            local["path"] = self._rank_path(self.rendezvous.allgather("path-cma", mine) if self.rendezvous else [mine])
         if self.tensorboard is not None:  # after the timed loops and the memory peaks
             logdir = self.tensorboard if self.world.size == 1 else os.path.join(self.tensorboard, f"rank-{self.world.rank}")
             self._write_events(tensorboard.write_loops, logdir, loops, cfg.batch_size, backend.loss_value)
@@ -208,6 +255,7 @@ class Measurement(RankSession):
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
         sections = {
+            "path": self._path_section([peer["path"] for peer in everyone]),
             "flops": self._flops(totals["throughput"]["images_per_sec"]),
             "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
         }
@@ -358,6 +406,7 @@ class Measurement(RankSession):
                 pass
         failures = self.backend.decode_failures if self.backend is not None else []
         sections = self.backend.record_sections() if self.backend is not None else {}
+        sections["preflight"] = self.preflight
         return record.build(
             self.config, self.base, status, error, time.monotonic() - self.started,
             framework=framework, model=model, world=self.world_section(),

@@ -221,6 +221,10 @@ OPTIONS: dict[str, Option] = _table(
            "of skipping it (default: skip and count in the record)", "where"),
     Option("num_data_workers", int, 2, "input-pipeline workers for --data-dir (default: %(default)s)", "where",
            check=POSITIVE_INT, config=True),
+    Option("strict_preflight", bool, False, "refuse the run (one line, exit 2, nothing run or written) when a "
+           "rank's preflight fails: more compute threads than the CPUs its affinity and cgroup quota allow, a "
+           "/dev/shm smaller than the data workers and the transport need, --device gpu without a GPU (default: "
+           "say it in one line, label the record's preflight section and run)", "where", config=True),
     Option("synthetic_batches", int, 4, "distinct synthetic batches rotated on the device; one fixed batch flatters "
            "caches (default: %(default)s)", "where", check=POSITIVE_INT, config=True),
     Option("seed", int, 0, "seed for weights, data and shuffling (default: %(default)s)", "where", check=NON_NEGATIVE,

@@ -14,9 +14,9 @@ from typing import Callable, Mapping
 
 CONTAINER_RUNTIMES = ("docker", "podman", "singularity", "apptainer", "shifter", "charliecloud", "udocker", "containerd",
                       "none")
+COMPARISON_ENV = "DLBENCH_COMPARISON"  # set by benchrun compare-runtimes: this run's round and position (JSON)
 REQUESTED_RUNTIME_ENV = "DLBENCH_RUNTIME"  # set by benchrun for every rank: the --runtime it was asked for
 RUNTIME_VERSION_ENV = "DLBENCH_RUNTIME_VERSION"  # set by benchrun beside it: that runtime's version line
-COMPARISON_ENV = "DLBENCH_COMPARISON"  # set by compare-runtimes: {id, seed, round, position, order} (record.comparison)
 
 
 def root_mount() -> str:
@@ -91,3 +91,29 @@ def host_provenance() -> dict:
         "runtime_version": os.environ.get(RUNTIME_VERSION_ENV) or None,
         "image": os.environ.get("BENCH_IMAGE") or None,
     }
+
+
+def comparison(env: Mapping[str, str] = os.environ, warn: Callable[[str], None] | None = None) -> dict | None:
+    """The record's `comparison`: $DLBENCH_COMPARISON as `benchrun compare-runtimes` sets it, a JSON object
+    {id, seed, round, position, order}; None when unset. A malformed value is ignored with one warning line
+    (`warn`): the run is still a run, only not placed in its comparison."""
+    text = env.get(COMPARISON_ENV)
+    if not text:
+        return None
+    import json
+
+    from pydantic import ValidationError  # lazily: bench --help stays light
+
+    from .record import ComparisonInfo
+
+    try:
+        value = ComparisonInfo.model_validate(json.loads(text)).model_dump()
+        if value["round"] < 1 or not 1 <= value["position"] <= len(value["order"]):
+            raise ValueError(f"round {value['round']}, position {value['position']} of {len(value['order'])} runtimes")
+    except (ValueError, ValidationError) as error:
+        if warn is not None:
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            warn(f"{COMPARISON_ENV} is ignored, not a comparison's {{id, seed, round, position, order}}: "
+                 f"{reason[:200]}")
+        return None
+    return value

@@ -85,12 +85,14 @@ def test_the_same_out_again_adds_rounds_and_every_record_knows_its_round(tmp_pat
 
 
 def test_bench_takes_its_comparison_from_the_environment_or_says_why_not():
-    from benchmarks.record import comparison_of
+    from benchmarks.provenance import comparison
 
     label = Comparison("c1", 7, NAMES, ASKED).label(4, 2, ["docker", "local", "apptainer"])
-    assert comparison_of({"DLBENCH_COMPARISON": label}) == (
-        {"id": "c1", "seed": 7, "round": 4, "position": 2, "order": ["docker", "local", "apptainer"]}, None)
-    assert comparison_of({}) == (None, None)
-    for bad in ('{"id": "c1"}', "{torn", '{"id": "c1", "seed": "x", "round": 1, "position": 1, "order": []}'):
-        value, why = comparison_of({"DLBENCH_COMPARISON": bad})
-        assert value is None and why.startswith("DLBENCH_COMPARISON is not a comparison (") and "\n" not in why
+    said: list[str] = []
+    assert comparison({"DLBENCH_COMPARISON": label}, said.append) == \
+        {"id": "c1", "seed": 7, "round": 4, "position": 2, "order": ["docker", "local", "apptainer"]}
+    assert comparison({}, said.append) is None and said == []
+    for bad in ('{"id": "c1"}', "{torn", '{"id": "c1", "seed": "x", "round": 1, "position": 1, "order": []}',
+                '{"id": "c1", "seed": 1, "round": 1, "position": 3, "order": ["local"]}'):
+        assert comparison({"DLBENCH_COMPARISON": bad}, said.append) is None
+    assert len(said) == 4 and all(line.startswith("DLBENCH_COMPARISON is ignored") and "\n" not in line for line in said)

@@ -154,6 +154,32 @@ class Framework(ABC):
         worker's (fetch start, fetch end, end, pushed) stamps on its own clock, and the last loss."""
         raise NotImplementedError(f"--strategy {self.config.strategy} has no chief-driven steps")
 
+    # -- the path (benchmarks/fingerprint.py) and the preflight (benchmarks/preflight.py) ---------------------
+
+    def compute_threads(self) -> int | None:
+        """The intra-op threads this backend will compute with, known before setup: --num-threads, else the
+        framework's default where it has one (None: it picks at run time)."""
+        return self.config.num_threads
+
+    def visible_gpus(self) -> int | None:
+        """GPUs the framework sees, before setup (None: not known)."""
+        return None
+
+    def collective_library(self, gpu: bool) -> str | None:
+        """The library that will carry this backend's gradient exchange, on a GPU or not (CollectivePath's
+        library), known before setup: NCCL's log must be asked for before NCCL starts. None: no exchange."""
+        return None
+
+    def collective(self) -> tuple[str | None, str | None]:
+        """(library, backend as the framework names it) of the exchange as set up; by default the library
+        foreseen for the device trained on, the framework naming none."""
+        return self.collective_library(self.device_info().kind == "gpu"), None
+
+    def shared_memory_for_data(self) -> int:
+        """Bytes of /dev/shm the input pipeline holds at once (worker processes handing batches over in
+        shared memory); 0 for pipelines of threads."""
+        return 0
+
     @abstractmethod
     def parameter_checksum(self) -> str:
         """Digest of all trainable parameters, to check replicas ended identical."""

@@ -132,6 +132,9 @@ class TensorFlowFramework(Framework):
         self.gpus = gpus
         self.device_name = "/GPU:0" if gpus else "/CPU:0"
 
+    def visible_gpus(self) -> int | None:
+        return len(tf.config.list_physical_devices("GPU"))  # allowed before the threads are set (_configure)
+
     def _make_strategy(self):
         """A tf.distribute strategy (the strategy's subclass); alone: none, the model on one device."""
         return None
@@ -368,6 +371,15 @@ class TensorFlowAllreduceFramework(TensorFlowFramework):
     def _make_strategy(self):
         return all_reduce_strategy(bool(self.gpus))
 
+    def collective_library(self, gpu: bool) -> str | None:
+        return "nccl" if gpu else "ring"  # as all_reduce_strategy asks for it
+
+    def collective(self) -> tuple[str | None, str | None]:
+        options = getattr(self.strategy.extended, "_communication_options", None)  # as set; private in TF
+        implementation = getattr(getattr(options, "implementation", None), "name", None)
+        return (self.collective_library(bool(self.gpus)),
+                f"MultiWorkerMirroredStrategy ({implementation})" if implementation else "MultiWorkerMirroredStrategy")
+
     def _make_step(self):
         return tf.function(self._allreduce_step, jit_compile=False)
 
@@ -393,3 +405,15 @@ class TensorFlowHorovodFramework(TensorFlowFramework):
         # Keras 3 variables wrap tf.Variables: Horovod needs the wrapped ones.
         hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
         hvd.broadcast_variables([v.value for v in self.optimizer.variables], root_rank=0)
+
+    def collective_library(self, gpu: bool) -> str | None:
+        import horovod.tensorflow as hvd
+
+        from ..distributed.strategies.horovod import collective
+
+        return collective(hvd, gpu, initialised=False)[0]
+
+    def collective(self) -> tuple[str | None, str | None]:
+        from ..distributed.strategies.horovod import collective
+
+        return collective(self.hvd, bool(self.gpus))

@@ -97,6 +97,12 @@ class TensorFlowPsFramework(TensorFlowFramework):
     def _make_strategy(self):
         return make_strategy()
 
+    def collective_library(self, gpu: bool) -> str | None:
+        return "grpc"  # the workers' variables live on the parameter servers, reached over TF's gRPC server
+
+    def collective(self) -> tuple[str | None, str | None]:
+        return "grpc", "ParameterServerStrategy (grpc)"
+
     @contextlib.contextmanager
     def _variable_scope(self):
         with super()._variable_scope(), placement_scope(self.strategy, self.config.ps_placement, self.config.num_ps):

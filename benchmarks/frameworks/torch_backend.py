@@ -21,6 +21,7 @@ from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checks
 TORCHVISION_NAMES = {"inception3": "inception_v3"}  # the other --model names are torchvision's own
 
 
+DATALOADER_PREFETCH = 2  # torch.utils.data.DataLoader's prefetch_factor, left at its default
 MAX_CONSECUTIVE_BAD = 100  # undecodable images in a row before the data dir is taken as broken
 
 
@@ -167,6 +168,20 @@ class TorchFramework(Framework):
         self.new_step_event, self.step_timing_state = step_timing.apply_torch(cfg.step_timing, self.device)
         self.amp_dtype = precision.torch_dtype(plan)
         self.scaler = torch.amp.GradScaler("cuda", enabled=plan.loss_scaling)
+
+    def compute_threads(self) -> int | None:
+        return self.config.num_threads or torch.get_num_threads()
+
+    def visible_gpus(self) -> int | None:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+    def shared_memory_for_data(self) -> int:
+        """--data-dir: each DataLoader worker keeps prefetch_factor (2, torch's default) float32 batches in
+        flight, handed over through /dev/shm."""
+        cfg = self.config
+        if not cfg.data_dir:
+            return 0
+        return cfg.num_data_workers * DATALOADER_PREFETCH * cfg.batch_size * 3 * cfg.image_size ** 2 * 4
 
     def _pick_device(self, wanted: str) -> torch.device:
         from ..errors import UsageError
@@ -412,13 +427,22 @@ class TorchDdpFramework(TorchFramework):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         self.model = torch.nn.parallel.DistributedDataParallel(self.replica, device_ids=device_ids)
 
+    def collective_library(self, gpu: bool) -> str | None:
+        return "nccl" if gpu else "gloo"
+
+    def collective(self) -> tuple[str | None, str | None]:
+        import torch.distributed as dist
+
+        backend = str(dist.get_backend()) if dist.is_initialized() else None
+        return backend, backend
+
     def join_process_group(self) -> None:
         """torch.distributed's group of every rank: NCCL on GPU, gloo on CPU."""
         import torch.distributed as dist
 
         cfg, world = self.config, self.dist.world
         dist.init_process_group(
-            "nccl" if self.device.type == "cuda" else "gloo",
+            self.collective_library(self.device.type == "cuda"),
             init_method=torch_init_method(self.dist.coordinator, cfg.rendezvous_port),
             rank=world.rank,
             world_size=world.size,
@@ -442,6 +466,20 @@ class TorchHorovodFramework(TorchFramework):
         self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=self.model.named_parameters())
         hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    def collective_library(self, gpu: bool) -> str | None:
+        import horovod.torch as hvd
+
+        from ..distributed.strategies.horovod import collective
+
+        return collective(hvd, gpu, initialised=False)[0]
+
+    def collective(self) -> tuple[str | None, str | None]:
+        import horovod.torch as hvd
+
+        from ..distributed.strategies.horovod import collective
+
+        return collective(hvd, self.device.type == "cuda")
 
     def _gradients_final(self) -> contextlib.AbstractContextManager:
         """Horovod averages in optimizer.step(); LARS needs the average first."""
