@@ -89,7 +89,14 @@ def facts(path: dict | None) -> dict[str, str]:
             return mechanism if cma is not False or mechanism != "cma" else "cma (not possible: peers unreadable)"
         return {True: "possible", False: "not possible", None: "n/a"}[cma]
 
+    # In the order of likely cause of a slowdown (the report names the first difference as it): what caps the
+    # compute itself, then shared memory, then the communication path as the library took it, then what
+    # only makes a faster path possible or not (namespaces), then where the libraries came from.
     return {
+        "CPU quota": each(quota),
+        "CPUs allowed": each(lambda rank: str(rank["limits"]["cpuset"])),
+        "threads": each(lambda rank: str(rank["limits"]["threads"] or "framework default")),
+        "/dev/shm": each(shm),
         "collective": each(collective),
         "MPI": each(lambda rank: _mpi_text(rank["collective"].get("mpi"))),
         "UCX_TLS": each(lambda rank: rank["collective"].get("ucx_tls") or "unset"),
@@ -97,10 +104,6 @@ def facts(path: dict | None) -> dict[str, str]:
         "single-copy (CMA)": each(single_copy),
         "ranks share PID namespace": _yes_no(path.get("shared_pid_namespace")),
         "ranks share IPC namespace": _yes_no(path.get("shared_ipc_namespace")),
-        "/dev/shm": each(shm),
-        "CPU quota": each(quota),
-        "CPUs allowed": each(lambda rank: str(rank["limits"]["cpuset"])),
-        "threads": each(lambda rank: str(rank["limits"]["threads"] or "framework default")),
         "libraries from mounts": each(host_libraries),
     }
 

@@ -141,9 +141,7 @@ def launch_verdicts(launches: dict[str, list[dict]], margin: float) -> list[Laun
 
     found = []
     for name, runs in launches.items():
-        for reference in aggregate.REFERENCES:
-            if reference == name or not launches.get(reference):
-                continue
+        for reference in aggregate.references_of(name, [ref for ref in launches if launches[ref]]):
             for column in LAUNCH_EVENTS.values():
                 mine, theirs = by_round(runs, column), by_round(launches[reference], column)
                 pairs = [(value, theirs[key]) for key, value in mine.items() if key in theirs]

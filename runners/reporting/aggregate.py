@@ -268,6 +268,14 @@ def io_overhead(pair: Pair) -> float:
 REFERENCES = (BASELINE_RUNTIME, "docker")  # every runtime against the bare host, and against Docker where both ran
 
 
+def references_of(runtime: str, present) -> list[str]:
+    """The references a runtime is compared with, among those `present`: every one but itself, and for a
+    reference only those before it (Docker against the bare host; the bare host against Docker would be
+    the same comparison again, upside down)."""
+    below = REFERENCES[:REFERENCES.index(runtime)] if runtime in REFERENCES else REFERENCES
+    return [ref for ref in below if ref in present]
+
+
 @dataclass
 class RuntimeVerdict:
     """One runtime against one reference: the verdict and where the runs' paths differed."""
@@ -367,7 +375,7 @@ def runtime_groups(records: list[dict], margin: float = equivalence.DEFAULT_MARG
         for runtime in sorted(by_runtime, key=lambda name: (name != BASELINE_RUNTIME, name)):
             mine = by_runtime[runtime]
             verdicts = []
-            for ref in (ref for ref in REFERENCES if ref != runtime and ref in by_runtime):
+            for ref in references_of(runtime, by_runtime):
                 theirs = by_runtime[ref]
                 verdict = equivalence.ratio_verdict(round_pairs(mine, theirs), [_ips(r) for r in mine],
                                                     [_ips(r) for r in theirs], margin)
