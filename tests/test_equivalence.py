@@ -360,3 +360,17 @@ def test_a_margin_of_zero_is_one_line_and_exit_2(tmp_path, command, option):
     result = benchrun(command, *args, "--out", tmp_path / "out", option, "0", *after)
     assert result.returncode == 2 and result.stderr == f"benchrun: error: {option} must be a positive number, got 0\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_benchrun_imports_scipy_only_when_a_verdict_is_computed():
+    """Every benchrun command imports the reporting modules (compare-runtimes' parser); benchrun's own
+    install (tests/infra/unprivileged.py) has no scipy, so only computing a verdict may import it."""
+    import subprocess
+    import sys
+
+    from infra.helpers import ROOT, python_env
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "runners", "run", "--help"], cwd=ROOT,
+                          env=python_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "runners.reporting.equivalence" in done.stderr and " scipy" not in done.stderr

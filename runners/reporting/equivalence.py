@@ -9,7 +9,14 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+
+def _stats():
+    """scipy.stats, imported when a verdict is computed: every benchrun command imports this module
+    (compare-runtimes' parser), and benchrun's own install needs no scipy to run a benchmark."""
+    from scipy import stats
+
+    return stats
 
 CONFIDENCE = 0.95  # the interval shown, and "slower"/"faster": it excludes no difference
 TOST_ALPHA = 0.05  # each one-sided test of TOST; both pass exactly when the 90% interval lies within the margin
@@ -36,7 +43,7 @@ class Interval:
         return self.mean - half, self.mean + half
 
     def half_width(self, confidence: float = CONFIDENCE) -> float:
-        return float(stats.t.ppf(0.5 + confidence / 2, self.df)) * self.se if self.se > 0 else 0.0
+        return float(_stats().t.ppf(0.5 + confidence / 2, self.df)) * self.se if self.se > 0 else 0.0
 
 
 def paired(differences: list[float]) -> Interval | None:
@@ -76,7 +83,7 @@ def rounds_needed(mean: float, sd: float, bound: float, max_rounds: int = MAX_MO
     room = bound - abs(mean) if inside else abs(mean)
     quantile = 1 - TOST_ALPHA if inside else 0.5 + CONFIDENCE / 2
     for n in range(2, max_rounds + 1):
-        if stats.t.ppf(quantile, n - 1) * sd / math.sqrt(n) < room:
+        if _stats().t.ppf(quantile, n - 1) * sd / math.sqrt(n) < room:
             return n
     return None
 
@@ -214,14 +221,14 @@ def position_effect(observations: list[tuple[str, object, int, float]]) -> Posit
     _, rss_reduced = _fit(reduced, y)
     sigma2 = rss_full / df
     cov = sigma2 * np.linalg.inv(full.T @ full)
-    t = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+    t = float(_stats().t.ppf(0.5 + CONFIDENCE / 2, df))
     first = full.shape[1] - (len(positions) - 1)
     effects = []
     for i, position in enumerate(positions[1:]):
         value, half = float(beta[first + i]), t * math.sqrt(float(cov[first + i, first + i]))
         effects.append((position, value, value - half, value + half))
     q = len(positions) - 1
-    p = float(stats.f.sf(((rss_reduced - rss_full) / q) / sigma2, q, df)) if sigma2 > 0 else None
+    p = float(_stats().f.sf(((rss_reduced - rss_full) / q) / sigma2, q, df)) if sigma2 > 0 else None
     return PositionEffect(effects, p, _position_text(effects, p))
 
 
