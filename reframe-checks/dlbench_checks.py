@@ -147,7 +147,8 @@ class DlbenchTrain(DlbenchBase):
 
 @rfm.simple_test
 class DlbenchRuntimeOverhead(DlbenchBase):
-    """A container runtime against the bare host, interleaved (`benchrun compare-runtimes`)."""
+    """A container runtime against the bare host, round by round in random orders (`benchrun compare-runtimes`):
+    the job's output ends with the verdict table; the ratio and its interval are performance variables."""
 
     runtime = parameter(lib.site_runtimes(runtimes.RUNTIMES, runtimes.BARE)[1:])
     framework = parameter(FRAMEWORKS)
@@ -175,7 +176,8 @@ class DlbenchRuntimeOverhead(DlbenchBase):
         return 2 * self.rounds  # each runtime once per round
 
     def values(self, records):
-        return {'runtime_overhead': lib.overhead(records, runtimes.BARE, self.runtime)}
+        return {'runtime_overhead': lib.overhead(records, runtimes.BARE, self.runtime),
+                **lib.ratio(os.path.join(self.stagedir, 'compare', 'verdicts.csv'), runtimes.BARE, self.runtime)}
 
 
 @rfm.simple_test

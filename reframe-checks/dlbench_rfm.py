@@ -36,6 +36,9 @@ PERF_VARIABLES = {
     'reserved_peak': ('MiB', "memory.reserved_peak_bytes: the allocator's reserved peak (torch on GPU)"),
     'device_peak': ('MiB', 'memory.device_peak_bytes: device memory in use at its peak, NVML (GPU runs)'),
     'runtime_overhead': ('%', '(local - runtime) / local images/sec, means over the rounds of compare-runtimes'),
+    'runtime_ratio': ('x', "runtime / local images/sec: the verdict's ratio, paired by round (compare-runtimes' verdicts.csv)"),
+    'runtime_ratio_ci_low': ('x', "the 95% interval's low end of runtime_ratio"),
+    'runtime_ratio_ci_high': ('x', "the 95% interval's high end of runtime_ratio"),
     'busbw': ('GB/s', 'bench comm: the largest all-reduce bus bandwidth over message sizes'),
     'pingpong_latency': ('us', 'bench comm: the smallest one-way point-to-point latency over message sizes'),
 }
@@ -139,6 +142,22 @@ def overhead(records, baseline, runtime):
 
     base, other = mean(baseline), mean(runtime)
     return None if base is None or other is None else 100.0 * (base - other) / base
+
+
+def ratio(verdicts_csv, baseline, runtime):
+    """runtime_ratio and its 95% interval from compare-runtimes' verdicts.csv (its throughput row of `runtime`
+    against `baseline`); None for each where the file or the row is not there or the interval is not known."""
+    import csv
+
+    names = ('runtime_ratio', 'runtime_ratio_ci_low', 'runtime_ratio_ci_high')
+    try:
+        with open(verdicts_csv, newline='') as f:
+            rows = [row for row in csv.DictReader(f) if row['measure'] == 'images_per_sec ratio'
+                    and row['runtime'] == runtime and row['reference'] == baseline]
+    except (OSError, KeyError):
+        rows = []
+    values = [rows[0][column] if rows else '' for column in ('estimate', 'ci_lo', 'ci_hi')]
+    return {name: float(value) if value else None for name, value in zip(names, values)}
 
 
 def site_runtimes(names, bare):

@@ -144,12 +144,12 @@ def test_slurm_partition_two_ranks(reframe_path, tmp_path, slurm_single):
 def test_docker_through_reframes_container_platform_and_overhead(reframe_path, tmp_path, dlbench_images):
     """One rank in Docker started by ReFrame's own Docker platform; two DDP ranks in Docker through
     benchrun (ReFrame's platform starts one container: the path of every runtime it has no platform for);
-    the runtime overhead test (one round of compare-runtimes, local against docker) through benchrun."""
+    the runtime overhead test (two rounds of compare-runtimes, local against docker) through benchrun."""
     done = reframe(reframe_path, tmp_path, "--system", f"{SYSTEM}:local",
                    "-n", f"{TRAIN}%strategy=none%ranks=1%runtime=docker$",
                    "-n", f"{TRAIN}%strategy=ddp%ranks=2%runtime=docker$",
                    "-n", "DlbenchRuntimeOverhead%runtime=docker%framework=torch",
-                   "-S", "DlbenchRuntimeOverhead.model=alexnet", "-S", "DlbenchRuntimeOverhead.rounds=1",
+                   "-S", "DlbenchRuntimeOverhead.model=alexnet", "-S", "DlbenchRuntimeOverhead.rounds=2",
                    "-S", f"DlbenchRuntimeOverhead.bench_options={BENCH_OPTIONS}", "-r", "--performance-report")
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-2000:]
@@ -160,10 +160,12 @@ def test_docker_through_reframes_container_platform_and_overhead(reframe_path, t
     assert "benchrun" not in train and "docker pull" not in train, train
     [ranks] = [script for script in scripts if "run --runtime docker --launcher local -n 2 -- --framework torch" in script]
     assert "--strategy ddp" in ranks, ranks
-    assert any("compare-runtimes --runtimes local,docker --rounds 1" in script for script in scripts)
+    assert any("compare-runtimes --runtimes local,docker --rounds 2" in script for script in scripts)
     assert re.search(r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch %model=alexnet %strategy=ddp %ranks=2 %runtime=docker", out), \
         out[-3000:]
     assert re.search(r"P: runtime_overhead: -?[0-9.]+ %", out), out[-3000:]
+    for name in ("runtime_ratio", "runtime_ratio_ci_low", "runtime_ratio_ci_high"):  # two rounds: paired
+        assert re.search(rf"P: {name}: [0-9.]+ x", out), out[-3000:]
     assert re.search(r"P: images_per_sec: [0-9.]+ img/s", out), out[-3000:]
     assert subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=dlbench-torch:latest", "--filter", "status=exited"],
                           capture_output=True, text=True).stdout.strip() == ""  # --rm: nothing left
