@@ -36,7 +36,7 @@ PERF_VARIABLES = {
     'reserved_peak': ('MiB', "memory.reserved_peak_bytes: the allocator's reserved peak (torch on GPU)"),
     'device_peak': ('MiB', 'memory.device_peak_bytes: device memory in use at its peak, NVML (GPU runs)'),
     'runtime_overhead': ('%', '(local - runtime) / local images/sec, means over the rounds of compare-runtimes'),
-    'runtime_ratio': ('x', "runtime / local images/sec: the verdict's ratio, paired by round (compare-runtimes' verdicts.csv)"),
+    'runtime_ratio': ('x', "runtime / local images/sec: the verdict's ratio, paired by round (verdicts.csv)"),
     'runtime_ratio_ci_low': ('x', "the 95% interval's low end of runtime_ratio"),
     'runtime_ratio_ci_high': ('x', "the 95% interval's high end of runtime_ratio"),
     'busbw': ('GB/s', 'bench comm: the largest all-reduce bus bandwidth over message sizes'),
