@@ -406,8 +406,9 @@ def test_apptainer_missing_is_one_line(tmp_path):
 
 def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path):
     """examples/runtime-overhead/overhead.sbatch through sbatch, tiny (2 rounds of local and apptainer,
-    ResNet-50 TF, 2 timed steps): records of both runtimes and the report's runtime table."""
-    env = {**apptainer.env(apptainer_bin), **slurm_single["env"], "RUNTIMES": "local,apptainer", "REPEATS": "2",
+    ResNet-50 TF, 2 timed steps): records of both runtimes, the report's runtime table, and the job's log
+    ending with the verdict table."""
+    env = {**apptainer.env(apptainer_bin), **slurm_single["env"], "RUNTIMES": "local,apptainer", "ROUNDS": "2",
            "MODELS": "resnet50", "FRAMEWORKS": "tensorflow", "NUM_BATCHES": "2", "PYTHON": sys.executable, "TF_IMAGE": tf_sif}
     env["PATH"] = f"{apptainer_bin}:{slurm_single['env'].get('PATH', os.environ['PATH'])}"
     out, log = tmp_path / "overhead", tmp_path / "job.out"
@@ -431,4 +432,10 @@ def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path)
     assert all(r["status"] == "ok" for r in records)
     report = (out / "report" / "report.md").read_text()
     assert "| apptainer | 2 |" in report and "| local | 2 |" in report
+    # the job's log ends with the verdict table: Apptainer against the bare host, ratio, interval, verdict
+    last = text.split("overhead.sbatch: report in", 1)[1]
+    [row] = [line for line in last.splitlines() if line.startswith("| apptainer | local |")]
+    assert "paired by round, 2 rounds" in row and ("equivalent" in row or "slower" in row or "faster" in row
+                                                   or "inconclusive" in row), row
+    assert [r["comparison"]["round"] for r in records if r["provenance"]["requested_runtime"] == "local"] == [1, 2]
     assert not leftovers()
