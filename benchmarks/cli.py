@@ -7,6 +7,7 @@ and `bench --version` never load a framework (or numpy, pydantic, rich).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -55,12 +56,26 @@ def bench_parser(environ=os.environ, add_help: bool = True) -> argparse.Argument
     return p
 
 
+@functools.lru_cache(maxsize=1)
+def _host_parser() -> argparse.ArgumentParser:
+    """Built once: a sweep reads every point's arguments several times, and building the parser (~100 options)
+    costs milliseconds, minutes over a large plan; parsing does not change it."""
+    return bench_parser(environ={}, add_help=False)
+
+
 def bench_arguments(argv: list[str]) -> argparse.Namespace:
     """bench's arguments as bench will read them, read by the host that starts bench (benchrun):
     help and version are left to bench, and $BENCH_FRAMEWORK is the image's, not this machine's."""
+    given = tuple(arg for arg in argv if arg not in ("-h", "--help", "--version"))
+    return argparse.Namespace(**vars(_host_arguments(given)))
+
+
+@functools.lru_cache(maxsize=16)
+def _host_arguments(argv: tuple[str, ...]) -> argparse.Namespace:
+    """Kept for the few calls that read one run's arguments (planning one point reads them three times);
+    bench_arguments hands out copies, so no caller changes another's."""
     try:
-        return bench_parser(environ={}, add_help=False).parse_args(
-            [arg for arg in argv if arg not in ("-h", "--help", "--version")])
+        return _host_parser().parse_args(list(argv))
     except UsageError as error:
         raise UsageError(f"bench's arguments: {error}") from None
 

@@ -1,14 +1,20 @@
-"""Sweep plans: the YAML schema, its validation, the matrix product, skip rules and config hashes.
+"""Sweep plans: the YAML schema, its validation, its size, the matrix product (lazily), skip rules,
+config hashes, and every point's check before anything runs.
 
 Schema and rules: docs/sweeps.md. Nothing here runs anything; runners/commands/sweep.py does.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
+import math
 import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
@@ -17,13 +23,18 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       create_model)
 
 from benchmarks.distributed import strategies
-from benchmarks.errors import choices
+from benchmarks.errors import UsageError, choices
 from benchmarks import options
 from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
-from . import launchers, runtimes
+from . import dispatch, launchers, runtimes
 
 AXES = ("framework", "model", "batch_size", "ranks", "num_ps", "strategy", "data", "runtime", "image")
+# Plans over this many combinations are refused unless --max-points says otherwise: each point is a whole
+# bench run (seconds to hours), so 10,000 is days of machine time already, and a plan far larger is a
+# mistake (an axis pasted as a range); checking each point before anything runs costs ~1 ms, seconds here.
+MAX_POINTS = 10_000
+SHOWN = 200  # a plan of more points is summarised (its axes, its first and last few points), not listed point by point
 
 
 class PlanError(Exception):
@@ -287,29 +298,167 @@ def skip_reason(values: dict) -> str | None:
     return strategy.num_ps_problem(values["num_ps"], name=str)
 
 
-def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
-    """The Cartesian product in plan order: (points to run, [(point, why skipped)]).
+def _runtime_images(plan: Plan) -> int:
+    """Runtime x image pairs: a runtime without image (local) runs once, whatever the image list says."""
+    return sum(len(plan.matrix.image) if runtimes.uses_image(name) else 1 for name in plan.matrix.runtime)
 
-    The image axis applies to runtimes that use an image only: `local` runs on the
-    host, once, with image null.
+
+def _loops(plan: Plan) -> dict[str, list]:
+    """Every axis with its values, in plan order: the matrix's own, then the bench options given as axes."""
+    return {**{axis: getattr(plan.matrix, axis) for axis in AXES}, **plan.matrix.varied()}
+
+
+def size(plan: Plan) -> int:
+    """How many combinations the plan holds (run or skipped by rule), from its axes' lengths alone:
+    known before a single point is built, so a plan of 10^12 points costs no more than one of 10."""
+    others = [len(values) for axis, values in _loops(plan).items() if axis not in ("runtime", "image")]
+    return math.prod(others) * _runtime_images(plan)
+
+
+def factors(plan: Plan) -> list[tuple[str, int]]:
+    """The axes that multiply the count (more than one value) with their sizes, in plan order: what makes
+    a plan large."""
+    out = []
+    for axis, values in _loops(plan).items():
+        if axis == "runtime":
+            m = plan.matrix
+            name = "runtime" if len(m.image) == 1 else "image" if len(m.runtime) == 1 else "runtime x image"
+            out.append((name, _runtime_images(plan)))
+        elif axis != "image":
+            out.append((axis, len(values)))
+    return [(axis, n) for axis, n in out if n > 1]
+
+
+def check_size(plan: Plan, label: str, limit: int = MAX_POINTS) -> int:
+    """The plan's size, or a one-line PlanError naming it and the axes that make it when it is over `limit`."""
+    total = size(plan)
+    if total > limit:
+        made_of = " x ".join(f"{axis} {n:,}" for axis, n in factors(plan))
+        line = (f"{label}: expands to {total:,} points ({made_of}), over --max-points {limit:,}: "
+                "split the plan, or give --max-points N to take it as it is")
+        raise PlanError([line])
+    return total
+
+
+def combinations(plan: Plan) -> Iterator[tuple[Point, str | None]]:
+    """Every combination in plan order, one at a time, with why it is skipped by rule (None: it runs).
+
+    Lazy, so memory stays flat whatever the count. The image axis applies to runtimes that use an
+    image only: `local` runs on the host, once, with image null; its copies for the other images are
+    passed over as they come (axis values are distinct, so they are the product's only duplicates),
+    so no set of the points seen grows either.
     """
     m = plan.matrix
     varied = m.varied()
-    run, skipped, seen = [], [], set()
+    given = plan.bench.given()
     for *axes, options_given in itertools.product(*(getattr(m, axis) for axis in AXES), itertools.product(*varied.values())):
         values = dict(zip(AXES, axes))
         if not runtimes.uses_image(values["runtime"]):
+            if values["image"] != m.image[0]:
+                continue
             values["image"] = None
-        bench = {**plan.bench.given(), **dict(zip(varied, options_given))}
+        bench = {**given, **dict(zip(varied, options_given))}
         multi = strategies.get(values["strategy"]).processes(values["ranks"], values["num_ps"]) > 1
         point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [],
                       tuple(varied))
-        if point.config_hash in seen:
-            continue
-        seen.add(point.config_hash)
-        reason = skip_reason(values)
+        yield point, skip_reason(values)
+
+
+def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
+    """The Cartesian product in plan order, as lists: (points to run, [(point, why skipped)]).
+    For plans checked against a limit (check_size): the lists hold every point."""
+    run, skipped = [], []
+    for point, reason in combinations(plan):
         if reason:
             skipped.append((point, reason))
         else:
             run.append(point)
     return run, skipped
+
+
+# --- checks before anything runs ---------------------------------------------------------------
+
+def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
+    """How the point runs, as `benchrun run` would run it."""
+    v = point.values
+    return dispatch.RunRequest(
+        bench_args=point.bench_args(),
+        runtime=v["runtime"],
+        image=v["image"],
+        launcher=point.launcher,
+        num_workers=v["ranks"],
+        num_ps=v["num_ps"],
+        timeout_s=timeout_s,
+        launcher_args=list(point.launcher_args),
+    )
+
+
+def check_point(point: Point, request: dispatch.RunRequest, label: str, scratch: str | None = None) -> str | None:
+    """The one-line reason this point cannot run as given, or None. Uses bench's own validation.
+    `scratch`: an empty directory to plan the run in (dispatch.dry_run_text)."""
+    from benchmarks.config import build_config
+
+    v = point.values
+    given = {k: val for k, val in point.bench.items() if k not in ("image_size", "data_format")}
+    try:
+        build_config(framework=v["framework"], model=v["model"], image_size=point.bench.get("image_size"),
+                     data_format=point.bench.get("data_format"), batch_size=v["batch_size"], strategy=v["strategy"],
+                     num_ps=v["num_ps"], data_dir=None if v["data"] == "synthetic" else v["data"], installed_here=False,
+                     **given)
+        if not runtimes.uses_image(v["runtime"]):  # a container image brings its own framework
+            _require_installed(v["framework"])
+    except UsageError as error:
+        return f"{label}: point [{point.label()}]: {error}"
+    try:
+        dispatch.dry_run_text(request, scratch=scratch)  # planned as it would run (mounts checked); nothing written
+    except UsageError as error:
+        return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
+    if point.launcher is not None and not launchers.get(point.launcher).available():
+        binary = launchers.get(point.launcher).binary
+        return f"{label}: launcher: {point.launcher!r} needs {binary!r}, which is not on PATH"
+    return None
+
+
+@functools.cache
+def _require_installed(framework: str) -> None:
+    """benchmarks.config.require_installed, asked once per framework: it looks for modules on the path
+    (a third of a point's check), and a plan of thousands of points asks the same question each time."""
+    from benchmarks.config import require_installed
+
+    require_installed(framework)
+
+
+@dataclass
+class Census:
+    """A plan counted in one lazy pass over its combinations: counts, and the skipped points while few."""
+
+    total: int = 0
+    runnable: int = 0
+    done: int = 0  # runnable points the store already has (ok or oom)
+    reasons: Counter = field(default_factory=Counter)  # skip rule -> points
+    skipped: list = field(default_factory=list)  # (point, reason), the first SHOWN
+
+    def skip(self, point: Point, reason: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.skipped) < SHOWN:
+            self.skipped.append((point, reason))
+
+
+def check_plan(plan: Plan, label: str, timeout_s: float | None) -> Census:
+    """Every runnable point checked (check_point) before anything runs, one at a time: the first problem is
+    a UsageError; a plan whose every combination is skipped, too."""
+    census = Census()
+    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as scratch:  # one for all: mounts must exist
+        for point, reason in combinations(plan):
+            census.total += 1
+            if reason:
+                census.skip(point, reason)
+                continue
+            census.runnable += 1
+            problem = check_point(point, request_for(point, timeout_s), label, scratch)
+            if problem:
+                raise UsageError(problem)
+    if not census.runnable:
+        raise UsageError(f"{label}: every combination is skipped by a rule ({census.total} skipped: "
+                         f"{census.skipped[0][1]}, ...)")
+    return census
