@@ -16,8 +16,8 @@ from . import __version__, options
 from .comm import cli as comm_cli
 from .config import build_config
 from .distributed import strategies
-from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_USAGE, UsageError, check_working_directory, choices,
-                     debug_enabled, report_internal_error)
+from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
+                     choices, debug_enabled, report_internal_error)
 from .options import integer
 
 DESCRIPTION = """\
@@ -229,13 +229,19 @@ def check_max_batch_args(args) -> None:
 
 
 def make_dataset(argv: list[str]) -> int:
+    """`bench make-dataset`: DIR checked first (exit 2); a file system that fills up (or turns read-only)
+    on the way is one line, nothing left behind, exit 5: the output could not be written where asked."""
     args = dataset_parser().parse_args(argv)
+    from .dataset import DatasetNotWritten
     from .dataset import make_dataset as write
     from .durable import check_dir
 
     check_dir(args.dir, "make-dataset DIR")
-
-    root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
+    try:
+        root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
+    except DatasetNotWritten as error:
+        print(f"bench: error: make-dataset {error}", file=sys.stderr)
+        return EXIT_OUTPUT
     print(f"wrote {args.images} images in {args.classes} classes to {root}")
     return 0
 

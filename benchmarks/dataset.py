@@ -5,6 +5,7 @@ crop, flip, batching) is exercised without downloading ImageNet.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -56,6 +57,14 @@ def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[st
     return paths, labels, classes
 
 
+class DatasetNotWritten(Exception):
+    """The file system took no more while the tree was written (full, over quota, read-only): the
+    environment, not a bug, and not bad input either; nothing of the tree is left behind."""
+
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # a file system that takes no more
+
+
 def make_dataset(
     root: str | os.PathLike,
     images: int,
@@ -64,10 +73,8 @@ def make_dataset(
     max_size: int = 320,
     seed: int = 0,
 ) -> Path:
-    """Write `images` JPEGs spread over `classes` directories; all-or-nothing."""
-    import numpy as np
-    from PIL import Image
-
+    """Write `images` JPEGs spread over `classes` directories; all-or-nothing: into a hidden partial
+    directory beside DIR (ImageFolder readers skip dot-directories), renamed to DIR once complete."""
     if images <= 0 or classes <= 0:
         raise UsageError("--images and --classes must be positive integers")
     if classes > images:
@@ -77,28 +84,44 @@ def make_dataset(
     target = Path(root)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{str(root)!r} exists and is not an empty directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    staging = Path(tempfile.mkdtemp(prefix=".make-dataset-", dir=target.parent))
+    written, staging = 0, None
     try:
-        for index in range(images):
-            label = index % classes
-            class_dir = staging / f"class_{label:04d}"
-            class_dir.mkdir(exist_ok=True)
-            height, width = rng.integers(min_size, max_size + 1, size=2)
-            # Smooth colour field plus noise: compresses and decodes like a photo, not like flat colour.
-            base = rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)
-            field = np.asarray(Image.fromarray(base).resize((int(width), int(height)), Image.BILINEAR), dtype=np.int16)
-            noise = rng.integers(-24, 25, size=field.shape, dtype=np.int16)
-            pixels = np.clip(field + noise, 0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(class_dir / f"img_{index:06d}.jpg", quality=90)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".make-dataset-", dir=target.parent))
+        for written in _write_images(staging, images, classes, min_size, max_size, seed):
+            pass  # `written`: how far it got, for the line that says the disk filled
         if target.exists():
             target.rmdir()
         os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in NO_ROOM:
+            reason = os.strerror(error.errno)
+            raise DatasetNotWritten(f"{str(root)!r}: {reason[0].lower() + reason[1:]} (after {written} of {images} "
+                                    f"images; nothing is left behind): free space, or give another DIR") from None
         raise
     return target
+
+
+def _write_images(staging: Path, images: int, classes: int, min_size: int, max_size: int, seed: int):
+    """Write the images one by one, yielding how many are written so far."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for index in range(images):
+        label = index % classes
+        class_dir = staging / f"class_{label:04d}"
+        class_dir.mkdir(exist_ok=True)
+        height, width = rng.integers(min_size, max_size + 1, size=2)
+        # Smooth colour field plus noise: compresses and decodes like a photo, not like flat colour.
+        base = rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)
+        field = np.asarray(Image.fromarray(base).resize((int(width), int(height)), Image.BILINEAR), dtype=np.int16)
+        noise = rng.integers(-24, 25, size=field.shape, dtype=np.int16)
+        pixels = np.clip(field + noise, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(class_dir / f"img_{index:06d}.jpg", quality=90)
+        yield index + 1
 
 
 # -- undecodable files in a --data-dir ------------------------------------------------------------
