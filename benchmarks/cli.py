@@ -128,6 +128,10 @@ def run_benchmark(argv: list[str]) -> int:
     config = config_of(args)
     if config.accuracy_mode:
         check_accuracy_world(config)
+        if config.data_dir is None:
+            from .labelled import check_fashion_mnist_files
+
+            check_fashion_mnist_files(config.fashion_mnist_dir)
     data_scan = None
     if config.data_dir is not None:
         from .dataset import check_images
