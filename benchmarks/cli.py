@@ -138,6 +138,10 @@ def run_benchmark(argv: list[str]) -> int:
 
         scan = check_images(config.data_dir, args.strict_data)
         data_scan = {**scan.summary(), "strict": args.strict_data}
+        if config.accuracy_mode:  # the held-out split, as the worker will make it
+            from .labelled import split
+
+            split(config.data_dir, scan.paths, scan.labels, config.val_fraction)
         if scan.bad:
             path, why = scan.bad[0]
             print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "

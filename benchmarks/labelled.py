@@ -219,11 +219,10 @@ def held_out(relative_path: str, fraction: float) -> bool:
     return zlib.crc32(relative_path.encode()) % 100_000 < fraction * 100_000
 
 
-def image_folder_split(root: str | Path, fraction: float, image_size: int, threads: int,
-                       skip: frozenset = frozenset()) -> LabelledData:
-    from .dataset import image_folder
-
-    paths, labels, classes = image_folder(root)
+def split(root: str | Path, paths: list[str], labels: list[int], fraction: float, skip: frozenset = frozenset()
+          ) -> tuple[tuple[list, list], tuple[list, list]]:
+    """(train, validation) as (paths, labels) each, by held_out; a one-line UsageError when either is empty
+    (asked before anything is built too: bench's checks call it with the scanned images)."""
     train, val = ([], []), ([], [])
     for path, label in zip(paths, labels):
         if path in skip:
@@ -234,6 +233,15 @@ def image_folder_split(root: str | Path, fraction: float, image_size: int, threa
     if not val[0] or not train[0]:
         raise UsageError(f"--data-dir {str(root)!r}: --val-fraction {fraction:g} leaves {len(train[0])} training and "
                          f"{len(val[0])} validation images; both need at least one")
+    return train, val
+
+
+def image_folder_split(root: str | Path, fraction: float, image_size: int, threads: int,
+                       skip: frozenset = frozenset()) -> LabelledData:
+    from .dataset import image_folder
+
+    paths, labels, classes = image_folder(root)
+    train, val = split(root, paths, labels, fraction, skip)
     return LabelledData("imagefolder", str(root), FileSource(*train, image_size, threads),
                         FileSource(*val, image_size, threads), len(classes), image_size, IMAGENET_MEAN, IMAGENET_STD)
 

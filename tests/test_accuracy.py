@@ -115,6 +115,19 @@ def test_a_truncated_fashion_mnist_is_the_only_line_bench_prints(tmp_path):
     assert result.stdout == ""
 
 
+def test_an_image_folder_without_a_validation_split_is_refused_before_anything_is_built(tmp_path):
+    """Two images, --val-fraction 0.1: both land in training. The split is made before the worker starts."""
+    from benchmarks.dataset import make_dataset
+
+    root = make_dataset(tmp_path / "ds", images=2, classes=1, min_size=32, max_size=40)
+    result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8", "--data-dir", root,
+                   "--image-size", "32", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"bench: error: --data-dir '{root}': --val-fraction 0.1 leaves 2 training "
+                                          "and 0 validation images; both need at least one"]
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lr-rule", "linear"], "--lr-rule applies to time-to-accuracy runs only"),
     (["--target-accuracy", "1.5"], "--target-accuracy is a fraction"),
