@@ -240,15 +240,14 @@ def make_dataset(argv: list[str]) -> int:
     """`bench make-dataset`: DIR checked first (exit 2); a file system that fills up (or turns read-only)
     on the way is one line, nothing left behind, exit 5: the output could not be written where asked."""
     args = dataset_parser().parse_args(argv)
-    from .dataset import DatasetNotWritten
     from .dataset import make_dataset as write
-    from .durable import check_dir
+    from .durable import NoRoom, check_dir
 
     check_dir(args.dir, "make-dataset DIR")
     try:
         root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
-    except DatasetNotWritten as error:
-        print(f"bench: error: make-dataset {error}", file=sys.stderr)
+    except NoRoom as error:
+        print(f"bench: error: {error}", file=sys.stderr)
         return EXIT_OUTPUT
     print(f"wrote {args.images} images in {args.classes} classes to {root}")
     return 0

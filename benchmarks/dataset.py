@@ -5,10 +5,7 @@ crop, flip, batching) is exercised without downloading ImageNet.
 
 from __future__ import annotations
 
-import errno
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,14 +54,6 @@ def image_folder(root: str | os.PathLike) -> tuple[list[str], list[int], list[st
     return paths, labels, classes
 
 
-class DatasetNotWritten(Exception):
-    """The file system took no more while the tree was written (full, over quota, read-only): the
-    environment, not a bug, and not bad input either; nothing of the tree is left behind."""
-
-
-NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # a file system that takes no more
-
-
 def make_dataset(
     root: str | os.PathLike,
     images: int,
@@ -73,8 +62,10 @@ def make_dataset(
     max_size: int = 320,
     seed: int = 0,
 ) -> Path:
-    """Write `images` JPEGs spread over `classes` directories; all-or-nothing: into a hidden partial
-    directory beside DIR (ImageFolder readers skip dot-directories), renamed to DIR once complete."""
+    """Write `images` JPEGs spread over `classes` directories; all-or-nothing (durable.staged_dir): a file
+    system that fills up on the way is durable.NoRoom, one line, with nothing left behind."""
+    from .durable import staged_dir
+
     if images <= 0 or classes <= 0:
         raise UsageError("--images and --classes must be positive integers")
     if classes > images:
@@ -84,23 +75,10 @@ def make_dataset(
     target = Path(root)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{str(root)!r} exists and is not an empty directory")
-    written, staging = 0, None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".make-dataset-", dir=target.parent))
-        for written in _write_images(staging, images, classes, min_size, max_size, seed):
-            pass  # `written`: how far it got, for the line that says the disk filled
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    except BaseException as error:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, OSError) and error.errno in NO_ROOM:
-            reason = os.strerror(error.errno)
-            raise DatasetNotWritten(f"{str(root)!r}: {reason[0].lower() + reason[1:]} (after {written} of {images} "
-                                    f"images; nothing is left behind): free space, or give another DIR") from None
-        raise
+    with staged_dir(target, f"make-dataset {str(root)!r}") as staged:
+        staged.progress = f"after 0 of {images} images; "
+        for written in _write_images(staged.path, images, classes, min_size, max_size, seed):
+            staged.progress = f"after {written} of {images} images; "
     return target
 
 
