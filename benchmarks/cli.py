@@ -31,7 +31,8 @@ Other commands:
 
 Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
 3 out of memory, 4 timeout, 5 the record could not be written to --output
-(saved to the temp-dir file the error names, and printed as JSON), 70 internal
+(saved to the temp-dir file the error names, and printed as JSON), or
+make-dataset's DIR could not be written (disk full; nothing left), 70 internal
 error (one line + log path; --debug shows the traceback), 130 interrupted.
 Records for 1, 3, 4 and 130 are still written to --output / --json with that status.
 """
