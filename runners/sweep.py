@@ -34,6 +34,11 @@ AXES = ("framework", "model", "batch_size", "ranks", "num_ps", "strategy", "data
 # bench run (seconds to hours), so 10,000 is days of machine time already, and a plan far larger is a
 # mistake (an axis pasted as a range); checking each point before anything runs costs ~1 ms, seconds here.
 MAX_POINTS = 10_000
+# A plan file's own size: a real one is kilobytes (four axes of 1,000 values: 30 KB; PyYAML reads about 1 MB/s),
+# while YAML's aliases can make a 1 KB file hold 10^9 values that validating would never finish ("billion laughs").
+MAX_PLAN_BYTES = 1 << 20
+MAX_PLAN_VALUES = 1_000_000
+SHOWN_PROBLEMS = 20  # a bad plan's lines, at most, and one saying how many more
 SHOWN = 200  # a plan of more points is summarised (its axes, its first and last few points), not listed point by point
 
 
@@ -197,8 +202,31 @@ def _message(error: dict) -> str:
     if kind == "value_error":
         return f"{_where(loc)}: {error['msg'].removeprefix('Value error, ')}"
     if kind in MUST_BE:
-        return f"{_where(loc)}: must be {MUST_BE[kind]}, got {error['input']!r}"
+        return f"{_where(loc)}: must be {MUST_BE[kind]}, got {_shown(error['input'])}"
     return f"{_where(loc)}: {error['msg']}"
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """A value in an error line, cut to `width` characters: the line stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _values_over(data: Any, budget: int) -> bool:
+    """Whether the loaded YAML holds more than `budget` values, YAML aliases counted as often as they are
+    used; stops as soon as it knows, so a file built to expand past memory costs `budget` steps."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def parse_plan(data: Any, label: str) -> Plan:
@@ -213,6 +241,8 @@ def parse_plan(data: Any, label: str) -> Plan:
             if line not in seen:  # unions report one problem once per branch
                 seen.add(line)
                 lines.append(line)
+        if len(lines) > SHOWN_PROBLEMS:  # a plan of 10,000 bad values is not 10,000 lines
+            lines[SHOWN_PROBLEMS:] = [f"{label}: ... and {len(lines) - SHOWN_PROBLEMS:,} more problems"]
         raise PlanError(lines) from None
     both = [name for name in plan.matrix.varied() if name in plan.bench.given()]
     if both:
@@ -225,6 +255,10 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
     label = str(path)
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise PlanError([f"{label}: {size:,} bytes, over {MAX_PLAN_BYTES:,}: a plan lists values per axis, "
+                             "kilobytes"])
         text = Path(path).read_text()
     except FileNotFoundError:
         raise PlanError([f"{label}: no such file"]) from None
@@ -237,6 +271,9 @@ def load_plan(path: str | os.PathLike) -> Plan:
         at = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise PlanError([f"{label}: not valid YAML: {at}{problem}"]) from None
+    if _values_over(data, MAX_PLAN_VALUES):
+        raise PlanError([f"{label}: holds over {MAX_PLAN_VALUES:,} values once its YAML aliases are expanded "
+                         "(anchors used within anchors?): a plan lists values per axis, thousands at most"])
     return parse_plan(data, label)
 
 

@@ -210,6 +210,28 @@ def test_a_huge_plan_is_refused_in_one_line_at_once_in_bounded_memory(tmp_path):
     assert result.seconds < 60  # seconds in fact (interpreter start-up); an expansion never ends
 
 
+def test_a_plan_file_built_to_expand_is_refused_before_it_is_validated(tmp_path):
+    """YAML anchors used within anchors (a "billion laughs"): 1 KB that holds 10^9 values once aliases are
+    expanded, which validation would walk for ever; a file far larger than any plan; and a plan with
+    thousands of bad values says 20 of them and how many more, not thousands of lines."""
+    laughs = ["l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    laughs += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    bomb = write_plan(tmp_path / "bomb.yaml", "\n".join([*laughs, "matrix: {framework: torch, model: alexnet, "
+                                                          "batch_size: *l8}"]) + "\n")
+    with pytest.raises(PlanError) as refused:
+        sweep.load_plan(bomb)
+    assert refused.value.lines == [f"{bomb}: holds over 1,000,000 values once its YAML aliases are expanded "
+                                   "(anchors used within anchors?): a plan lists values per axis, thousands at most"]
+    big = write_plan(tmp_path / "big.yaml", "# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(PlanError, match=r"big.yaml: 1,048,579 bytes, over 1,048,576: a plan lists values per axis"):
+        sweep.load_plan(big)
+    many = write_plan(tmp_path / "many.yaml", {"matrix": {"framework": "torch", "model": "alexnet",
+                                                          "batch_size": [f"x{i}" for i in range(5000)]}})
+    with pytest.raises(PlanError) as refused:
+        sweep.load_plan(many)
+    assert len(refused.value.lines) == 21 and refused.value.lines[-1] == f"{many}: ... and 4,980 more problems"
+
+
 def seeds_plan(tmp_path, batch_sizes: int, seeds: int, **matrix) -> Path:
     return write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=list(range(1, batch_sizes + 1)),
                                                         seed=list(range(seeds)), **matrix))
