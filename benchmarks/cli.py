@@ -67,14 +67,15 @@ def _host_parser() -> argparse.ArgumentParser:
 def bench_arguments(argv: list[str]) -> argparse.Namespace:
     """bench's arguments as bench will read them, read by the host that starts bench (benchrun):
     help and version are left to bench, and $BENCH_FRAMEWORK is the image's, not this machine's."""
-    given = tuple(arg for arg in argv if arg not in ("-h", "--help", "--version"))
-    return argparse.Namespace(**vars(_host_arguments(given)))
+    import copy
+
+    return copy.deepcopy(_host_arguments(tuple(arg for arg in argv if arg not in ("-h", "--help", "--version"))))
 
 
 @functools.lru_cache(maxsize=16)
 def _host_arguments(argv: tuple[str, ...]) -> argparse.Namespace:
     """Kept for the few calls that read one run's arguments (planning one point reads them three times);
-    bench_arguments hands out copies, so no caller changes another's."""
+    bench_arguments hands out deep copies, so no caller changes another's."""
     try:
         return _host_parser().parse_args(list(argv))
     except UsageError as error:
