@@ -222,8 +222,8 @@ def test_a_plan_file_built_to_expand_is_refused_before_it_is_validated(tmp_path)
         sweep.load_plan(bomb)
     assert refused.value.lines == [f"{bomb}: holds over 1,000,000 values once its YAML aliases are expanded "
                                    "(anchors used within anchors?): a plan lists values per axis, thousands at most"]
-    big = write_plan(tmp_path / "big.yaml", "# " + "x" * (1 << 20) + "\n")
-    with pytest.raises(PlanError, match=r"big.yaml: 1,048,579 bytes, over 1,048,576: a plan lists values per axis"):
+    big = write_plan(tmp_path / "big.yaml", "# " + "x" * (256 << 10) + "\n")
+    with pytest.raises(PlanError, match=r"big.yaml: 262,147 bytes, over 262,144: a plan lists values per axis"):
         sweep.load_plan(big)
     many = write_plan(tmp_path / "many.yaml", {"matrix": {"framework": "torch", "model": "alexnet",
                                                           "batch_size": [f"x{i}" for i in range(5000)]}})

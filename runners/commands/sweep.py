@@ -8,8 +8,9 @@ product, skipping combinations that cannot work (listed at start, with the
 rule). A plan is counted before it is expanded: one of more than --max-points
 combinations (default 10,000) is refused in one line naming its size and axes;
 a dry run of more than 200 is a summary. Each finished run is one line in the
-store, appended and fsynced at once; a rerun skips what is already there with status ok or oom, so a sweep
-killed at any moment loses at most the run in progress.
+store, appended and fsynced at once; a rerun skips what is already there with
+status ok or oom, so a sweep killed at any moment loses at most the run in
+progress.
 
 When the store cannot be written mid-sweep (file system full, quota, NFS
 gone), the entry just measured is kept in a pending file in the temp dir, the
