@@ -266,6 +266,24 @@ def test_a_large_dry_run_summarises_the_skipped_by_rule(tmp_path, capsys):
                                          "(strategy ps is for tensorflow only)")
 
 
+def test_a_large_dry_run_counts_what_the_store_has_as_it_reads_it(tmp_path, capsys):
+    """The store is read one entry at a time (never all in memory): a point stored ok is done, one stored
+    failed still runs, and a torn last line is a warning."""
+    plan = seeds_plan(tmp_path, 3, 100)
+    points, _ = expand(sweep.load_plan(plan))
+    store_path = tmp_path / "sweep.jsonl"
+    with store_path.open("w") as f:
+        for point, status in ((points[0], "ok"), (points[1], "failed")):
+            f.write(json.dumps({"sweep": {"config_hash": point.config_hash, "attempt": 1},
+                                "record": {"status": status}}) + "\n")
+        f.write('{"sweep": {"config_hash": "torn')
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "300 combinations: 299 to run, 1 already in" in err and "line 3 is incomplete" in err
+    assert f"{points[0].config_hash}  done  torch alexnet bs=1 ranks=1 seed=0" in out
+    assert f"{points[1].config_hash}  run   torch alexnet bs=1 ranks=1 seed=1" in out
+
+
 @pytest.mark.slow
 def test_a_plan_over_the_default_limit_dry_runs_in_flat_memory(tmp_path):
     """12,000 points under --max-points: the summary, in the memory a 300-point plan takes (the eager

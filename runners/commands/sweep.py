@@ -43,6 +43,7 @@ import threading
 import time
 import warnings
 from collections import Counter, deque
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks import durable
@@ -78,20 +79,21 @@ def add_parser(sub) -> None:
 
 # --- the store ---------------------------------------------------------------------------------
 
-def read_store(path: Path) -> list[dict]:
+def read_store(path: Path) -> Iterator[dict]:
+    """The store's entries one at a time: a store of 100,000 records (GBs as Python objects) is never all
+    in memory. Its warnings are printed once it is read through; a corrupt line is a UsageError."""
     if not path.exists():
-        return []
+        return
     if not path.is_file():
         raise UsageError(f"--store {str(path)!r} is not a file")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.StoreWarning)
         try:
-            entries = list(store.iter_entries(path))
+            yield from store.iter_entries(path)
         except store.CorruptStore as error:
             raise UsageError(f"--store {error}") from None
     for warning in caught:
         print(f"benchrun: warning: {warning.message}", file=sys.stderr)
-    return entries
 
 
 def pending_name(store_path: Path) -> str:
@@ -244,13 +246,13 @@ def run(args) -> int:
 
 def _stored(store_path: Path) -> tuple[dict, dict]:
     """(done: config_hash -> status, attempts: config_hash -> last attempt) of the store's entries."""
-    entries = read_store(store_path)
-    done = {e["sweep"]["config_hash"]: status_of(e) for e in entries if e["sweep"] and status_of(e) in DONE}
-    attempts = {}
-    for e in entries:
+    done, attempts = {}, {}
+    for e in read_store(store_path):
         if e["sweep"]:
             h = e["sweep"]["config_hash"]
             attempts[h] = max(attempts.get(h, 0), int(e["sweep"].get("attempt", 0)))
+            if status_of(e) in DONE:
+                done[h] = status_of(e)
     return done, attempts
 
 
