@@ -130,24 +130,18 @@ def run_benchmark(argv: list[str]) -> int:
     config = config_of(args)
     if config.accuracy_mode:
         check_accuracy_world(config)
-        if config.data_dir is None:
-            from .labelled import check_fashion_mnist_files
-
-            check_fashion_mnist_files(config.fashion_mnist_dir)
-    data_scan = None
+    data_scan = scan = None
     if config.data_dir is not None:
         from .dataset import check_images
 
         scan = check_images(config.data_dir, args.strict_data)
         data_scan = {**scan.summary(), "strict": args.strict_data}
-        if config.accuracy_mode:  # the held-out split, as the worker will make it
-            from .labelled import split
-
-            split(config.data_dir, scan.paths, scan.labels, config.val_fraction)
-        if scan.bad:
-            path, why = scan.bad[0]
-            print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
-                  f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
+    if config.accuracy_mode:
+        check_labelled_data(config, scan)
+    if scan is not None and scan.bad:
+        path, why = scan.bad[0]
+        print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
+              f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
     from .delivery import deliver
     from .supervisor import supervise, training_job
@@ -226,6 +220,20 @@ def check_accuracy_world(config) -> None:
         synced = [s.name for s in strategies.STRATEGIES.values() if s.syncs_replicas and s.supports(config.framework)]
         raise UsageError(f"--target-accuracy with {ranks} ranks under --strategy {strategy.name} would train "
                          f"independent replicas; use one of {choices(synced)}")
+
+
+def check_labelled_data(config, scan) -> None:
+    """A time-to-accuracy run's data read as the worker will read it, before anything is built: the four
+    Fashion-MNIST files whole, an ImageFolder's held-out split (`scan`: its decodable images), and a
+    training set of one batch at least."""
+    from . import labelled
+
+    if config.data_dir is None:
+        train = labelled.check_fashion_mnist_files(config.fashion_mnist_dir)
+    else:
+        train = len(labelled.split(config.data_dir, scan.paths, scan.labels, config.val_fraction)[0][0])
+    if train < config.batch_size:
+        raise UsageError(f"the training set has {train} images, fewer than one batch (--batch-size {config.batch_size})")
 
 
 def check_max_batch_args(args) -> None:

@@ -93,12 +93,15 @@ def check_fashion_mnist(directory: str | Path) -> Path:
     return root.resolve()
 
 
-def check_fashion_mnist_files(directory: str | Path) -> None:
+def check_fashion_mnist_files(directory: str | Path) -> int:
     """The four files read through before anything is built (a second or so for Fashion-MNIST's 30 MB): a
-    truncated, mismatched or foreign file is one line up front, not an error after the model is built."""
+    truncated, mismatched or foreign file is one line up front, not an error after the model is built.
+    Returns the number of training images."""
     root = check_fashion_mnist(directory)
-    for images, labels in FASHION_MNIST_FILES.values():
+    counts = {}
+    for split_name, (images, labels) in FASHION_MNIST_FILES.items():
         image_shape, label_shape = idx_shape(root / images), idx_shape(root / labels)
+        counts[split_name] = image_shape[0]
         if len(image_shape) != 3 or image_shape[1:] != (28, 28):
             raise UsageError(f"{root / images}: holds images of shape {image_shape}, not N x 28 x 28 (Fashion-MNIST's)")
         if len(label_shape) != 1 or label_shape[0] != image_shape[0]:
@@ -107,6 +110,7 @@ def check_fashion_mnist_files(directory: str | Path) -> None:
         top = int(read_idx(root / labels).max(initial=0))
         if top >= FASHION_MNIST_CLASSES:
             raise UsageError(f"{root / labels}: a label {top} is past Fashion-MNIST's {FASHION_MNIST_CLASSES} classes")
+    return counts["train"]
 
 
 class ArraySource:

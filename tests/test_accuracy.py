@@ -79,7 +79,7 @@ def test_fashion_mnist_files_are_read_through_before_anything_is_built(tmp_path)
     """Each file decompressed once: a cut gzip stream, data shorter than its header says, counts that
     disagree, a foreign shape or label are each one line."""
     root = small_fashion_mnist(tmp_path / "fm")
-    labelled.check_fashion_mnist_files(root)
+    assert labelled.check_fashion_mnist_files(root) == 64
     train_images = root / "train-images-idx3-ubyte.gz"
     assert labelled.idx_shape(train_images) == (64, 28, 28)
     whole = train_images.read_bytes()
@@ -113,6 +113,15 @@ def test_a_truncated_fashion_mnist_is_the_only_line_bench_prints(tmp_path):
     assert result.stderr.splitlines() == [f"bench: error: {val_labels}: cannot be read (Compressed file ended before "
                                           "the end-of-stream marker was reached)"]
     assert result.stdout == ""
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_before_anything_is_built(tmp_path):
+    root = small_fashion_mnist(tmp_path / "fm")
+    result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8",
+                   "--fashion-mnist-dir", root, "--batch-size", "65", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == ["bench: error: the training set has 64 images, fewer than one batch "
+                                          "(--batch-size 65)"]
 
 
 def test_an_image_folder_without_a_validation_split_is_refused_before_anything_is_built(tmp_path):
