@@ -233,7 +233,8 @@ def check_labelled_data(config, scan) -> None:
     else:
         train = len(labelled.split(config.data_dir, scan.paths, scan.labels, config.val_fraction)[0][0])
     if train < config.batch_size:
-        raise UsageError(f"the training set has {train} images, fewer than one batch (--batch-size {config.batch_size})")
+        raise UsageError(f"the training set has {train} images, fewer than one batch "
+                         f"(--batch-size {config.batch_size})")
 
 
 def check_max_batch_args(args) -> None:
