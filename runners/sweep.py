@@ -1,5 +1,5 @@
 """Sweep plans: the YAML schema, its validation, its size, the matrix product (lazily), skip rules,
-config hashes, and every point's check before anything runs.
+config hashes, and each point's check before anything runs.
 
 Schema and rules: docs/sweeps.md. Nothing here runs anything; runners/commands/sweep.py does.
 """
@@ -12,8 +12,6 @@ import itertools
 import json
 import math
 import os
-import tempfile
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,6 @@ MAX_POINTS = 10_000
 MAX_PLAN_BYTES = 256 << 10
 MAX_PLAN_VALUES = 1_000_000
 SHOWN_PROBLEMS = 20  # a bad plan's lines, at most, and one saying how many more
-SHOWN = 200  # a plan of more points is summarised (its axes, its first and last few points), not listed point by point
 
 
 class PlanError(Exception):
@@ -463,39 +460,3 @@ def _require_installed(framework: str) -> None:
     from benchmarks.config import require_installed
 
     require_installed(framework)
-
-
-@dataclass
-class Census:
-    """A plan counted in one lazy pass over its combinations: counts, and the skipped points while few."""
-
-    total: int = 0
-    runnable: int = 0
-    done: int = 0  # runnable points the store already has (ok or oom)
-    reasons: Counter = field(default_factory=Counter)  # skip rule -> points
-    skipped: list = field(default_factory=list)  # (point, reason), the first SHOWN
-
-    def skip(self, point: Point, reason: str) -> None:
-        self.reasons[reason] += 1
-        if len(self.skipped) < SHOWN:
-            self.skipped.append((point, reason))
-
-
-def check_plan(plan: Plan, label: str, timeout_s: float | None) -> Census:
-    """Every runnable point checked (check_point) before anything runs, one at a time: the first problem is
-    a UsageError; a plan whose every combination is skipped, too."""
-    census = Census()
-    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as scratch:  # one for all: mounts must exist
-        for point, reason in combinations(plan):
-            census.total += 1
-            if reason:
-                census.skip(point, reason)
-                continue
-            census.runnable += 1
-            problem = check_point(point, request_for(point, timeout_s), label, scratch)
-            if problem:
-                raise UsageError(problem)
-    if not census.runnable:
-        raise UsageError(f"{label}: every combination is skipped by a rule ({census.total} skipped: "
-                         f"{census.skipped[0][1]}, ...)")
-    return census

@@ -44,6 +44,7 @@ import time
 import warnings
 from collections import Counter, deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import durable
@@ -51,11 +52,12 @@ from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPU
 from benchmarks.processes import StopScope, sweep_deadline
 
 from .. import dispatch, mlflow_export, store
-from ..sweep import (MAX_POINTS, SHOWN, Census, Plan, PlanError, Point, check_plan, check_size, combinations, expand,
-                     factors, load_plan, request_for)
+from ..sweep import (MAX_POINTS, Plan, PlanError, Point, check_point, check_size, combinations, expand, factors,
+                     load_plan, request_for)
 
 DEFAULT_STORE = "results/sweep.jsonl"
 DONE = ("ok", "oom")  # results: never re-run
+SHOWN = 200  # a plan of more points is summarised (its axes, its first and last few points), not listed point by point
 ENDS = 5  # points shown at each end of a summary
 RETRY = ("failed", "timeout")  # re-run with --retries (a point with no record counts as failed)
 
@@ -75,6 +77,44 @@ def add_parser(sub) -> None:
                         "run nothing")
     mlflow_export.add_options(p, "also log each stored record as an MLflow run as it comes, as `export --mlflow`")
     p.set_defaults(run=run)
+
+
+# --- checks before anything runs ---------------------------------------------------------------
+
+@dataclass
+class Census:
+    """A plan counted in one lazy pass over its combinations: counts, and the skipped points while few."""
+
+    total: int = 0
+    runnable: int = 0
+    done: int = 0  # runnable points the store already has (ok or oom)
+    reasons: Counter = field(default_factory=Counter)  # skip rule -> points
+    skipped: list = field(default_factory=list)  # (point, reason), the first SHOWN
+
+    def skip(self, point: Point, reason: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.skipped) < SHOWN:
+            self.skipped.append((point, reason))
+
+
+def check_plan(plan: Plan, label: str, timeout_s: float | None) -> Census:
+    """Every runnable point checked (check_point) before anything runs, one at a time: the first problem is
+    a UsageError; a plan whose every combination is skipped, too."""
+    census = Census()
+    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as scratch:  # one for all: mounts must exist
+        for point, reason in combinations(plan):
+            census.total += 1
+            if reason:
+                census.skip(point, reason)
+                continue
+            census.runnable += 1
+            problem = check_point(point, request_for(point, timeout_s), label, scratch)
+            if problem:
+                raise UsageError(problem)
+    if not census.runnable:
+        raise UsageError(f"{label}: every combination is skipped by a rule ({census.total} skipped: "
+                         f"{census.skipped[0][1]}, ...)")
+    return census
 
 
 # --- the store ---------------------------------------------------------------------------------
