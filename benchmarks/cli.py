@@ -7,6 +7,7 @@ and `bench --version` never load a framework (or numpy, pydantic, rich).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -15,8 +16,8 @@ from . import __version__, options
 from .comm import cli as comm_cli
 from .config import build_config
 from .distributed import strategies
-from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_USAGE, UsageError, check_working_directory, choices,
-                     debug_enabled, report_internal_error)
+from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
+                     choices, debug_enabled, report_internal_error)
 from .options import integer
 
 DESCRIPTION = """\
@@ -30,7 +31,8 @@ Other commands:
 
 Exit codes: 0 ok, 1 failed (crash), 2 bad input (nothing written),
 3 out of memory, 4 timeout, 5 the record could not be written to --output
-(saved to the temp-dir file the error names, and printed as JSON), 70 internal
+(saved to the temp-dir file the error names, and printed as JSON), or
+make-dataset's DIR could not be written (disk full; nothing left), 70 internal
 error (one line + log path; --debug shows the traceback), 130 interrupted.
 Records for 1, 3, 4 and 130 are still written to --output / --json with that status.
 """
@@ -55,12 +57,27 @@ def bench_parser(environ=os.environ, add_help: bool = True) -> argparse.Argument
     return p
 
 
+@functools.lru_cache(maxsize=1)
+def _host_parser() -> argparse.ArgumentParser:
+    """Built once: a sweep reads every point's arguments several times, and building the parser (~100 options)
+    costs milliseconds, minutes over a large plan; parsing does not change it."""
+    return bench_parser(environ={}, add_help=False)
+
+
 def bench_arguments(argv: list[str]) -> argparse.Namespace:
     """bench's arguments as bench will read them, read by the host that starts bench (benchrun):
     help and version are left to bench, and $BENCH_FRAMEWORK is the image's, not this machine's."""
+    import copy
+
+    return copy.deepcopy(_host_arguments(tuple(arg for arg in argv if arg not in ("-h", "--help", "--version"))))
+
+
+@functools.lru_cache(maxsize=16)
+def _host_arguments(argv: tuple[str, ...]) -> argparse.Namespace:
+    """Kept for the few calls that read one run's arguments (planning one point reads them three times);
+    bench_arguments hands out deep copies, so no caller changes another's."""
     try:
-        return bench_parser(environ={}, add_help=False).parse_args(
-            [arg for arg in argv if arg not in ("-h", "--help", "--version")])
+        return _host_parser().parse_args(list(argv))
     except UsageError as error:
         raise UsageError(f"bench's arguments: {error}") from None
 
@@ -113,16 +130,18 @@ def run_benchmark(argv: list[str]) -> int:
     config = config_of(args)
     if config.accuracy_mode:
         check_accuracy_world(config)
-    data_scan = None
+    data_scan = scan = None
     if config.data_dir is not None:
         from .dataset import check_images
 
         scan = check_images(config.data_dir, args.strict_data)
         data_scan = {**scan.summary(), "strict": args.strict_data}
-        if scan.bad:
-            path, why = scan.bad[0]
-            print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
-                  f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
+    if config.accuracy_mode:
+        check_labelled_data(config, scan)
+    if scan is not None and scan.bad:
+        path, why = scan.bad[0]
+        print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
+              f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
     from . import output, provenance, record
     from .delivery import deliver
     from .supervisor import supervise, training_job
@@ -201,6 +220,21 @@ def check_accuracy_world(config) -> None:
                          f"independent replicas; use one of {choices(synced)}")
 
 
+def check_labelled_data(config, scan) -> None:
+    """A time-to-accuracy run's data read as the worker will read it, before anything is built: the four
+    Fashion-MNIST files whole, an ImageFolder's held-out split (`scan`: its decodable images), and a
+    training set of one batch at least."""
+    from . import labelled
+
+    if config.data_dir is None:
+        train = labelled.check_fashion_mnist_files(config.fashion_mnist_dir)
+    else:
+        train = len(labelled.split(config.data_dir, scan.paths, scan.labels, config.val_fraction)[0][0])
+    if train < config.batch_size:
+        raise UsageError(f"the training set has {train} images, fewer than one batch "
+                         f"(--batch-size {config.batch_size})")
+
+
 def check_max_batch_args(args) -> None:
     from .distributed.world import detect
 
@@ -212,13 +246,18 @@ def check_max_batch_args(args) -> None:
 
 
 def make_dataset(argv: list[str]) -> int:
+    """`bench make-dataset`: DIR checked first (exit 2); a file system that fills up (or turns read-only)
+    on the way is one line, nothing left behind, exit 5: the output could not be written where asked."""
     args = dataset_parser().parse_args(argv)
     from .dataset import make_dataset as write
-    from .durable import check_dir
+    from .durable import NoRoom, check_dir
 
     check_dir(args.dir, "make-dataset DIR")
-
-    root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
+    try:
+        root = write(args.dir, args.images, args.classes, args.min_size, args.max_size, args.seed)
+    except NoRoom as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return EXIT_OUTPUT
     print(f"wrote {args.images} images in {args.classes} classes to {root}")
     return 0
 

@@ -6,8 +6,6 @@ crop, flip, batching) is exercised without downloading ImageNet.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,9 +62,9 @@ def make_dataset(
     max_size: int = 320,
     seed: int = 0,
 ) -> Path:
-    """Write `images` JPEGs spread over `classes` directories; all-or-nothing."""
-    import numpy as np
-    from PIL import Image
+    """Write `images` JPEGs spread over `classes` directories; all-or-nothing (durable.staged_dir): a file
+    system that fills up on the way is durable.NoRoom, one line, with nothing left behind."""
+    from .durable import staged_dir
 
     if images <= 0 or classes <= 0:
         raise UsageError("--images and --classes must be positive integers")
@@ -77,28 +75,31 @@ def make_dataset(
     target = Path(root)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{str(root)!r} exists and is not an empty directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    staging = Path(tempfile.mkdtemp(prefix=".make-dataset-", dir=target.parent))
-    try:
-        for index in range(images):
-            label = index % classes
-            class_dir = staging / f"class_{label:04d}"
-            class_dir.mkdir(exist_ok=True)
-            height, width = rng.integers(min_size, max_size + 1, size=2)
-            # Smooth colour field plus noise: compresses and decodes like a photo, not like flat colour.
-            base = rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)
-            field = np.asarray(Image.fromarray(base).resize((int(width), int(height)), Image.BILINEAR), dtype=np.int16)
-            noise = rng.integers(-24, 25, size=field.shape, dtype=np.int16)
-            pixels = np.clip(field + noise, 0, 255).astype(np.uint8)
-            Image.fromarray(pixels).save(class_dir / f"img_{index:06d}.jpg", quality=90)
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    with staged_dir(target, f"make-dataset {str(root)!r}") as staged:
+        staged.progress = f"after 0 of {images} images; "
+        for written in _write_images(staged.path, images, classes, min_size, max_size, seed):
+            staged.progress = f"after {written} of {images} images; "
     return target
+
+
+def _write_images(staging: Path, images: int, classes: int, min_size: int, max_size: int, seed: int):
+    """Write the images one by one, yielding how many are written so far."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for index in range(images):
+        label = index % classes
+        class_dir = staging / f"class_{label:04d}"
+        class_dir.mkdir(exist_ok=True)
+        height, width = rng.integers(min_size, max_size + 1, size=2)
+        # Smooth colour field plus noise: compresses and decodes like a photo, not like flat colour.
+        base = rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)
+        field = np.asarray(Image.fromarray(base).resize((int(width), int(height)), Image.BILINEAR), dtype=np.int16)
+        noise = rng.integers(-24, 25, size=field.shape, dtype=np.int16)
+        pixels = np.clip(field + noise, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(class_dir / f"img_{index:06d}.jpg", quality=90)
+        yield index + 1
 
 
 # -- undecodable files in a --data-dir ------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Writing records so that a measurement, once taken, is never lost: `bench --output`, `benchrun run
---results`, `benchrun sweep --store` and `benchrun compare-runtimes --out`.
+--results`, `benchrun sweep --store` and `benchrun compare-runtimes --out`; and outputs made whole or
+not at all (`bench make-dataset`, `benchrun report --out`, `benchrun export`): staged beside their
+place, put there once complete, removed when the file system takes no more (NoRoom: one line).
 
 Paths are checked before anything runs by a real probe (create + remove a file), not `os.access`,
 which root always passes. An append is one locked (flock), fsynced write, cut back when it fails
@@ -14,16 +16,19 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import stat
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UsageError
 
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # a file system that takes no more: full, over quota, read-only
 MIN_FREE_BYTES = 1 << 20  # refuse an output on a file system with less free space than this (a record is ~10 KB)
 STREAM_WAIT_S = 30.0  # how long a record waits for a FIFO's reader to appear
 
@@ -35,6 +40,20 @@ class OutputError(Exception):
         reason = error.strerror or (os.strerror(error.errno) if error.errno else str(error))
         super().__init__(f"could not write to {str(path)!r} ({reason})")
         self.path, self.reason, self.fallback = path, reason, fallback
+
+
+class NoRoom(Exception):
+    """An output the file system would not take while it was written (NO_ROOM): the environment, not a
+    bug, and not bad input either (the checks before passed); nothing of it is left behind. Exit 5."""
+
+    def __init__(self, what: str, error: OSError, progress: str = ""):
+        reason = os.strerror(error.errno)
+        super().__init__(f"{what}: {reason[0].lower()}{reason[1:]} ({progress}nothing is left behind): "
+                         "free space, or write elsewhere")
+
+
+def no_room(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in NO_ROOM
 
 
 def _probe_ancestor(start: Path, path, flag: str) -> str | None:
@@ -223,3 +242,56 @@ def append_or_fallback(path: str | os.PathLike, obj: dict, fallback_name: str) -
         append_jsonl(path, obj)
     except OSError as error:
         raise OutputError(path, error, fallback(obj, fallback_name)) from None
+
+
+@dataclass
+class Staged:
+    """Where a staged output is written (`path`), and how far it got (`progress`, named if the disk fills)."""
+
+    path: Path
+    progress: str = ""
+
+
+@contextmanager
+def staged_dir(target: str | os.PathLike, what: str):
+    """Write a directory's files into a hidden partial directory beside `target` (same file system; readers
+    of ImageFolder trees skip dot-directories), then put them in place: the whole directory renamed onto an
+    absent or empty `target`, else each file renamed into it, so no file is ever seen half-written. On any
+    failure the partial directory is removed; a file system that takes no more raises NoRoom(`what`)."""
+    target = Path(target)
+    staged = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = Staged(Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent)))
+        yield staged
+        if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+            if target.exists():
+                target.rmdir()
+            os.replace(staged.path, target)
+        else:
+            for entry in staged.path.iterdir():
+                os.replace(entry, target / entry.name)
+            staged.path.rmdir()
+    except BaseException as error:
+        if staged is not None:
+            shutil.rmtree(staged.path, ignore_errors=True)
+        if no_room(error):
+            raise NoRoom(what, error, staged.progress if staged else "") from None
+        raise
+
+
+@contextmanager
+def staged_file(target: str | os.PathLike, what: str):
+    """The path of a hidden partial file beside `target` to write, renamed onto `target` once the block ends;
+    removed on any failure, and a file system that takes no more raises NoRoom(`what`)."""
+    target = Path(target)
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        yield partial
+        os.replace(partial, target)
+    except BaseException as error:
+        partial.unlink(missing_ok=True)
+        if no_room(error):
+            raise NoRoom(what, error) from None
+        raise

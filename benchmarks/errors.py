@@ -12,7 +12,9 @@ EXIT_FAILED = 1  # the run crashed; a record with status "failed" was written
 EXIT_USAGE = 2  # bad input; nothing was run and nothing was written
 EXIT_OOM = 3  # device or host out of memory; a record with status "oom" was written
 EXIT_TIMEOUT = 4  # --timeout expired; a record with status "timeout" was written
-EXIT_OUTPUT = 5  # the record could not be written where asked; it was saved to the fallback the error names
+# the record could not be written where asked; it was saved to the fallback the error names. Also an output made whole
+# or not at all (make-dataset's DIR, a report, an export) that the file system would not take: nothing of it is left
+EXIT_OUTPUT = 5
 # benchrun: the environment ended the run (container daemon gone, node failed; record status "failed"),
 # or an MLflow tracking store is unreachable or refused a write
 EXIT_ENVIRONMENT = 6

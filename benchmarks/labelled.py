@@ -33,6 +33,20 @@ IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtyp
              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
 
+def _idx_header(head: bytes, path) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape an IDX file's header declares (one-line UsageError when it is not IDX)."""
+    if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in IDX_TYPES:
+        raise UsageError(f"{path}: not an IDX file (bad magic number)")
+    ndim = head[3]
+    if len(head) < 4 + 4 * ndim:
+        raise UsageError(f"{path}: IDX header truncated")
+    return np.dtype(IDX_TYPES[head[2]]), struct.unpack(f">{ndim}I", head[4:4 + 4 * ndim])
+
+
+def _promised(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) * dtype.itemsize
+
+
 def read_idx(path: str | Path) -> np.ndarray:
     """An IDX file (LeCun's MNIST format), gzip-compressed or not, as an array."""
     opener = gzip.open if str(path).endswith(".gz") else open
@@ -41,17 +55,30 @@ def read_idx(path: str | Path) -> np.ndarray:
             data = f.read()
     except (OSError, EOFError, zlib.error) as error:
         raise UsageError(f"{path}: cannot be read ({error})") from None
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in IDX_TYPES:
-        raise UsageError(f"{path}: not an IDX file (bad magic number)")
-    dtype, ndim = np.dtype(IDX_TYPES[data[2]]), data[3]
-    header = 4 + 4 * ndim
-    if len(data) < header:
-        raise UsageError(f"{path}: IDX header truncated")
-    shape = struct.unpack(f">{ndim}I", data[4:header])
-    expected = int(np.prod(shape)) * dtype.itemsize
-    if len(data) - header != expected:
-        raise UsageError(f"{path}: IDX data has {len(data) - header} bytes, its header promises {expected}")
+    dtype, shape = _idx_header(data, path)
+    header, promised = 4 + 4 * len(shape), _promised(dtype, shape)
+    if len(data) - header != promised:
+        raise UsageError(f"{path}: IDX data has {len(data) - header} bytes, its header promises {promised}")
     return np.frombuffer(data, dtype=dtype, offset=header).reshape(shape)
+
+
+def idx_shape(path: str | Path) -> tuple[int, ...]:
+    """The shape of an IDX file whose data is all there, read through once in chunks (memory stays small):
+    a cut gzip stream (a truncated download) or data shorter or longer than its header says is one line."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(4)
+            head += f.read(4 * head[3]) if len(head) == 4 else b""
+            dtype, shape = _idx_header(head, path)
+            size = 0
+            while chunk := f.read(1 << 20):
+                size += len(chunk)
+    except (OSError, EOFError, zlib.error) as error:
+        raise UsageError(f"{path}: cannot be read ({error})") from None
+    if size != _promised(dtype, shape):
+        raise UsageError(f"{path}: IDX data has {size} bytes, its header promises {_promised(dtype, shape)}")
+    return shape
 
 
 def check_fashion_mnist(directory: str | Path) -> Path:
@@ -64,6 +91,26 @@ def check_fashion_mnist(directory: str | Path) -> Path:
                          f"apt-get install {FASHION_MNIST_PACKAGE}; or pass the directory holding its four .gz IDX files; "
                          "or --data-dir for an ImageFolder)")
     return root.resolve()
+
+
+def check_fashion_mnist_files(directory: str | Path) -> int:
+    """The four files read through before anything is built (a second or so for Fashion-MNIST's 30 MB): a
+    truncated, mismatched or foreign file is one line up front, not an error after the model is built.
+    Returns the number of training images."""
+    root = check_fashion_mnist(directory)
+    counts = {}
+    for split_name, (images, labels) in FASHION_MNIST_FILES.items():
+        image_shape, label_shape = idx_shape(root / images), idx_shape(root / labels)
+        counts[split_name] = image_shape[0]
+        if len(image_shape) != 3 or image_shape[1:] != (28, 28):
+            raise UsageError(f"{root / images}: holds images of shape {image_shape}, not N x 28 x 28 (Fashion-MNIST's)")
+        if len(label_shape) != 1 or label_shape[0] != image_shape[0]:
+            raise UsageError(f"{root / labels}: holds labels of shape {label_shape} for the {image_shape[0]} images of "
+                             f"{root / images}: one label per image")
+        top = int(read_idx(root / labels).max(initial=0))
+        if top >= FASHION_MNIST_CLASSES:
+            raise UsageError(f"{root / labels}: a label {top} is past Fashion-MNIST's {FASHION_MNIST_CLASSES} classes")
+    return counts["train"]
 
 
 class ArraySource:
@@ -176,11 +223,10 @@ def held_out(relative_path: str, fraction: float) -> bool:
     return zlib.crc32(relative_path.encode()) % 100_000 < fraction * 100_000
 
 
-def image_folder_split(root: str | Path, fraction: float, image_size: int, threads: int,
-                       skip: frozenset = frozenset()) -> LabelledData:
-    from .dataset import image_folder
-
-    paths, labels, classes = image_folder(root)
+def split(root: str | Path, paths: list[str], labels: list[int], fraction: float, skip: frozenset = frozenset()
+          ) -> tuple[tuple[list, list], tuple[list, list]]:
+    """(train, validation) as (paths, labels) each, by held_out; a one-line UsageError when either is empty
+    (asked before anything is built too: bench's checks call it with the scanned images)."""
     train, val = ([], []), ([], [])
     for path, label in zip(paths, labels):
         if path in skip:
@@ -191,6 +237,15 @@ def image_folder_split(root: str | Path, fraction: float, image_size: int, threa
     if not val[0] or not train[0]:
         raise UsageError(f"--data-dir {str(root)!r}: --val-fraction {fraction:g} leaves {len(train[0])} training and "
                          f"{len(val[0])} validation images; both need at least one")
+    return train, val
+
+
+def image_folder_split(root: str | Path, fraction: float, image_size: int, threads: int,
+                       skip: frozenset = frozenset()) -> LabelledData:
+    from .dataset import image_folder
+
+    paths, labels, classes = image_folder(root)
+    train, val = split(root, paths, labels, fraction, skip)
     return LabelledData("imagefolder", str(root), FileSource(*train, image_size, threads),
                         FileSource(*val, image_size, threads), len(classes), image_size, IMAGENET_MEAN, IMAGENET_STD)
 

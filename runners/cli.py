@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from benchmarks.durable import OutputError
+from benchmarks.durable import NoRoom, OutputError
 from benchmarks.errors import (EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError,
                                check_working_directory, debug_enabled, report_internal_error)
 
@@ -54,6 +54,9 @@ def _main(argv: list[str]) -> int:
     except OutputError as error:
         saved = f"saved to {error.fallback}" if error.fallback else "the temp dir is not writable either"
         print(f"benchrun: error: {error}: the entry is {saved}", file=sys.stderr)
+        return EXIT_OUTPUT
+    except NoRoom as error:  # an output (a report, an export) the file system would not take; nothing left of it
+        print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_OUTPUT
     except TrackingError as error:  # an MLflow tracking store unreachable or refusing a write
         print(f"benchrun: error: {error}", file=sys.stderr)

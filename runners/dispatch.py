@@ -165,17 +165,19 @@ def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, 
     return [*prefix, *launchers.get(launcher).typed(spec)]
 
 
-def dry_run_text(request: RunRequest, results: str | None = None) -> str:
+def dry_run_text(request: RunRequest, results: str | None = None, scratch: str | None = None) -> str:
     """--dry-run's output: the user's command line, then (as # comments) any file it names that the run
-    writes. Nothing is prepared or written: the results directory is shown as `results` (or /tmp/RESULTS)."""
-    shown = results or "/tmp/RESULTS"
+    writes. Nothing is prepared or written: the results directory is shown as `results` (or /tmp/RESULTS).
+    `scratch`: an empty directory to plan in (a sweep checks thousands of points with one), else a new one."""
+    if scratch is None:
+        with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
+            return dry_run_text(request, results, tmp)
     runtime = runtimes.get(request.runtime)
-    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as tmp:  # mounts must exist to be checked
-        plan, spec = planned(request, runtime, Path(tmp), None)
-        text = shlex.join(user_command(request, runtime, plan, spec)) + "\n"
-        for path, content in plan.files.items():
-            text += f"# {path}:\n" + "".join(f"# {line}\n" for line in content.splitlines())
-        return text.replace(tmp, shown)
+    plan, spec = planned(request, runtime, Path(scratch), None)
+    text = shlex.join(user_command(request, runtime, plan, spec)) + "\n"
+    for path, content in plan.files.items():
+        text += f"# {path}:\n" + "".join(f"# {line}\n" for line in content.splitlines())
+    return text.replace(scratch, results or "/tmp/RESULTS")
 
 
 def components(request: RunRequest) -> list:

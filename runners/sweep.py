@@ -1,14 +1,18 @@
-"""Sweep plans: the YAML schema, its validation, the matrix product, skip rules and config hashes.
+"""Sweep plans: the YAML schema, its validation, its size, the matrix product (lazily), skip rules,
+config hashes, and each point's check before anything runs.
 
 Schema and rules: docs/sweeps.md. Nothing here runs anything; runners/commands/sweep.py does.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
+import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
@@ -17,13 +21,22 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       create_model)
 
 from benchmarks.distributed import strategies
-from benchmarks.errors import choices
+from benchmarks.errors import UsageError, choices
 from benchmarks import options
 from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
-from . import launchers, runtimes
+from . import dispatch, launchers, runtimes
 
 AXES = ("framework", "model", "batch_size", "ranks", "num_ps", "strategy", "data", "runtime", "image")
+# Plans over this many combinations are refused unless --max-points says otherwise: each point is a whole
+# bench run (seconds to hours), so 10,000 is days of machine time already, and a plan far larger is a
+# mistake (an axis pasted as a range); checking each point before anything runs costs ~1 ms, seconds here.
+MAX_POINTS = 10_000
+# A plan file's own size: a real one is kilobytes (four axes of 1,000 values: 16 KB; PyYAML's safe_load reads
+# ~100 KB/s), while YAML's aliases can make a 1 KB file hold 10^9 values that validating would never finish.
+MAX_PLAN_BYTES = 256 << 10
+MAX_PLAN_VALUES = 1_000_000
+SHOWN_PROBLEMS = 20  # a bad plan's lines, at most, and one saying how many more
 
 
 class PlanError(Exception):
@@ -186,8 +199,31 @@ def _message(error: dict) -> str:
     if kind == "value_error":
         return f"{_where(loc)}: {error['msg'].removeprefix('Value error, ')}"
     if kind in MUST_BE:
-        return f"{_where(loc)}: must be {MUST_BE[kind]}, got {error['input']!r}"
+        return f"{_where(loc)}: must be {MUST_BE[kind]}, got {_shown(error['input'])}"
     return f"{_where(loc)}: {error['msg']}"
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """A value in an error line, cut to `width` characters: the line stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _values_over(data: Any, budget: int) -> bool:
+    """Whether the loaded YAML holds more than `budget` values, YAML aliases counted as often as they are
+    used; stops as soon as it knows, so a file built to expand past memory costs `budget` steps."""
+    stack, seen = [data], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > budget:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def parse_plan(data: Any, label: str) -> Plan:
@@ -202,6 +238,8 @@ def parse_plan(data: Any, label: str) -> Plan:
             if line not in seen:  # unions report one problem once per branch
                 seen.add(line)
                 lines.append(line)
+        if len(lines) > SHOWN_PROBLEMS:  # a plan of 10,000 bad values is not 10,000 lines
+            lines[SHOWN_PROBLEMS:] = [f"{label}: ... and {len(lines) - SHOWN_PROBLEMS:,} more problems"]
         raise PlanError(lines) from None
     both = [name for name in plan.matrix.varied() if name in plan.bench.given()]
     if both:
@@ -214,6 +252,10 @@ def load_plan(path: str | os.PathLike) -> Plan:
 
     label = str(path)
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_PLAN_BYTES:
+            raise PlanError([f"{label}: {size:,} bytes, over {MAX_PLAN_BYTES:,}: a plan lists values per axis, "
+                             "kilobytes"])
         text = Path(path).read_text()
     except FileNotFoundError:
         raise PlanError([f"{label}: no such file"]) from None
@@ -226,6 +268,9 @@ def load_plan(path: str | os.PathLike) -> Plan:
         at = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise PlanError([f"{label}: not valid YAML: {at}{problem}"]) from None
+    if _values_over(data, MAX_PLAN_VALUES):
+        raise PlanError([f"{label}: holds over {MAX_PLAN_VALUES:,} values once its YAML aliases are expanded "
+                         "(anchors used within anchors?): a plan lists values per axis, thousands at most"])
     return parse_plan(data, label)
 
 
@@ -287,29 +332,131 @@ def skip_reason(values: dict) -> str | None:
     return strategy.num_ps_problem(values["num_ps"], name=str)
 
 
-def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
-    """The Cartesian product in plan order: (points to run, [(point, why skipped)]).
+def _runtime_images(plan: Plan) -> int:
+    """Runtime x image pairs: a runtime without image (local) runs once, whatever the image list says."""
+    return sum(len(plan.matrix.image) if runtimes.uses_image(name) else 1 for name in plan.matrix.runtime)
 
-    The image axis applies to runtimes that use an image only: `local` runs on the
-    host, once, with image null.
+
+def _loops(plan: Plan) -> dict[str, list]:
+    """Every axis with its values, in plan order: the matrix's own, then the bench options given as axes."""
+    return {**{axis: getattr(plan.matrix, axis) for axis in AXES}, **plan.matrix.varied()}
+
+
+def size(plan: Plan) -> int:
+    """How many combinations the plan holds (run or skipped by rule), from its axes' lengths alone:
+    known before a single point is built, so a plan of 10^12 points costs no more than one of 10."""
+    others = [len(values) for axis, values in _loops(plan).items() if axis not in ("runtime", "image")]
+    return math.prod(others) * _runtime_images(plan)
+
+
+def factors(plan: Plan) -> list[tuple[str, int]]:
+    """The axes that multiply the count (more than one value) with their sizes, in plan order: what makes
+    a plan large."""
+    out = []
+    for axis, values in _loops(plan).items():
+        if axis == "runtime":
+            m = plan.matrix
+            name = "runtime" if len(m.image) == 1 else "image" if len(m.runtime) == 1 else "runtime x image"
+            out.append((name, _runtime_images(plan)))
+        elif axis != "image":
+            out.append((axis, len(values)))
+    return [(axis, n) for axis, n in out if n > 1]
+
+
+def check_size(plan: Plan, label: str, limit: int = MAX_POINTS) -> int:
+    """The plan's size, or a one-line PlanError naming it and the axes that make it when it is over `limit`."""
+    total = size(plan)
+    if total > limit:
+        made_of = " x ".join(f"{axis} {n:,}" for axis, n in factors(plan))
+        line = (f"{label}: expands to {total:,} points ({made_of}), over --max-points {limit:,}: "
+                "split the plan, or give --max-points N to take it as it is")
+        raise PlanError([line])
+    return total
+
+
+def combinations(plan: Plan) -> Iterator[tuple[Point, str | None]]:
+    """Every combination in plan order, one at a time, with why it is skipped by rule (None: it runs).
+
+    Lazy, so memory stays flat whatever the count. The image axis applies to runtimes that use an
+    image only: `local` runs on the host, once, with image null; its copies for the other images are
+    passed over as they come (axis values are distinct, so they are the product's only duplicates),
+    so no set of the points seen grows either.
     """
     m = plan.matrix
     varied = m.varied()
-    run, skipped, seen = [], [], set()
+    given = plan.bench.given()
     for *axes, options_given in itertools.product(*(getattr(m, axis) for axis in AXES), itertools.product(*varied.values())):
         values = dict(zip(AXES, axes))
         if not runtimes.uses_image(values["runtime"]):
+            if values["image"] != m.image[0]:
+                continue
             values["image"] = None
-        bench = {**plan.bench.given(), **dict(zip(varied, options_given))}
+        bench = {**given, **dict(zip(varied, options_given))}
         multi = strategies.get(values["strategy"]).processes(values["ranks"], values["num_ps"]) > 1
         point = Point(values, bench, plan.launcher if multi else None, list(plan.launcher_args) if multi else [],
                       tuple(varied))
-        if point.config_hash in seen:
-            continue
-        seen.add(point.config_hash)
-        reason = skip_reason(values)
+        yield point, skip_reason(values)
+
+
+def expand(plan: Plan) -> tuple[list[Point], list[tuple[Point, str]]]:
+    """The Cartesian product in plan order, as lists: (points to run, [(point, why skipped)]).
+    For plans checked against a limit (check_size): the lists hold every point."""
+    run, skipped = [], []
+    for point, reason in combinations(plan):
         if reason:
             skipped.append((point, reason))
         else:
             run.append(point)
     return run, skipped
+
+
+# --- checks before anything runs ---------------------------------------------------------------
+
+def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
+    """How the point runs, as `benchrun run` would run it."""
+    v = point.values
+    return dispatch.RunRequest(
+        bench_args=point.bench_args(),
+        runtime=v["runtime"],
+        image=v["image"],
+        launcher=point.launcher,
+        num_workers=v["ranks"],
+        num_ps=v["num_ps"],
+        timeout_s=timeout_s,
+        launcher_args=list(point.launcher_args),
+    )
+
+
+def check_point(point: Point, request: dispatch.RunRequest, label: str, scratch: str | None = None) -> str | None:
+    """The one-line reason this point cannot run as given, or None. Uses bench's own validation.
+    `scratch`: an empty directory to plan the run in (dispatch.dry_run_text)."""
+    from benchmarks.config import build_config
+
+    v = point.values
+    given = {k: val for k, val in point.bench.items() if k not in ("image_size", "data_format")}
+    try:
+        build_config(framework=v["framework"], model=v["model"], image_size=point.bench.get("image_size"),
+                     data_format=point.bench.get("data_format"), batch_size=v["batch_size"], strategy=v["strategy"],
+                     num_ps=v["num_ps"], data_dir=None if v["data"] == "synthetic" else v["data"], installed_here=False,
+                     **given)
+        if not runtimes.uses_image(v["runtime"]):  # a container image brings its own framework
+            _require_installed(v["framework"])
+    except UsageError as error:
+        return f"{label}: point [{point.label()}]: {error}"
+    try:
+        dispatch.dry_run_text(request, scratch=scratch)  # planned as it would run (mounts checked); nothing written
+    except UsageError as error:
+        return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
+    if point.launcher is not None and not launchers.get(point.launcher).available():
+        binary = launchers.get(point.launcher).binary
+        return f"{label}: launcher: {point.launcher!r} needs {binary!r}, which is not on PATH"
+    return None
+
+
+@functools.cache
+def _require_installed(framework: str) -> None:
+    """benchmarks.config.require_installed, asked once per framework: it looks for modules on the path
+    (a third of a point's check), and a plan of thousands of points asks the same question each time."""
+    from benchmarks.config import require_installed
+
+    require_installed(framework)

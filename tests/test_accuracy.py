@@ -65,6 +65,78 @@ def test_missing_dataset_is_one_line_exit_2(tmp_path):
     assert "apt-get install dataset-fashion-mnist" in result.stderr and "--data-dir" in result.stderr
 
 
+def small_fashion_mnist(root, train: int = 64, val: int = 16):
+    """The four files of a Fashion-MNIST in miniature (random pixels, labels 0-9): what the checks read."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for (images, labels), count in zip(labelled.FASHION_MNIST_FILES.values(), (train, val)):
+        write_idx(root / images, rng.integers(0, 256, (count, 28, 28), dtype=np.uint8))
+        write_idx(root / labels, rng.integers(0, 10, count, dtype=np.uint8))
+    return root
+
+
+def test_fashion_mnist_files_are_read_through_before_anything_is_built(tmp_path):
+    """Each file decompressed once: a cut gzip stream, data shorter than its header says, counts that
+    disagree, a foreign shape or label are each one line."""
+    root = small_fashion_mnist(tmp_path / "fm")
+    assert labelled.check_fashion_mnist_files(root) == 64
+    train_images = root / "train-images-idx3-ubyte.gz"
+    assert labelled.idx_shape(train_images) == (64, 28, 28)
+    whole = train_images.read_bytes()
+    train_images.write_bytes(whole[: len(whole) - 100])  # a download cut short
+    with pytest.raises(UsageError, match=r"train-images-idx3-ubyte.gz: cannot be read \(Compressed file ended"):
+        labelled.check_fashion_mnist_files(root)
+    with gzip.open(train_images, "wb") as f:  # a whole gzip of a cut IDX file
+        f.write(bytes([0, 0, 8, 3]) + struct.pack(">3I", 64, 28, 28) + bytes(28 * 28 * 63))
+    with pytest.raises(UsageError, match="IDX data has 49392 bytes, its header promises 50176"):
+        labelled.check_fashion_mnist_files(root)
+    small_fashion_mnist(root)
+    write_idx(root / "t10k-labels-idx1-ubyte.gz", np.zeros(15, np.uint8))
+    with pytest.raises(UsageError, match=r"holds labels of shape \(15,\) for the 16 images of .*one label per image"):
+        labelled.check_fashion_mnist_files(root)
+    write_idx(root / "t10k-labels-idx1-ubyte.gz", np.full(16, 10, np.uint8))
+    with pytest.raises(UsageError, match="a label 10 is past Fashion-MNIST's 10 classes"):
+        labelled.check_fashion_mnist_files(root)
+    write_idx(root / "t10k-images-idx3-ubyte.gz", np.zeros((16, 32, 32), np.uint8))
+    with pytest.raises(UsageError, match=r"shape \(16, 32, 32\), not N x 28 x 28"):
+        labelled.check_fashion_mnist_files(root)
+
+
+def test_a_truncated_fashion_mnist_is_the_only_line_bench_prints(tmp_path):
+    """Refused before the worker starts: no `building smallcnn` line before it, nothing on stdout."""
+    root = small_fashion_mnist(tmp_path / "fm")
+    val_labels = root / "t10k-labels-idx1-ubyte.gz"
+    val_labels.write_bytes(val_labels.read_bytes()[:-12])
+    result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8",
+                   "--fashion-mnist-dir", root, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"bench: error: {val_labels}: cannot be read (Compressed file ended before "
+                                          "the end-of-stream marker was reached)"]
+    assert result.stdout == ""
+
+
+def test_a_batch_larger_than_the_training_set_is_refused_before_anything_is_built(tmp_path):
+    root = small_fashion_mnist(tmp_path / "fm")
+    result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8",
+                   "--fashion-mnist-dir", root, "--batch-size", "65", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == ["bench: error: the training set has 64 images, fewer than one batch "
+                                          "(--batch-size 65)"]
+
+
+def test_an_image_folder_without_a_validation_split_is_refused_before_anything_is_built(tmp_path):
+    """Two images, --val-fraction 0.1: both land in training. The split is made before the worker starts."""
+    from benchmarks.dataset import make_dataset
+
+    root = make_dataset(tmp_path / "ds", images=2, classes=1, min_size=32, max_size=40)
+    result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8", "--data-dir", root,
+                   "--image-size", "32", timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"bench: error: --data-dir '{root}': --val-fraction 0.1 leaves 2 training "
+                                          "and 0 validation images; both need at least one"]
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lr-rule", "linear"], "--lr-rule applies to time-to-accuracy runs only"),
     (["--target-accuracy", "1.5"], "--target-accuracy is a fraction"),

@@ -124,6 +124,61 @@ def test_benchrun_outputs_are_checked_before_anything_runs(tmp_path, readonly_di
         assert flag in line and "not writable" in line, line
 
 
+# ---- bench make-dataset on a file system that takes no more (issue 48) ------------------------------
+
+def test_make_dataset_filling_the_disk_is_one_line_and_leaves_nothing(tmp_path):
+    """2 MiB free passes the check before writing (1 MiB); 256 images (~8 MB) fill it on the way: exit 5
+    (the output could not be written where asked), one line, and the file system as empty as before."""
+    with small_fs(tmp_path / "fs", size="2m") as fs:
+        result = bench("make-dataset", fs / "ds", "--images", "256", timeout=300)
+        assert result.returncode == 5, result.stderr
+        assert result.stderr.splitlines() == [one_error_line(result.stderr)]
+        line = result.stderr.strip()
+        assert line.startswith(f"bench: error: make-dataset '{fs / 'ds'}': no space left on device (after "), line
+        assert line.endswith(" of 256 images; nothing is left behind): free space, or write elsewhere"), line
+        assert list(fs.iterdir()) == [] and result.stdout == ""
+
+
+@pytest.mark.parametrize("where", ["readonly", "full"])
+def test_make_dataset_on_a_readonly_or_full_file_system_is_refused_first(request, where):
+    target = request.getfixturevalue(f"{where}_dir") / "ds"
+    result = bench("make-dataset", target, "--images", "4", "--classes", "2", timeout=120)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result.stderr)
+    assert result.stderr.splitlines() == [line] and f"make-dataset DIR '{target}' is not writable (" in line
+    assert not target.exists() and not [p for p in target.parent.iterdir() if p.name != ".filler"]
+
+
+EXAMPLE = ROOT / "examples" / "seed-000-table1" / "results.jsonl"  # 20 real records
+
+
+def test_a_report_that_fills_the_disk_is_one_line_and_leaves_the_old_one(tmp_path):
+    """The example store's report is 1.6 MB (14 plots, and the HTML embeds them); 1.5 MiB passes the check
+    before (1 MiB free) and fills while it is written: exit 5, one line, and --out as it was."""
+    with small_fs(tmp_path / "fs", size="1536k") as fs:
+        (fs / "report").mkdir()
+        (fs / "report" / "report.md").write_text("the last report\n")
+        result = benchrun("report", EXAMPLE, "--out", fs / "report", timeout=300)
+        assert result.returncode == 5, result.stderr
+        assert result.stderr.splitlines() == [f"benchrun: error: --out '{fs / 'report'}': no space left on device "
+                                              "(nothing is left behind): free space, or write elsewhere"]
+        assert [p.name for p in fs.iterdir()] == ["report"]
+        assert [p.name for p in (fs / "report").iterdir()] == ["report.md"]
+        assert (fs / "report" / "report.md").read_text() == "the last report\n"
+
+
+@pytest.mark.parametrize("flag", ["--csv", "--parquet"])
+def test_an_export_that_fills_the_disk_is_one_line_and_leaves_nothing(full_dir, flag, monkeypatch, capsys):
+    from runners import cli
+
+    monkeypatch.setattr(durable, "MIN_FREE_BYTES", 0)  # the disk fills after the check (another writer took it)
+    target = full_dir / "records.out"
+    assert cli.main(["export", str(EXAMPLE), flag, str(target)]) == 5
+    assert capsys.readouterr().err == (f"benchrun: error: {flag} '{target}': no space left on device (nothing is "
+                                       "left behind): free space, or write elsewhere\n")
+    assert [p.name for p in full_dir.iterdir()] == [".filler"]
+
+
 # ---- outputs that are not regular files: FIFOs, pipes (issue 26) ------------------------------------
 
 def test_a_fifo_without_reader_is_a_bounded_failure_not_a_hang(tmp_path):

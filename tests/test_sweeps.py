@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 
 from infra.helpers import ROOT, benchrun, last_json_line
-from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
+from infra.sweeps import cmdline, lines, marked, measured, tiny_plan, write_plan
 
 from benchmarks.record import SCHEMA_FILE
-from runners import cli, store
+from runners import cli, store, sweep
 from runners.sweep import PlanError, expand, parse_plan
 
 # --- bad plans: one line each, exit 2, store untouched -------------------------------------------
@@ -164,6 +164,140 @@ def test_config_hash_is_stable():
     assert expand(parse_plan(changed, "p"))[0][0].config_hash != point.config_hash
     docker = {**base, "matrix": {**base["matrix"], "runtime": ["docker"], "image": ["x"]}}
     assert expand(parse_plan(docker, "p"))[0][0].config_hash != point.config_hash
+
+
+# --- plan size: counted before it is built ------------------------------------------------------
+
+def huge_matrix() -> dict:
+    """10^12 combinations: four axes of 1,000 values (a plan that once grew past 2 GB in 13 s, and on)."""
+    values = list(range(1, 1001))
+    return {"framework": "torch", "model": "alexnet", "batch_size": values, "seed": values, "num_batches": values,
+            "image_size": [64 + v for v in values]}
+
+
+def test_a_plan_is_counted_from_its_axes_before_any_point_is_built():
+    plan = parse_plan({"matrix": huge_matrix()}, "p")
+    assert sweep.size(plan) == 10**12  # arithmetic: it returns at once, whatever the count
+    with pytest.raises(PlanError) as refused:
+        sweep.check_size(plan, "plan.yaml", 10_000)
+    assert refused.value.lines == ["plan.yaml: expands to 1,000,000,000,000 points (batch_size 1,000 x image_size 1,000 x "
+                                   "num_batches 1,000 x seed 1,000), over --max-points 10,000: split the plan, or give "
+                                   "--max-points N to take it as it is"]
+    # a runtime without image runs once whatever the image list: the count is the product's, not the raw one
+    mixed = parse_plan({"matrix": {"framework": ["torch", "tf"], "model": "alexnet", "batch_size": [1, 2],
+                                   "strategy": ["none", "ps"], "runtime": ["local", "docker"],
+                                   "image": ["a", "b", "c"]}}, "p")
+    assert sweep.size(mixed) == 2 * 2 * 2 * (1 + 3) == len(list(sweep.combinations(mixed)))
+    assert sweep.factors(mixed) == [("framework", 2), ("batch_size", 2), ("strategy", 2), ("runtime x image", 4)]
+    assert sweep.check_size(mixed, "p", 32) == 32
+
+
+def test_a_huge_plan_is_refused_in_one_line_at_once_in_bounded_memory(tmp_path):
+    """The 10^12-point plan: one line naming its size and axes, exit 2, nothing written. Under a 2 GiB
+    address-space limit (the eager expansion hit it in seconds), with a peak RSS of what benchrun needs
+    to start (~55 MB here: 250 is room for another Python, not for a list of points)."""
+    plan = write_plan(tmp_path / "plan.yaml", {"matrix": huge_matrix()})
+    store_path = tmp_path / "out" / "sweep.jsonl"
+    result = measured([sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path), "--dry-run"],
+                      limit_mb=2048, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"benchrun: error: {plan}: expands to 1,000,000,000,000 points (batch_size 1,000 x image_size 1,000 x "
+        "num_batches 1,000 x seed 1,000), over --max-points 10,000: split the plan, or give --max-points N to take "
+        "it as it is"]
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+    assert result.max_rss_mb < 250, result.max_rss_mb
+    assert result.seconds < 60  # seconds in fact (interpreter start-up); an expansion never ends
+
+
+def test_a_plan_file_built_to_expand_is_refused_before_it_is_validated(tmp_path):
+    """YAML anchors used within anchors (a "billion laughs"): 1 KB that holds 10^9 values once aliases are
+    expanded, which validation would walk for ever; a file far larger than any plan; and a plan with
+    thousands of bad values says 20 of them and how many more, not thousands of lines."""
+    laughs = ["l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    laughs += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    bomb = write_plan(tmp_path / "bomb.yaml", "\n".join([*laughs, "matrix: {framework: torch, model: alexnet, "
+                                                          "batch_size: *l8}"]) + "\n")
+    with pytest.raises(PlanError) as refused:
+        sweep.load_plan(bomb)
+    assert refused.value.lines == [f"{bomb}: holds over 1,000,000 values once its YAML aliases are expanded "
+                                   "(anchors used within anchors?): a plan lists values per axis, thousands at most"]
+    big = write_plan(tmp_path / "big.yaml", "# " + "x" * (256 << 10) + "\n")
+    with pytest.raises(PlanError, match=r"big.yaml: 262,147 bytes, over 262,144: a plan lists values per axis"):
+        sweep.load_plan(big)
+    many = write_plan(tmp_path / "many.yaml", {"matrix": {"framework": "torch", "model": "alexnet",
+                                                          "batch_size": [f"x{i}" for i in range(5000)]}})
+    with pytest.raises(PlanError) as refused:
+        sweep.load_plan(many)
+    assert len(refused.value.lines) == 21 and refused.value.lines[-1] == f"{many}: ... and 4,980 more problems"
+
+
+def seeds_plan(tmp_path, batch_sizes: int, seeds: int, **matrix) -> Path:
+    return write_plan(tmp_path / "plan.yaml", tiny_plan(batch_size=list(range(1, batch_sizes + 1)),
+                                                        seed=list(range(seeds)), **matrix))
+
+
+def test_max_points_refuses_or_admits_and_a_large_dry_run_is_a_summary(tmp_path, capsys):
+    plan = seeds_plan(tmp_path, 3, 100)
+    store_path = tmp_path / "sweep.jsonl"
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--max-points", "299", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (f"benchrun: error: {plan}: expands to 300 points (batch_size 3 x seed 100), over "
+                                       "--max-points 299: split the plan, or give --max-points N to take it as it is\n")
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--max-points", "0"]) == 2
+    assert capsys.readouterr().err == "benchrun: error: --max-points must be 1 or more, got 0\n"
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--max-points", "300", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "300 combinations: 300 to run, 0 already in" in err
+    listed = [line for line in out.splitlines() if not line.startswith("    ")]
+    assert listed[:3] == ["300 combinations, over the 200 listed one by one: a summary",
+                          "axes with more than one value: batch_size 3 x seed 100", "first 5:"]
+    assert listed[3].endswith("  run   torch alexnet bs=1 ranks=1 seed=0") and listed[8:10] == ["... 290 more ...", "last 5:"]
+    assert listed[-1].endswith("  run   torch alexnet bs=3 ranks=1 seed=99") and len(listed) == 15
+    assert "--batch-size 3" in out.splitlines()[-1] and not store_path.exists()
+
+
+def test_a_large_dry_run_summarises_the_skipped_by_rule(tmp_path, capsys):
+    plan = seeds_plan(tmp_path, 2, 101, strategy=["none", "ddp", "ps"])  # ps: tensorflow only, 202 skipped
+    assert cli.main(["sweep", str(plan), "--store", str(tmp_path / "s.jsonl"), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "606 combinations: 404 to run, 0 already in" in err and "202 skipped by rule" in err
+    assert err.splitlines()[1:] == ["  skipped  202 points  (strategy ps is for tensorflow only)"]
+    assert out.splitlines()[-1].endswith("  skip  torch alexnet bs=2 ranks=1 strategy=ps seed=100  "
+                                         "(strategy ps is for tensorflow only)")
+
+
+def test_a_large_dry_run_counts_what_the_store_has_as_it_reads_it(tmp_path, capsys):
+    """The store is read one entry at a time (never all in memory): a point stored ok is done, one stored
+    failed still runs, and a torn last line is a warning."""
+    plan = seeds_plan(tmp_path, 3, 100)
+    points, _ = expand(sweep.load_plan(plan))
+    store_path = tmp_path / "sweep.jsonl"
+    with store_path.open("w") as f:
+        for point, status in ((points[0], "ok"), (points[1], "failed")):
+            f.write(json.dumps({"sweep": {"config_hash": point.config_hash, "attempt": 1},
+                                "record": {"status": status}}) + "\n")
+        f.write('{"sweep": {"config_hash": "torn')
+    assert cli.main(["sweep", str(plan), "--store", str(store_path), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert "300 combinations: 299 to run, 1 already in" in err and "line 3 is incomplete" in err
+    assert f"{points[0].config_hash}  done  torch alexnet bs=1 ranks=1 seed=0" in out
+    assert f"{points[1].config_hash}  run   torch alexnet bs=1 ranks=1 seed=1" in out
+
+
+@pytest.mark.slow
+def test_a_plan_over_the_default_limit_dry_runs_in_flat_memory(tmp_path):
+    """12,000 points under --max-points: the summary, in the memory a 300-point plan takes (the eager
+    lists of points and their requests took ~30 MB more for as many; 15 MB is room for noise)."""
+    def dry_run(batch_sizes: int):
+        plan = seeds_plan(tmp_path, batch_sizes, 1000 if batch_sizes > 1 else 300)
+        return measured([sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(tmp_path / "s.jsonl"),
+                         "--dry-run", "--max-points", "12000"], limit_mb=2048, timeout=540)
+
+    small, large = dry_run(1), dry_run(12)
+    assert small.returncode == large.returncode == 0, large.stderr
+    assert "12,000 combinations, over the 200 listed one by one: a summary" in large.stdout
+    assert len(large.stdout.splitlines()) < 40
+    assert large.max_rss_mb - small.max_rss_mb < 15, (small.max_rss_mb, large.max_rss_mb)
 
 
 # --- the store reader ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import os
 import warnings
 from pathlib import Path
 
+from benchmarks import durable
 from benchmarks.durable import check_file
 from benchmarks.errors import UsageError
 
@@ -93,9 +94,18 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _partial(target: Path) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return target.with_name(f".{target.name}.partial")
+def _copy(con, sql: str, partial: Path) -> None:
+    """DuckDB's COPY; its I/O error when the file system takes no more is that OSError (durable.NO_ROOM), found by
+    the file system's own answer (DuckDB says it in words only)."""
+    import duckdb
+
+    try:
+        con.execute(sql)
+    except duckdb.IOException as error:
+        for code in durable.NO_ROOM:
+            if os.strerror(code) in str(error):
+                raise OSError(code, os.strerror(code), str(partial)) from None
+        raise
 
 
 def run(args) -> int:
@@ -115,24 +125,20 @@ def run(args) -> int:
     with scan.scan(args.stores, fields, select, warn=load.print_warning, **chosen) as con:
         count = con.execute("SELECT count(*) FROM records").fetchone()[0]
         if args.csv:
-            target = Path(args.csv)
-            partial = _partial(target)
-            with partial.open("w", newline="") as handle:
+            with durable.staged_file(args.csv, f"--csv {args.csv!r}") as partial, \
+                    partial.open("w", newline="") as handle:
                 writer = csv.writer(handle)
                 writer.writerow(COLUMNS)
                 result = con.execute("SELECT * FROM records")
                 while batch := result.fetchmany(scan.BATCH):
                     writer.writerows(batch)  # the csv module writes None as an empty cell
-            os.replace(partial, target)
-            written.append(str(target))
+            written.append(args.csv)
         if args.parquet:
-            target = Path(args.parquet)
-            partial = _partial(target)
-            names = ", ".join(f'c{i} AS "{name}"' for i, name in enumerate(COLUMNS))
-            con.execute(f"COPY (SELECT {names} FROM records) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
-                        "(FORMAT parquet)")
-            os.replace(partial, target)
-            written.append(str(target))
+            with durable.staged_file(args.parquet, f"--parquet {args.parquet!r}") as partial:
+                names = ", ".join(f'c{i} AS "{name}"' for i, name in enumerate(COLUMNS))
+                _copy(con, f"COPY (SELECT {names} FROM records) TO '{str(partial).replace(chr(39), chr(39) * 2)}' "
+                      "(FORMAT parquet)", partial)
+            written.append(args.parquet)
     print(f"wrote {count} records, {len(COLUMNS)} columns to {' and '.join(written)}")
     return 0
 

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import durable
 from benchmarks.distributed import strategies
 from benchmarks.durable import check_dir
 from benchmarks.errors import UsageError
@@ -409,21 +410,23 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
 
 
 def run(args) -> int:
+    """Written into a partial directory beside --out and put in place once whole (durable.staged_dir): a
+    file system that fills up meanwhile is one line (exit 5), and no half-written file is left."""
     check_dir(args.out, "--out")
     if args.link_gbps is not None and not args.link_gbps > 0:
         raise UsageError(f"--link-gbps must be positive, got {args.link_gbps:g}")
     margin = margin_of(args)
     chosen = selection(args)
-    with plots.in_parallel():  # figures are drawn in worker processes while the tables are computed
-        records, comm_records = load.load_report(args.stores, **chosen)
-        if not records and not comm_records:
-            selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
-            raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        doc = build(records, args.stores, out, comm_records, args.link_gbps, margin)
-        (out / "report.md").write_text(doc.markdown())
-    (out / "report.html").write_text(doc.html("dlbench report"))
+    out = Path(args.out)
+    with durable.staged_dir(out, f"--out {args.out!r}") as staged:
+        with plots.in_parallel():  # figures are drawn in worker processes while the tables are computed
+            records, comm_records = load.load_report(args.stores, **chosen)
+            if not records and not comm_records:
+                selected = " matching --where/--since/--until" if args.where or args.since or args.until else ""
+                raise UsageError(f"no records{selected} in {', '.join(args.stores)}")
+            doc = build(records, args.stores, staged.path, comm_records, args.link_gbps, margin)
+            (staged.path / "report.md").write_text(doc.markdown())
+        (staged.path / "report.html").write_text(doc.html("dlbench report"))
     print(f"wrote {out / 'report.md'}, {out / 'report.html'} and {len(doc.images)} plots "
           f"from {len(records)} records")
     return 0

@@ -1,13 +1,16 @@
 """`benchrun sweep`: run every combination of a plan file, resumably, into one JSONL store.
 
-    benchrun sweep plan.yaml [--store results/sweep.jsonl] [--retries N] [--timeout S] [--dry-run]
+    benchrun sweep plan.yaml [--store results/sweep.jsonl] [--retries N] [--timeout S] [--max-points N] [--dry-run]
 
 The plan (docs/sweeps.md) lists values per axis: framework, model, batch_size,
 ranks, num_ps, strategy, data, runtime, image; the sweep runs their Cartesian
 product, skipping combinations that cannot work (listed at start, with the
-rule). Each finished run is one line in the store, appended and fsynced at
-once; a rerun skips what is already there with status ok or oom, so a sweep
-killed at any moment loses at most the run in progress.
+rule). A plan is counted before it is expanded: one of more than --max-points
+combinations (default 10,000) is refused in one line naming its size and axes;
+a dry run of more than 200 is a summary. Each finished run is one line in the
+store, appended and fsynced at once; a rerun skips what is already there with
+status ok or oom, so a sweep killed at any moment loses at most the run in
+progress.
 
 When the store cannot be written mid-sweep (file system full, quota, NFS
 gone), the entry just measured is kept in a pending file in the temp dir, the
@@ -35,21 +38,27 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import durable
 from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
 from benchmarks.processes import StopScope, sweep_deadline
 
-from .. import dispatch, launchers, mlflow_export, runtimes, store
-from ..sweep import Plan, PlanError, Point, expand, load_plan
+from .. import dispatch, mlflow_export, store
+from ..sweep import (MAX_POINTS, Plan, PlanError, Point, check_point, check_size, combinations, expand, factors,
+                     load_plan, request_for)
 
 DEFAULT_STORE = "results/sweep.jsonl"
 DONE = ("ok", "oom")  # results: never re-run
+SHOWN = 200  # a plan of more points is summarised (its axes, its first and last few points), not listed point by point
+ENDS = 5  # points shown at each end of a summary
 RETRY = ("failed", "timeout")  # re-run with --retries (a point with no record counts as failed)
 
 
@@ -60,66 +69,71 @@ def add_parser(sub) -> None:
     p.add_argument("--store", default=DEFAULT_STORE, help=f"append-only JSONL store (default: {DEFAULT_STORE})")
     p.add_argument("--retries", type=int, default=0, help="re-run a failed or timed-out point up to N more times (default: 0)")
     p.add_argument("--timeout", type=float, help="seconds per run, recorded as 'timeout' (default: the plan's timeout, else none)")
-    p.add_argument("--dry-run", action="store_true", help="list what would run, skip and be kept, with each command; run nothing")
+    p.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
+                   help=f"refuse a plan of more than N combinations, counted before any is built "
+                        f"(default: {MAX_POINTS:,})")
+    p.add_argument("--dry-run", action="store_true",
+                   help=f"list what would run, skip and be kept, with each command (over {SHOWN} points: a summary); "
+                        "run nothing")
     mlflow_export.add_options(p, "also log each stored record as an MLflow run as it comes, as `export --mlflow`")
     p.set_defaults(run=run)
 
 
 # --- checks before anything runs ---------------------------------------------------------------
 
-def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
-    v = point.values
-    return dispatch.RunRequest(
-        bench_args=point.bench_args(),
-        runtime=v["runtime"],
-        image=v["image"],
-        launcher=point.launcher,
-        num_workers=v["ranks"],
-        num_ps=v["num_ps"],
-        timeout_s=timeout_s,
-        launcher_args=list(point.launcher_args),
-    )
+@dataclass
+class Census:
+    """A plan counted in one lazy pass over its combinations: counts, and the skipped points while few."""
+
+    total: int = 0
+    runnable: int = 0
+    done: int = 0  # runnable points the store already has (ok or oom)
+    reasons: Counter = field(default_factory=Counter)  # skip rule -> points
+    skipped: list = field(default_factory=list)  # (point, reason), the first SHOWN
+
+    def skip(self, point: Point, reason: str) -> None:
+        self.reasons[reason] += 1
+        if len(self.skipped) < SHOWN:
+            self.skipped.append((point, reason))
 
 
-def check_point(point: Point, request: dispatch.RunRequest, label: str) -> str | None:
-    """The one-line reason this point cannot run as given, or None. Uses bench's own validation."""
-    from benchmarks.config import build_config
-
-    v = point.values
-    options = {k: val for k, val in point.bench.items() if k not in ("image_size", "data_format")}
-    try:
-        build_config(framework=v["framework"], model=v["model"], image_size=point.bench.get("image_size"),
-                     data_format=point.bench.get("data_format"), batch_size=v["batch_size"], strategy=v["strategy"],
-                     num_ps=v["num_ps"], data_dir=None if v["data"] == "synthetic" else v["data"], **options)
-    except UsageError as error:
-        message = str(error)
-        # a container image brings its own framework; only the host's own runs need it here
-        if not (runtimes.uses_image(v["runtime"]) and message.startswith("framework ") and "not installed" in message):
-            return f"{label}: point [{point.label()}]: {message}"
-    try:
-        dispatch.dry_run_text(request)  # planned as it would run (mounts checked); nothing written
-    except UsageError as error:
-        return f"{label}: matrix.runtime: {str(error).splitlines()[0]}"
-    if point.launcher is not None and not launchers.get(point.launcher).available():
-        binary = launchers.get(point.launcher).binary
-        return f"{label}: launcher: {point.launcher!r} needs {binary!r}, which is not on PATH"
-    return None
+def check_plan(plan: Plan, label: str, timeout_s: float | None) -> Census:
+    """Every runnable point checked (check_point) before anything runs, one at a time: the first problem is
+    a UsageError; a plan whose every combination is skipped, too."""
+    census = Census()
+    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as scratch:  # one for all: mounts must exist
+        for point, reason in combinations(plan):
+            census.total += 1
+            if reason:
+                census.skip(point, reason)
+                continue
+            census.runnable += 1
+            problem = check_point(point, request_for(point, timeout_s), label, scratch)
+            if problem:
+                raise UsageError(problem)
+    if not census.runnable:
+        raise UsageError(f"{label}: every combination is skipped by a rule ({census.total} skipped: "
+                         f"{census.skipped[0][1]}, ...)")
+    return census
 
 
-def read_store(path: Path) -> list[dict]:
+# --- the store ---------------------------------------------------------------------------------
+
+def read_store(path: Path) -> Iterator[dict]:
+    """The store's entries one at a time: a store of 100,000 records (GBs as Python objects) is never all
+    in memory. Its warnings are printed once it is read through; a corrupt line is a UsageError."""
     if not path.exists():
-        return []
+        return
     if not path.is_file():
         raise UsageError(f"--store {str(path)!r} is not a file")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.StoreWarning)
         try:
-            entries = list(store.iter_entries(path))
+            yield from store.iter_entries(path)
         except store.CorruptStore as error:
             raise UsageError(f"--store {error}") from None
     for warning in caught:
         print(f"benchrun: warning: {warning.message}", file=sys.stderr)
-    return entries
 
 
 def pending_name(store_path: Path) -> str:
@@ -250,67 +264,106 @@ def run(args) -> int:
         raise UsageError(f"--retries must be 0 or more, got {args.retries}")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.max_points < 1:
+        raise UsageError(f"--max-points must be 1 or more, got {args.max_points}")
     try:
         plan: Plan = load_plan(args.plan)
+        check_size(plan, args.plan, args.max_points)
     except PlanError as error:
         for line in error.lines:
             print(f"benchrun: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     timeout_s = args.timeout if args.timeout is not None else plan.timeout
-    points, skipped = expand(plan)
-    if not points:
-        raise UsageError(f"{args.plan}: every combination is skipped by a rule ({len(skipped)} skipped: {skipped[0][1]}, ...)")
-    requests = {}
-    for point in points:
-        requests[point.config_hash] = request_for(point, timeout_s)
-        problem = check_point(point, requests[point.config_hash], args.plan)
-        if problem:
-            raise UsageError(problem)
+    census = check_plan(plan, args.plan, timeout_s)
     store_path = Path(args.store)
     if args.dry_run:
-        return _dry_run(console, args, points, skipped, requests, store_path)
+        return _dry_run(console, args, plan, census, timeout_s, store_path)
     durable.check_file(store_path, "--store")
+    points, _ = expand(plan)  # no more than --max-points
     with durable.sole_writer(store_path, "--store", f"the sweep of {args.plan}"):
-        return _run_sweep(console, args, points, skipped, requests, store_path, timeout_s)
+        return _run_sweep(console, args, points, census, store_path, timeout_s)
 
 
-def _plan_state(store_path: Path, points) -> tuple[dict, dict, list]:
-    """(done: config_hash -> status, attempts: config_hash -> last attempt, points still to run)."""
-    entries = read_store(store_path)
-    done = {e["sweep"]["config_hash"]: status_of(e) for e in entries if e["sweep"] and status_of(e) in DONE}
-    attempts = {}
-    for e in entries:
+def _stored(store_path: Path) -> tuple[dict, dict]:
+    """(done: config_hash -> status, attempts: config_hash -> last attempt) of the store's entries."""
+    done, attempts = {}, {}
+    for e in read_store(store_path):
         if e["sweep"]:
             h = e["sweep"]["config_hash"]
             attempts[h] = max(attempts.get(h, 0), int(e["sweep"].get("attempt", 0)))
-    return done, attempts, [p for p in points if p.config_hash not in done]
+            if status_of(e) in DONE:
+                done[h] = status_of(e)
+    return done, attempts
 
 
-def _announce(console, args, points, skipped, todo, store_path: Path) -> None:
-    console.print(f"sweep {args.plan}: {len(points) + len(skipped)} combinations: {len(todo)} to run, "
-                  f"{len(points) - len(todo)} already in {store_path}, {len(skipped)} skipped by rule")
-    for point, reason in skipped:
-        console.print(f"  skipped  {point.label()}  ({reason})")
+def _announce(console, label: str, census: Census, store_path: Path) -> None:
+    skipped = census.total - census.runnable
+    console.print(f"sweep {label}: {census.total} combinations: {census.runnable - census.done} to run, "
+                  f"{census.done} already in {store_path}, {skipped} skipped by rule")
+    if skipped <= SHOWN:
+        for point, reason in census.skipped:
+            console.print(f"  skipped  {point.label()}  ({reason})")
+        return
+    for reason, count in census.reasons.items():
+        console.print(f"  skipped  {count:,} points  ({reason})")
 
 
-def _dry_run(console, args, points, skipped, requests, store_path: Path) -> int:
-    done, _, todo = _plan_state(store_path, points)
-    _announce(console, args, points, skipped, todo, store_path)
-    for point in points:
-        state = "done" if point.config_hash in done else "run"
-        text = dispatch.dry_run_text(requests[point.config_hash])  # as `benchrun run --dry-run` shows it
-        print(f"{point.config_hash}  {state:4}  {point.label()}\n" + "".join(f"    {line}\n" for line in text.splitlines()), end="")
-    for point, reason in skipped:
-        print(f"{point.config_hash}  skip  {point.label()}  ({reason})")
+def _point_text(point: Point, reason: str | None, done: dict, timeout_s, scratch: str) -> str:
+    """One point as --dry-run lists it: hash, run/done/skip, label, and (to run) its exact command."""
+    if reason:
+        return f"{point.config_hash}  skip  {point.label()}  ({reason})\n"
+    state = "done" if point.config_hash in done else "run"
+    text = dispatch.dry_run_text(request_for(point, timeout_s), scratch=scratch)  # as `benchrun run --dry-run` shows it
+    return f"{point.config_hash}  {state:4}  {point.label()}\n" + "".join(f"    {line}\n" for line in text.splitlines())
+
+
+def _dry_run(console, args, plan: Plan, census: Census, timeout_s, store_path: Path) -> int:
+    """Every point (the ones to run first, then the skipped) or, over SHOWN points, a summary; one lazy pass
+    counts what the store has, another prints."""
+    done, _ = _stored(store_path)
+    if done:
+        census.done = sum(1 for point, reason in combinations(plan) if not reason and point.config_hash in done)
+    _announce(console, args.plan, census, store_path)
+    with tempfile.TemporaryDirectory(prefix="benchrun-dry-run-") as scratch:
+        if census.total > SHOWN:
+            _summary_of_plan(plan, census, done, timeout_s, scratch)
+            return EXIT_OK
+        skipped = []
+        for point, reason in combinations(plan):
+            if reason:
+                skipped.append((point, reason))
+            else:
+                print(_point_text(point, None, done, timeout_s, scratch), end="")
+        for point, reason in skipped:
+            print(_point_text(point, reason, done, timeout_s, scratch), end="")
     return EXIT_OK
 
 
-def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeout_s) -> int:
+def _summary_of_plan(plan: Plan, census: Census, done: dict, timeout_s, scratch: str) -> None:
+    """A large plan's dry run: its size, its axes and their sizes, its first and last ENDS points in plan order."""
+    sizes = " x ".join(f"{axis} {n:,}" for axis, n in factors(plan)) or "none"
+    print(f"{census.total:,} combinations, over the {SHOWN} listed one by one: a summary")
+    print(f"axes with more than one value: {sizes}")
+    last: deque = deque(maxlen=ENDS)
+    print(f"first {ENDS}:")
+    for index, (point, reason) in enumerate(combinations(plan)):
+        if index < ENDS:
+            print(_point_text(point, reason, done, timeout_s, scratch), end="")
+        else:
+            last.append((point, reason))
+    print(f"... {census.total - ENDS - len(last):,} more ...\nlast {len(last)}:")
+    for point, reason in last:
+        print(_point_text(point, reason, done, timeout_s, scratch), end="")
+
+
+def _run_sweep(console, args, points: list[Point], census: Census, store_path: Path, timeout_s) -> int:
     """The sweep proper, its store held (durable.sole_writer): the store's state is read under the lock,
     so two sweeps of one plan never both run a point."""
     recover_pending(console, store_path)
-    _, attempts, todo = _plan_state(store_path, points)
-    _announce(console, args, points, skipped, todo, store_path)
+    done, attempts = _stored(store_path)
+    todo = [p for p in points if p.config_hash not in done]
+    census.done = len(points) - len(todo)
+    _announce(console, args.plan, census, store_path)
     tracker = None
     if args.mlflow is not None:  # reached before anything runs: a wrong URI costs no measurement
         tracker = mlflow_export.Tracker(args.mlflow or None, args.mlflow_experiment)
@@ -328,12 +381,12 @@ def _run_sweep(console, args, points, skipped, requests, store_path: Path, timeo
     unwritable = None
     with Stop() as stop:
         try:
-            _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, args.retries, deadline, stop,
-                   MlflowLog(console, tracker))
+            _sweep(console, todo, timeout_s, attempts, final, store_path, log_dir, plan_path, args.retries, deadline,
+                   stop, MlflowLog(console, tracker))
         except durable.OutputError as error:
             unwritable = error
     counts = {**dict.fromkeys(("ok", "oom", "failed", "timeout", "interrupted"), 0), **Counter(final.values())}
-    _summary(console, counts, len(points) - len(todo), len(skipped), len(todo) - len(final), store_path)
+    _summary(console, counts, census.done, census.total - census.runnable, len(todo) - len(final), store_path)
     if unwritable is not None:
         saved = (f"the last entry is kept in {unwritable.fallback} and is appended by the next run of this sweep"
                  if unwritable.fallback else "the temp dir is not writable either: the last entry is lost")
@@ -363,7 +416,7 @@ class MlflowLog:
             self.tracker = None
 
 
-def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
+def _sweep(console, todo, timeout_s, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
            logged) -> None:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -382,7 +435,7 @@ def _sweep(console, todo, requests, attempts, final, store_path, log_dir, plan_p
                 progress.update(task, description=f"{point.label()} (attempt {attempt})")
                 log_path = log_dir / f"{h}.{attempt}.log"
                 started, t0 = _now(), time.monotonic()
-                result = run_point(requests[h], log_path, stop, deadline)
+                result = run_point(request_for(point, timeout_s), log_path, stop, deadline)
                 entry = {
                     "sweep": {
                         "config_hash": h,

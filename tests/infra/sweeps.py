@@ -1,10 +1,15 @@
-"""What the sweep tests share: tiny plans, reading a store line by line, and finding the
-processes a test started (by a marker variable in their environment)."""
+"""What the sweep tests share: tiny plans, reading a store line by line, finding the processes a test
+started (by a marker variable in their environment), and running a command with its memory measured."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -46,3 +51,40 @@ def cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     except OSError:
         return []
+
+
+@dataclass
+class Measured:
+    """A command's outcome with what it cost: its own peak resident memory and wall time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    max_rss_mb: float
+    seconds: float
+
+
+def measured(argv: list[str], limit_mb: int, timeout: float) -> Measured:
+    """Run argv (this checkout's packages first) under an address-space limit of `limit_mb`, so a command that
+    grows without bound fails there instead of exhausting the machine; its peak RSS from wait4 (its own,
+    not that of other children of the test process). Killed after `timeout` seconds (returncode -9)."""
+    from infra.helpers import python_env
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(argv, stdout=out, stderr=err, env=python_env(), preexec_fn=limit)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - started > timeout:
+                child.kill()
+            time.sleep(0.05)
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        return Measured(child.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss / 1024,
+                        time.monotonic() - started)
