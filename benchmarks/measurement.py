@@ -124,7 +124,8 @@ class Measurement(RankSession):
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
         """The worker's run, as supervisor.training_job wrote it."""
-        return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
+        mllog = MLLogger(spec["mllog"], sys.stdout, spec.get("mllog_submission"))
+        return cls(BenchConfig(**spec["config"]), spec["base"], mllog, on_peer_failure,
                    tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
                    trace=spec["trace"], on_silence=on_silence)
 
@@ -134,6 +135,7 @@ class Measurement(RankSession):
         """The record (process 0), or None for the other ranks once their part is done."""
         cfg = self.config
         self.mllog.start("init_start")
+        self.mllog.run_header()
         tf_cluster = cfg.framework == "tensorflow" and self.strategy.tf_cluster
         dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if tf_cluster else None)
         self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)

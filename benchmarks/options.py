@@ -21,6 +21,7 @@ from .compilation import COMPILE_MODES
 from .distributed import strategies
 from .errors import UsageError, choices
 from .framework_specs import ALIASES, FRAMEWORKS
+from .mllog import DIVISIONS
 from .models import MODELS
 from .precision import PRECISIONS
 from .step_timing import STEP_TIMINGS
@@ -277,6 +278,12 @@ OPTIONS: dict[str, Option] = _table(
     Option("json", bool, False, "print the record as JSON on stdout (the table goes to stderr)", commands=BOTH),
     Option("mllog", bool, False, "also print MLPerf's ':::MLLOG {...}' lines, written by MLCommons' mlperf-logging "
            "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)"),
+    Option("mllog_org", str, None, "--mllog: MLPerf's submission_org, who submits (default: $MLPERF_SUBMISSION_ORG; "
+           "without it the compliance checker asks for it)", metavar="ORG", env="MLPERF_SUBMISSION_ORG"),
+    Option("mllog_platform", str, None, "--mllog: MLPerf's submission_platform, the system's name (default: "
+           "$MLPERF_SUBMISSION_PLATFORM)", metavar="NAME", env="MLPERF_SUBMISSION_PLATFORM"),
+    Option("mllog_division", str, None, "--mllog: MLPerf's submission_division, %(choices)s (default: "
+           "$MLPERF_SUBMISSION_DIVISION)", choices=DIVISIONS, env="MLPERF_SUBMISSION_DIVISION"),
     Option("tensorboard", str, None, "write per-step images/sec and loss as TensorBoard scalars (needs tensorboardX, "
            "tensorboard or tensorflow; loss is read back after each timed loop)", metavar="DIR"),
     Option("trace", str, None, "after the timed loops (never inside them), profile --trace-steps more steps with the "
