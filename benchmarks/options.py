@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import lr_rules
+from . import ceiling, lr_rules
 from .comm import BACKENDS
 from .compilation import COMPILE_MODES
 from .distributed import strategies
@@ -197,6 +197,11 @@ OPTIONS: dict[str, Option] = _table(
            "every step, one synchronisation at each end of the loop, a step = the time between two events, and "
            "cudnn.benchmark on (torch on a GPU only). The record's step_timing says which clock ran (default: "
            "%(default)s)", "how", STEP_TIMINGS, config=True),
+    Option("ceiling", str, ceiling.DEFAULT_MODE, "%(choices)s: the measured ceiling MFU is also held against, after "
+           "the timed loops: a square matrix multiply in the run's math on the run's device and threads, a few sizes, "
+           "the best sustained rate. cached = measured once per machine, framework version, math and threads, then "
+           "read from ~/.cache/dlbench (XDG_CACHE_HOME); measure = probe again and replace it; off = none (default: "
+           "%(default)s)", "how", ceiling.MODES, config=True),
     Option("display_every", int, 10, "every N steps print step, images/sec over those N steps and loss to stderr; a "
            "progress bar with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: "
            "%(default)s)", "how", check=NON_NEGATIVE, metavar="N"),
