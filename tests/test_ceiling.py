@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks import anchors, ceiling, flops, output
 from benchmarks.frameworks import gemm
-from infra.helpers import SMALL, bench, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, bench, last_json_line, validate_record
 
 KEY = ceiling.Key("cpu", "Test CPU", "torch", "9.9", "fp32", 2)
 
@@ -171,3 +171,32 @@ def test_a_real_run_records_its_ceiling_and_reads_it_back_the_next_time(framewor
     off = bench(*args, "--ceiling", "off", env=env)
     record = validate_record(last_json_line(off.stdout))
     assert record["ceiling"] is None and record["flops"]["achievable_unavailable_reason"] == "--ceiling off"
+
+
+# -- what a lent GPU checks (perf/gpu_checks.py) ------------------------------------------------------
+
+
+def gpu_record(ceiling_tflops, math="bf16", source="measured", mfu=0.07):
+    peak = 989.5e12
+    achieved = mfu * peak
+    return {"ceiling": {"flops_per_sec": ceiling_tflops * 1e12, "math": math, "source": source},
+            "flops": {"math": "bf16", "peak_flops_per_sec": peak, "mfu": mfu,
+                      "mfu_vs_achievable": achieved / (ceiling_tflops * 1e12) if ceiling_tflops else None,
+                      "achievable_unavailable_reason": None}}
+
+
+@pytest.mark.parametrize("record, problem", [
+    (gpu_record(790), None),
+    (gpu_record(1100), "above the datasheet"),
+    (gpu_record(790, math="fp32"), "probed in fp32"),
+    (gpu_record(790, source="cached"), "expected measured"),
+    ({"ceiling": {"flops_per_sec": None, "unavailable_reason": "OutOfMemoryError: x"}, "flops": {}}, "OutOfMemoryError"),
+])
+def test_the_gpu_ceiling_check(record, problem):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "perf"))
+    import gpu_checks
+
+    problems = gpu_checks.EXTRA_CHECKS["ceiling"](record)
+    assert (problems == []) if problem is None else any(problem in p for p in problems), problems

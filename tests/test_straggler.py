@@ -6,11 +6,16 @@ core that busy processes share) and the same runs without the plant."""
 from __future__ import annotations
 
 import copy
+import os
+import socket
+import subprocess
+import sys
+import uuid
 
 import pytest
 
 from benchmarks import trace
-from infra.helpers import validate_record
+from infra.helpers import ROOT, bench, last_json_line, python_env, validate_record
 from infra.records import RecordFactory
 from runners.reporting import why
 
@@ -83,3 +88,76 @@ def test_nothing_to_judge_without_traces_or_with_one_step(R):
     two = traced(R(8.0, strategy="ddp", workers=2), 0.2, [[0.1], [0.2]])
     (loss,) = why.scaling_loss([one, two])
     assert loss.straggler is None and why.straggler_sentence(loss) is None
+
+
+# -- real runs: a planted straggler ---------------------------------------------------------------
+
+RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "8", "--num-threads", "1",
+       "--num-warmup-batches", "1", "--num-batches", "4", "--json", "--display-every", "0", "--device", "cpu"]
+TRACE_STEPS = "8"
+
+
+def burners(cpu: int, count: int) -> list[subprocess.Popen]:
+    """Busy processes pinned to `cpu`: a rank pinned there gets 1 / (count + 1) of it."""
+    code = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass\n"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+
+
+def ranks_run(n: int, tmp_path, cpus: list[set[int]] | None, env: dict) -> dict:
+    """n ranks of one synchronous run started by hand (launcher `env`), rank k pinned to cpus[k] (None: not
+    pinned), each with --trace; process 0's record."""
+    token = uuid.uuid4().hex
+    processes = []
+    for rank in range(n):
+        variables = python_env({**env, "RANK": str(rank), "WORLD_SIZE": str(n), "LOCAL_RANK": str(rank),
+                                "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1", "DLBENCH_RUN_TOKEN": token})
+        pin = (lambda cpu_set=cpus[rank]: os.sched_setaffinity(0, cpu_set)) if cpus else None
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "benchmarks", *RUN, "--strategy", "ddp", "--trace", str(tmp_path / "traces"),
+             "--trace-steps", TRACE_STEPS, "--ceiling", "measure"],
+            cwd=ROOT, env=variables, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pin))
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (_, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+    return validate_record(last_json_line(outputs[0][0]))
+
+
+def straggler_verdict(n: int, tmp_path, plant: bool) -> tuple[why.ScalingLoss, str]:
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    one = bench(*RUN, env=env)
+    assert one.returncode == 0, one.stderr
+    # The plant: the last rank alone on CPU 0 with n busy processes; the others on CPU 1.
+    cpus = [{1}] * (n - 1) + [{0}] if plant else None
+    busy = burners(0, n) if plant else []
+    try:
+        many = ranks_run(n, tmp_path, cpus, env)
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    (loss,) = why.scaling_loss([validate_record(last_json_line(one.stdout)), many])
+    sentence = why.straggler_sentence(loss)
+    print(sentence)
+    return loss, sentence
+
+
+needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the plant needs two CPUs")
+
+
+@pytest.mark.slow
+@needs_two_cpus
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_planted_straggler_is_named_by_rank_and_host_with_its_share(n, tmp_path):
+    loss, sentence = straggler_verdict(n, tmp_path, plant=True)
+    assert loss.straggler is not None and loss.straggler.named, sentence
+    assert loss.straggler.rank == n - 1 and loss.straggler.hosts == [socket.gethostname()]
+    assert sentence.startswith(f"at {n} workers the straggler is rank {n - 1} on {socket.gethostname()}: ")
+    assert "% of the lost" in sentence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 4])
+def test_without_the_plant_no_straggler_is_named(n, tmp_path):
+    loss, sentence = straggler_verdict(n, tmp_path, plant=False)
+    assert loss.straggler is not None and not loss.straggler.named, sentence
+    assert "no straggler" in sentence and "within the ranks' noise" in sentence
