@@ -22,9 +22,9 @@ def torch_factory(device, math: str):
     def make(n: int):
         try:
             a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+            out = torch.empty(n, n, device=device, dtype=dtype)
         except torch.cuda.OutOfMemoryError as error:
             raise MemoryError(str(error)) from error
-        out = torch.empty(n, n, device=device, dtype=dtype)
         torch.matmul(a, b, out=out)
         sync()
 
