@@ -61,7 +61,7 @@ def find_straggler(records: list[dict]) -> Straggler | None:
         if not ranks or not strategies.get(record["config"]["strategy"]).synchronous:
             continue
         scale = record["step_time_s"]["mean"] / _mean([s["step_s"] for r in ranks for s in r["steps"]])
-        rows = {row["rank"]: row for row in record["ranks"]}
+        rows = {row["rank"]: row for row in record.get("ranks") or []}
         for traced in ranks:
             row = rows.get(traced["rank"], {})
             computes.setdefault(traced["rank"], []).extend(scale * s["compute_s"] for s in traced["steps"])
