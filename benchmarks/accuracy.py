@@ -38,6 +38,7 @@ class AccuracyMeasurement(Measurement):
         schedule = lr_rules.schedule(cfg.lr_rule, cfg.base_lr, cfg.base_batch, global_batch, cfg.warmup_epochs,
                                      len(data.train))
         self.mllog.event("opt_base_learning_rate", schedule.peak_lr)
+        self.mllog.dataset(len(data.train), len(data.val))
         indices = labelled.train_batches(len(data.train), cfg.batch_size, rank, shards, cfg.seed)
 
         def batches():

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, options
+from . import __version__, mllog, options
 from .comm import cli as comm_cli
 from .config import build_config
 from .distributed import strategies
@@ -157,7 +157,8 @@ def run_benchmark(argv: list[str]) -> int:
             "provenance": {**provenance.host_provenance(), "command": ["bench", *argv]},
             "comparison": comparison,
         }
-        job = training_job(config, base, mllog=args.mllog, data_scan=data_scan, display_every=args.display_every,
+        job = training_job(config, base, mllog=args.mllog, mllog_submission=mllog.submission(args),
+                           data_scan=data_scan, display_every=args.display_every,
                            tensorboard=str(Path(args.tensorboard).resolve()) if args.tensorboard else None,
                            trace={"dir": str(Path(args.trace).resolve()), "steps": args.trace_steps} if args.trace else None)
         result, exit_code = supervise(job, report=report, timeout_s=timeout_s, display_every=args.display_every)

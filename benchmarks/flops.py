@@ -4,7 +4,9 @@ The framework counts its own model after the timed loops (Framework.count_flops)
 costs measured time. Achieved FLOP/s = 3 x forward FLOPs per image x images/sec, the usual "model
 FLOPs" convention, so MFU compares across frameworks. MFU = achieved / (dense datasheet peak for the
 math in effect x devices); a CPU, a MIG slice or a device not in PEAKS gets no MFU: null with the
-reason, never a guess (docs/results.md#flops).
+reason, never a guess (docs/results.md#flops). Beside it, on CPUs too, MFU vs achievable: achieved /
+the measured GEMM ceilings of the devices that trained (benchmarks/ceiling.py), a number a run can
+really approach.
 """
 
 from __future__ import annotations
@@ -104,9 +106,11 @@ def achieved(forward_per_image: float, images_per_sec: float) -> float:
 
 
 def section(counted: Counted | None, reason: str | None, image_size: int, images_per_sec: float | None,
-            framework: dict | None, devices: int, precision: dict | None) -> dict:
+            framework: dict | None, devices: int, precision: dict | None,
+            achievable: tuple[float | None, str | None] = (None, "no ceiling measured")) -> dict:
     """The record's `flops` section. `images_per_sec`: the run's total over workers; `devices`:
-    the devices those workers trained on (MFU divides by all their peaks)."""
+    the devices those workers trained on (MFU divides by all their peaks); `achievable`: (the sum of
+    those devices' measured ceilings, None) or (None, why there is none)."""
     kind = (framework or {}).get("device_kind", "cpu")
     name = (framework or {}).get("device_name", "")
     peak, source, mfu_reason = peak_flops(kind, name, precision)
@@ -114,6 +118,10 @@ def section(counted: Counted | None, reason: str | None, image_size: int, images
     if counted is None:
         mfu_reason = f"no FLOP count: {reason}"
     mfu = rate / (peak * devices) if rate is not None and peak is not None and devices > 0 else None
+    ceiling, ceiling_reason = achievable
+    if counted is None:
+        ceiling_reason = f"no FLOP count: {reason}"
+    vs_achievable = rate / ceiling if rate is not None and ceiling else None
     return {
         "forward_per_image": counted.forward_per_image if counted else None,
         "training_step_per_image": counted.training_step_per_image if counted else None,
@@ -128,6 +136,9 @@ def section(counted: Counted | None, reason: str | None, image_size: int, images
         "devices": devices,
         "mfu": mfu,
         "mfu_unavailable_reason": None if mfu is not None else mfu_reason,
+        "achievable_flops_per_sec": ceiling,
+        "mfu_vs_achievable": vs_achievable,
+        "achievable_unavailable_reason": None if vs_achievable is not None else ceiling_reason,
     }
 
 

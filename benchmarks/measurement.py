@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import energy, fingerprint, flops, frameworks, limits, memory, preflight, record, stats, tensorboard, timing
+from . import (anchors, ceiling, energy, fingerprint, flops, frameworks, limits, memory, preflight, record, stats,
+               tensorboard, timing)
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
@@ -85,9 +86,12 @@ def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
     }
 
 
-def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -> list[dict]:
+def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict],
+              ceilings: list | None = None) -> list[dict]:
+    """Per training rank: its images, time, step-time summary and its device's ceiling (the straggler's facts)."""
     rows = []
-    for rank, loops in zip(ranks, per_rank):
+    for index, (rank, loops) in enumerate(zip(ranks, per_rank)):
+        probed = ceilings[index] if ceilings else None
         images = sum(loop["images"] for loop in loops)
         wall = sum(loop["wall_time_s"] for loop in loops)
         peer = peers[rank] if rank < len(peers) else {}
@@ -99,6 +103,8 @@ def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict]) -
                 "images": images,
                 "wall_time_s": wall,
                 "images_per_sec": images / wall,
+                "step_time_s": stats.Stats.of(_pooled(loops, "step_times_s")).as_dict(),
+                "ceiling_flops_per_sec": (probed or {}).get("flops_per_sec"),
             }
         )
     return rows
@@ -124,7 +130,8 @@ class Measurement(RankSession):
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
         """The worker's run, as supervisor.training_job wrote it."""
-        return cls(BenchConfig(**spec["config"]), spec["base"], MLLogger(spec["mllog"], sys.stdout), on_peer_failure,
+        mllog = MLLogger(spec["mllog"], sys.stdout, spec.get("mllog_submission"))
+        return cls(BenchConfig(**spec["config"]), spec["base"], mllog, on_peer_failure,
                    tensorboard=spec["tensorboard"], data_scan=spec["data_scan"], display_every=spec["display_every"],
                    trace=spec["trace"], on_silence=on_silence)
 
@@ -134,6 +141,7 @@ class Measurement(RankSession):
         """The record (process 0), or None for the other ranks once their part is done."""
         cfg = self.config
         self.mllog.start("init_start")
+        self.mllog.run_header()
         tf_cluster = cfg.framework == "tensorflow" and self.strategy.tf_cluster
         dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if tf_cluster else None)
         self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
@@ -230,6 +238,7 @@ class Measurement(RankSession):
             "memory": memory_peaks(backend, monitor, "warmup_end" if rss_reset else "process_start"),
             "checksum": backend.parameter_checksum(),
         }
+        local["ceiling"] = self._ceiling()  # after the memory peaks: the probe's operands are not the run's
         if self.trace is not None:  # after the timed loops and the memory peaks: never measured
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
         if self.strategy.gathers_at_chief:  # the serving processes wait in serve_until_done: the chief's own
@@ -254,15 +263,21 @@ class Measurement(RankSession):
             ranks = list(range(len(everyone)))
             traces = [peer.get("trace") for peer in everyone]
         totals = aggregate(per_rank, cfg.batch_size)
+        # Each training rank's own probe; where the chief drives the workers only its own device was probed.
+        ceilings = [None] * len(ranks) if self.strategy.gathers_at_chief else [peer.get("ceiling") for peer in everyone]
+        rate = totals["throughput"]["images_per_sec"]
         sections = {
             "path": self._path_section([peer["path"] for peer in everyone]),
-            "flops": self._flops(totals["throughput"]["images_per_sec"]),
+            "flops": self._flops(rate, ceilings),
+            "ceiling": local["ceiling"],
+            "anchor": self._anchor(rate),
             "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
         }
         if self.trace is not None:
             sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
         self.mllog.end("run_stop", status="success")
-        return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), **sections)
+        return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), ceilings,
+                              **sections)
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -340,7 +355,40 @@ class Measurement(RankSession):
             summary = {"rank": rank, "error": error}
         self.rendezvous.allgather("trace-result", summary)
 
-    def _flops(self, images_per_sec: float) -> dict:
+    def _ceiling(self) -> dict | None:
+        """This rank's measured GEMM ceiling (benchmarks/ceiling.py): cached or probed now, after the timed loops.
+        A probe that fails leaves its reason; the measurement stands."""
+        framework = framework_info(self.backend)
+        kind, math = framework["device_kind"], flops.math_in_effect(self.backend.precision_state)
+        key = ceiling.Key(kind, framework["device_name"], framework["name"], framework["version"], math,
+                          framework["intra_op_threads"] if kind == "cpu" else None)
+        try:
+            if self.config.ceiling != "off":
+                self.progress(f"ceiling ({self.config.ceiling}): {key.text()}")
+            return ceiling.ceiling(self.config.ceiling, key, self.backend.gemm_factory(math), ceiling.SIZES[kind])
+        except Exception as error:  # noqa: BLE001 - the timed loops are measured already
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            self.progress(f"warning: no ceiling: {reason}")
+            return ceiling.unavailable(reason)
+
+    def _achievable(self, ceilings: list) -> tuple[float | None, str | None]:
+        """The sum of the training ranks' ceilings (each rank's devices), or why there is none."""
+        if self.config.ceiling == "off":
+            return None, "--ceiling off"
+        if any(probed is None for probed in ceilings):
+            return None, "the chief drove the workers: their devices' ceilings were not probed"
+        for rank, probed in enumerate(ceilings):
+            if probed["flops_per_sec"] is None:
+                return None, f"rank {rank}: {probed['unavailable_reason']}"
+        return sum(probed["flops_per_sec"] for probed in ceilings) * framework_info(self.backend)["device_count"], None
+
+    def _anchor(self, images_per_sec: float) -> dict:
+        framework = framework_info(self.backend)
+        return anchors.section(self.config.model, framework["device_kind"], framework["device_name"],
+                               self.config.image_size, flops.math_in_effect(self.backend.precision_state),
+                               images_per_sec, max(1, self._num_workers()) * framework["device_count"])
+
+    def _flops(self, images_per_sec: float, ceilings: list) -> dict:
         """Counted after the timed loops (never inside one); a count that fails leaves its reason."""
         counted, reason = None, None
         try:
@@ -350,7 +398,8 @@ class Measurement(RankSession):
             self.progress(f"warning: FLOPs not counted: {reason}")
         framework = framework_info(self.backend)
         return flops.section(counted, reason, self.config.image_size, images_per_sec, framework,
-                             max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state)
+                             max(1, self._num_workers()) * framework["device_count"], self.backend.precision_state,
+                             self._achievable(ceilings))
 
     def _write_events(self, write, logdir: str, *args) -> None:
         """--tensorboard: write(logdir, *args) after the measurement; a failure is said, the measurement stands."""
@@ -381,13 +430,13 @@ class Measurement(RankSession):
         return super().failure(status, kind, message)
 
     def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], everyone: list[dict],
-                  final_loss: float | None, **sections) -> dict:
+                  final_loss: float | None, ceilings: list | None = None, **sections) -> dict:
         """An ok run's record from every training rank's loops and its weights' checksum and memory peaks
         (`everyone`: one {"checksum", "memory"} per copy of the weights)."""
         checksums = [peer["checksum"] for peer in everyone]
         return self.finish(
             "ok", None, **totals, **sections, memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
-            ranks=rank_rows(per_rank, ranks, self.peers), placement=self.backend.placement(),
+            ranks=rank_rows(per_rank, ranks, self.peers, ceilings), placement=self.backend.placement(),
             replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                       "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
         )

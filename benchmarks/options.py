@@ -15,12 +15,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import lr_rules
+from . import ceiling, lr_rules
 from .comm import BACKENDS
 from .compilation import COMPILE_MODES
 from .distributed import strategies
 from .errors import UsageError, choices
 from .framework_specs import ALIASES, FRAMEWORKS
+from .mllog import DIVISIONS
 from .models import MODELS
 from .precision import PRECISIONS
 from .step_timing import STEP_TIMINGS
@@ -196,6 +197,11 @@ OPTIONS: dict[str, Option] = _table(
            "every step, one synchronisation at each end of the loop, a step = the time between two events, and "
            "cudnn.benchmark on (torch on a GPU only). The record's step_timing says which clock ran (default: "
            "%(default)s)", "how", STEP_TIMINGS, config=True),
+    Option("ceiling", str, ceiling.DEFAULT_MODE, "%(choices)s: the measured ceiling MFU is also held against, after "
+           "the timed loops: a square matrix multiply in the run's math on the run's device and threads, a few sizes, "
+           "the best sustained rate. cached = measured once per machine, framework version, math and threads, then "
+           "read from ~/.cache/dlbench (XDG_CACHE_HOME); measure = probe again and replace it; off = none (default: "
+           "%(default)s)", "how", ceiling.MODES, config=True),
     Option("display_every", int, 10, "every N steps print step, images/sec over those N steps and loss to stderr; a "
            "progress bar with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: "
            "%(default)s)", "how", check=NON_NEGATIVE, metavar="N"),
@@ -277,6 +283,12 @@ OPTIONS: dict[str, Option] = _table(
     Option("json", bool, False, "print the record as JSON on stdout (the table goes to stderr)", commands=BOTH),
     Option("mllog", bool, False, "also print MLPerf's ':::MLLOG {...}' lines, written by MLCommons' mlperf-logging "
            "(time to accuracy: eval_accuracy with epoch_num, run_stop with its status)"),
+    Option("mllog_org", str, None, "--mllog: MLPerf's submission_org, who submits (default: $MLPERF_SUBMISSION_ORG; "
+           "without it the compliance checker asks for it)", metavar="ORG", env="MLPERF_SUBMISSION_ORG"),
+    Option("mllog_platform", str, None, "--mllog: MLPerf's submission_platform, the system's name (default: "
+           "$MLPERF_SUBMISSION_PLATFORM)", metavar="NAME", env="MLPERF_SUBMISSION_PLATFORM"),
+    Option("mllog_division", str, None, "--mllog: MLPerf's submission_division, %(choices)s (default: "
+           "$MLPERF_SUBMISSION_DIVISION)", choices=DIVISIONS, env="MLPERF_SUBMISSION_DIVISION"),
     Option("tensorboard", str, None, "write per-step images/sec and loss as TensorBoard scalars (needs tensorboardX, "
            "tensorboard or tensorflow; loss is read back after each timed loop)", metavar="DIR"),
     Option("trace", str, None, "after the timed loops (never inside them), profile --trace-steps more steps with the "

@@ -56,6 +56,33 @@ def flops_line(counted: dict, kind: str) -> str:
             f"achieved {flop_math.rate_text(counted['achieved_flops_per_sec'], kind)} {unit} ({counted['basis']}); {mfu}")
 
 
+def headroom_line(record: dict, kind: str) -> str:
+    """The ladder (docs/results.md#headroom): achieved model FLOP/s against the measured ceiling and the
+    datasheet, images/sec against the best public result; each rung a number or why there is none."""
+    counted, probed, anchor = record.get("flops") or {}, record.get("ceiling"), record.get("anchor")
+    unit = flop_math.rate_unit(kind)
+    if counted.get("mfu_vs_achievable") is not None:
+        threads = f", {probed['threads']} threads" if probed and probed.get("threads") else ""
+        how = f"GEMM {probed['math']}{threads}, {probed['source']}" if probed else "GEMM"
+        achievable = (f"{counted['mfu_vs_achievable'] * 100:.1f}% of {counted['devices']} x "
+                      f"{flop_math.rate_text(counted['achievable_flops_per_sec'] / counted['devices'], kind)} {unit} "
+                      f"achievable ({how})")
+    else:
+        achievable = f"n/a ({counted.get('achievable_unavailable_reason') or 'no FLOP count'})"
+    datasheet = f"{counted['mfu'] * 100:.1f}%" if counted.get("mfu") is not None else \
+        f"n/a ({counted.get('mfu_unavailable_reason')})"
+    if anchor is None:
+        public = "n/a"
+    elif anchor["fraction"] is not None:
+        public = (f"{anchor['fraction'] * 100:.1f}% of {anchor['images_per_sec']:,.0f} images/sec per device "
+                  f"({anchor['source']})")
+    elif anchor["images_per_sec"] is not None:
+        public = f"{anchor['images_per_sec']:,.0f} images/sec per device, no fraction: {anchor['reason']}"
+    else:
+        public = anchor["reason"]
+    return f"headroom: MFU vs achievable {achievable}; vs datasheet {datasheet}; vs best public: {public}"
+
+
 def energy_line(energy: dict) -> str:
     if energy["joules"] is None:
         return f"energy: n/a ({energy['unavailable_reason']})"
@@ -127,6 +154,7 @@ def render(record: dict, stream: TextIO) -> None:
                           f"not in warmup or timing{breaks}{eager}")
         if counted:
             console.print(flops_line(counted, kind))
+            console.print(headroom_line(record, kind))
         if record.get("energy"):
             console.print(energy_line(record["energy"]))
         for rep in record["repeats"]:

@@ -20,10 +20,11 @@ from pydantic import BaseModel, Field
 from . import convergence, lr_rules, step_timing
 from .distributed import strategies
 from .options import DEFAULTS, choices_of
+from .headroomrecord import AnchorInfo, CeilingInfo  # the 1.19 sections' models live there
 from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, _Model  # the 1.18 sections' models live there
 from .provenance import CONTAINER_RUNTIMES
 
-SCHEMA_VERSION = "1.18"
+SCHEMA_VERSION = "1.19"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -81,6 +82,9 @@ class RunConfig(_Model):
     fashion_mnist_dir: Optional[str] = Field(default=None, description="--fashion-mnist-dir (1.13)")
     step_timing: Literal[choices_of("step_timing")] = Field(default=DEFAULTS["step_timing"], description="--step-timing as asked (1.14)")
     strict_preflight: bool = Field(default=False, description="--strict-preflight: a failed preflight check refuses the run instead of labelling it (1.18)")
+    ceiling: Literal[choices_of("ceiling")] = Field(
+        default=DEFAULTS["ceiling"], description="--ceiling: the measured GEMM ceiling off, cached or measured "
+        "again (1.19)")
 
 
 class CurvePoint(_Model):
@@ -212,6 +216,12 @@ class RankResult(_Model):
     images: int
     wall_time_s: float = Field(description="this rank's timed loops, summed over repeats")
     images_per_sec: float
+    step_time_s: Optional[StatsRecord] = Field(
+        default=None, description="this rank's own step times, pooled over its repeats: who is slow, and how noisy "
+        "each rank is (1.19)")
+    ceiling_flops_per_sec: Optional[float] = Field(
+        default=None, description="this rank's device's measured GEMM ceiling (its `ceiling` probe); null when off, "
+        "failed or not probed (1.19)")
 
 
 class Replicas(_Model):
@@ -307,6 +317,14 @@ class FlopsInfo(_Model):
     devices: int = Field(description="devices the workers trained on; MFU divides by all their peaks")
     mfu: Optional[float] = Field(description="model FLOPs utilisation: achieved / (peak x devices), 0..1")
     mfu_unavailable_reason: Optional[str] = Field(description="why mfu is null (CPU, unknown GPU, MIG slice, no count)")
+    achievable_flops_per_sec: Optional[float] = Field(
+        default=None, description="the measured GEMM ceilings of the devices the workers trained on, summed "
+        "(ranks[].ceiling_flops_per_sec); null when off or not measured (1.19)")
+    mfu_vs_achievable: Optional[float] = Field(
+        default=None, description="MFU vs achievable: achieved_flops_per_sec / achievable_flops_per_sec, CPUs "
+        "included (1.19)")
+    achievable_unavailable_reason: Optional[str] = Field(
+        default=None, description="why mfu_vs_achievable is null (1.19)")
 
 
 class BatchSearch(_Model):
@@ -390,6 +408,12 @@ class ResultRecord(_Model):
     compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
     energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed (1.9)")
     flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
+    ceiling: Optional[CeilingInfo] = Field(
+        default=None, description="process 0's measured GEMM ceiling (--ceiling); null when off, for "
+        "time-to-accuracy runs and unless the run completed (1.19)")
+    anchor: Optional[AnchorInfo] = Field(
+        default=None, description="the best public result for this device and model, and this run's fraction of "
+        "it; null unless a throughput run completed (1.19)")
     batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
     trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
     accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to target (1.13)")

@@ -173,11 +173,12 @@ class Job:
     record: Callable[[str, dict, float], dict]  # (status, error, duration_s) -> the record the supervisor writes
 
 
-def training_job(config: BenchConfig, base: dict, *, mllog: bool, tensorboard: str | None = None,
+def training_job(config: BenchConfig, base: dict, *, mllog: bool, mllog_submission: dict | None = None,
+                 tensorboard: str | None = None,
                  data_scan: dict | None = None, display_every: int = 0, trace: dict | None = None) -> Job:
     kind = "benchmarks.accuracy:AccuracyMeasurement" if config.accuracy_mode else "benchmarks.measurement:Measurement"
     spec = {"measurement": kind, "config": {k: v for k, v in config.as_dict().items() if k != "data"}, "base": base,
-            "mllog": mllog, "tensorboard": tensorboard, "data_scan": data_scan, "display_every": display_every,
+            "mllog": mllog, "mllog_submission": mllog_submission, "tensorboard": tensorboard, "data_scan": data_scan, "display_every": display_every,
             "trace": trace}
     return Job(spec, config.rendezvous_port, lambda status, error, duration: record.build(config, base, status, error, duration))
 

@@ -11,6 +11,7 @@ OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 MFU_CEILING = 0.5  # no CNN training run reaches half the datasheet peak: above it the count or the peak is wrong
 ENERGY_MIN_LOOP_S = 1.0  # NVML's energy counter may not advance over a shorter loop: null is then no failure
 PLAUSIBLE_WATTS = (20.0, 1500.0)  # an H100/H200 draws 60-700 W; outside this the reading is wrong
+CEILING_OVER_PEAK = 1.02  # a measured GEMM above the datasheet peak (boost clock) by more than this is wrong
 
 def check_record(record: dict, step: Step, on_gpu: bool) -> tuple[list[str], list[str]]:
     """(problems, notes) of one bench record: what issue 23 asks of every GPU record, and on a CPU
@@ -154,6 +155,25 @@ def _trace(record):
     return [f"trace: {rank.get('error') or 'no trace'}"] if rank.get("error") or not rank.get("steps") else []
 
 
+def _ceiling(record):
+    """--ceiling measure (issue 47): probed in this run in the run's math, no higher than the datasheet (a GEMM
+    above it means the probe is wrong), and MFU vs achievable beside MFU (a smaller denominator)."""
+    probed, flops = record.get("ceiling") or {}, record.get("flops") or {}
+    if not probed.get("flops_per_sec"):
+        return [f"no ceiling: {probed.get('unavailable_reason') or 'section missing'}"]
+    problems = [] if probed["source"] == "measured" else [f"ceiling {probed['source']}, expected measured"]
+    if flops.get("math") and probed["math"] != flops["math"]:
+        problems.append(f"ceiling probed in {probed['math']}, the run's math is {flops['math']}")
+    peak = flops.get("peak_flops_per_sec")
+    if peak and probed["flops_per_sec"] > CEILING_OVER_PEAK * peak:
+        problems.append(f"ceiling {probed['flops_per_sec'] / 1e12:.1f} TFLOP/s above the datasheet's {peak / 1e12:.1f}")
+    if flops.get("mfu_vs_achievable") is None:
+        problems.append(f"no MFU vs achievable: {flops.get('achievable_unavailable_reason')}")
+    elif flops.get("mfu") is not None and flops["mfu_vs_achievable"] < flops["mfu"]:
+        problems.append(f"MFU vs achievable {flops['mfu_vs_achievable']:.3f} below MFU {flops['mfu']:.3f}")
+    return problems
+
+
 def _compiled(record):
     section = record.get("compile") or {}
     if not section:
@@ -162,7 +182,7 @@ def _compiled(record):
 
 
 EXTRA_CHECKS = {"launcher-env": _launcher, "real-data": _real_data, "strategy-ddp": _ddp, "trace": _trace,
-                "compiled": _compiled}
+                "compiled": _compiled, "ceiling": _ceiling}
 
 
 def check_search(records: list[dict]) -> list[str]:

@@ -150,7 +150,8 @@ class Plan:
         steps = {combo: self.bench("A", f"matrix-{combo[0]}-{combo[1]}-{combo[2]}",
                                    ["--model", combo[0], *size, "--batch-size", str(p.batch), "--precision", combo[1],
                                     "--data-format", combo[2], "--num-warmup-batches", str(p.warmup),
-                                    "--num-batches", str(p.batches)], estimate_s=20, planned=combo in cut)
+                                    "--num-batches", str(p.batches), "--ceiling", "measure"], checks=("ceiling",),
+                                   estimate_s=20, planned=combo in cut)
                  for combo in combos}
         return [steps[c] for c in cut], [steps[c] for c in combos if c not in cut]
 
@@ -190,7 +191,8 @@ class Plan:
         return [
             Step("A", "preflight", "probe", [str(PROBE), "preflight", "--device", p.probe_device, *p.preflight],
                  estimate_s=20, gate=True),
-            self.bench("A", "gate", p.gate, gate=True, estimate_s=30),
+            # the gate and the matrix probe the GEMM ceiling anew (cuBLAS in bf16, fp16, tf32, fp32: issue 47)
+            self.bench("A", "gate", [*p.gate, "--ceiling", "measure"], gate=True, checks=("ceiling",), estimate_s=35),
             self.bench("A", "oom", p.oom, expect_status="oom", expect_exit=3, estimate_s=20),
             self.bench("A", "clean-after-oom", p.small, estimate_s=20),
             # the GPU named by UUID (NVML must find it so) under torchrun's variables set by hand

@@ -31,6 +31,10 @@ def _gib(value) -> str:
     return "n/a" if value is None else f"{value / 2**30:.1f}"
 
 
+def _tflops(value) -> str:
+    return "n/a" if value is None else f"{value / 1e12:,.1f}"
+
+
 def _num(value, digits=1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
@@ -64,12 +68,14 @@ def report(folders: list[Path]) -> str:
     matrix = [s for s in steps if s["step"].startswith("matrix-") and s.get("summary")]
     if matrix:
         out += ["### Models x precision x layout", "",
-                "| model | precision | layout | images/s | MFU | allocator peak GiB | device peak GiB | TF32 in effect | loss |",
-                "|---|---|---|---|---|---|---|---|---|"]
+                "| model | precision | layout | images/s | MFU | GEMM ceiling TFLOP/s | MFU vs achievable | allocator peak GiB "
+                "| device peak GiB | TF32 in effect | loss |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s in matrix:
             r = s["summary"][-1]
             out.append(f"| {r['model']} | {r['precision']} | {r['data_format']} | {_num(r['images_per_sec'])} | "
-                       f"{'n/a' if r['mfu'] is None else format(r['mfu'], '.3f')} | {_gib(r['allocator_peak_bytes'])} | "
+                       f"{'n/a' if r['mfu'] is None else format(r['mfu'], '.3f')} | {_tflops(r.get('ceiling_flops_per_sec'))}"
+                       f" {r.get('ceiling_math') or ''} | {_num(r.get('mfu_vs_achievable'), 3)} | {_gib(r['allocator_peak_bytes'])} | "
                        f"{_gib(r['device_peak_bytes'])} | {r['tf32_in_effect']} | {_num(r['final_loss'], 3)} |")
         out.append("")
     for s in steps:

@@ -116,6 +116,10 @@ class Framework(ABC):
         real compute; called after the timed loops. Raising leaves the counts null with the reason."""
         raise NotImplementedError(f"{self.name} does not count FLOPs")
 
+    def gemm_factory(self, math: str):
+        """The ceiling probe's GEMM on this run's device in `math` (frameworks/gemm.py; benchmarks/ceiling.py)."""
+        raise NotImplementedError(f"{self.name} has no GEMM probe")
+
     @property
     def serves_only(self) -> bool:
         """True for processes that only host state for others (TF PS and PS-mode workers)."""

@@ -22,7 +22,7 @@ import tensorflow as tf  # noqa: E402
 from .. import compilation, lr_rules, precision, step_timing  # noqa: E402
 from ..dataset import image_folder  # noqa: E402
 from ..errors import UsageError  # noqa: E402
-from . import keras_models  # noqa: E402
+from . import gemm, keras_models  # noqa: E402
 from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom  # noqa: E402
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
@@ -110,6 +110,9 @@ class TensorFlowFramework(Framework):
 
     def count_flops(self):
         return count_forward_flops(self.model, self._image_shape())
+
+    def gemm_factory(self, math: str):
+        return gemm.tensorflow_factory(self.device_name, math)
 
     def _init_distributed(self) -> None:
         """Join the other ranks' gradient exchange (the strategy's subclass); alone: nothing."""

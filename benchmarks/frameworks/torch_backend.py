@@ -17,6 +17,7 @@ from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
 from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
+from . import gemm
 
 TORCHVISION_NAMES = {"inception3": "inception_v3"}  # the other --model names are torchvision's own
 
@@ -205,6 +206,9 @@ class TorchFramework(Framework):
 
     def count_flops(self):
         return count_flops(self.config.model, self.config.image_size, self.config.num_classes, self.aux_head)
+
+    def gemm_factory(self, math: str):
+        return gemm.torch_factory(self.device, math)
 
     def model_info(self) -> dict:
         return {

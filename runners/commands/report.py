@@ -229,7 +229,8 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
         doc.table(["workers", "T(1) ms", "T(N) ms", "lost ms", *(f"{why.LOSS_LABELS[n]} ms" for n in why.LOSS_PARTS),
                    "predicted transfer ms", "comm hidden", "traced/timed step (N | 1)", "unexplained", "runs (N | 1)"], rows)
         doc.image(plots.scaling_loss(members, title, out / f"why-{index + 1}.png"), f"lost time per step: {title}")
-        doc.bullets([why.verdict(loss) for loss in members])
+        doc.bullets([sentence for loss in members
+                     for sentence in (why.verdict(loss), why.straggler_sentence(loss)) if sentence])
 
 
 def section_network(doc: Document, comm_records: list[dict], out: Path, link_gbps: float | None) -> None:

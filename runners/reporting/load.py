@@ -41,6 +41,7 @@ FIELDS = (
     "flops.achieved_flops_per_sec", "flops.mfu", "energy.images_per_joule",
     *(f"batch_search.{name}" for name in ("search_id", "probe", "final", "max_batch", "stop_reason")),
     "trace",  # whole (null in most records)
+    "ranks",  # whole: each rank's host, step times and ceiling, where "why" names a straggler (why.find_straggler)
     "accuracy",  # whole: time-to-accuracy runs only (runners/accuracy.py)
     *(f"comparison.{name}" for name in ("id", "seed", "round", "position")),  # compare-runtimes' rounds (1.18)
     "path",  # whole: the path facts set beside a runtime's verdict (benchmarks/fingerprint.py)

@@ -1,11 +1,14 @@
 """Why it does not scale: the lost time per step T(N) - T(1), split into its parts (traces, the
 timed loop's input wait) and set beside the `bench comm` prediction. A sentence says why only
-where the loss is significant; else it says the runs cannot tell. Definitions: docs/reports.md."""
+where the loss is significant; else it says the runs cannot tell. Where the traces show a straggler
+(one rank computing longer than the others beyond their step-to-step noise) it is named, with its
+host and its share of the loss. Definitions: docs/reports.md."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import median
+from math import sqrt
+from statistics import median, variance
 
 from benchmarks.distributed import strategies
 
@@ -19,6 +22,65 @@ LOSS_LABELS = {"exposed_communication": "exposed communication", "input_wait": "
                "straggler_wait": "straggler wait", "compute": "compute slowdown", "idle": "idle (other)"}
 LOSS_PARTS = tuple(LOSS_LABELS)
 LOSS_TOLERANCE = 0.05  # of T(N): how far the parts' sum may miss the measured loss and still "add up"
+# A straggler is named when the slowest rank's mean compute per profiled step exceeds the other ranks' by more
+# than STRAGGLER_Z standard errors of that difference (from each side's step-to-step spread, Welch's form)
+# and its excess over the median rank is at least STRAGGLER_FLOOR of the median rank's compute (a difference
+# that is real but negligible names no one).
+STRAGGLER_Z = 3.0
+STRAGGLER_FLOOR = 0.05
+
+
+@dataclass
+class Straggler:
+    """The slowest rank of a synchronous configuration's traces, and whether its excess is beyond noise."""
+
+    rank: int
+    hosts: list[str]
+    excess_s: float  # its mean compute per step minus the median rank's (the straggler wait), timed-step scale
+    median_compute_s: float
+    noise_s: float  # STRAGGLER_Z standard errors of (its compute - the other ranks'), timed-step scale
+    difference_s: float  # its mean compute minus the other ranks' pooled mean
+    steps: int  # profiled steps per rank behind it (all the configuration's records)
+    ceiling_flops_per_sec: float | None = None  # its device's measured ceiling, and the median rank's
+    median_ceiling_flops_per_sec: float | None = None
+
+    @property
+    def named(self) -> bool:
+        return self.difference_s > self.noise_s and self.excess_s >= STRAGGLER_FLOOR * self.median_compute_s
+
+
+def find_straggler(records: list[dict]) -> Straggler | None:
+    """From the traces' per-rank compute of a synchronous configuration's records (a straggler does not show
+    in the per-rank step times: every rank waits for it in the all-reduce); None without traces on every
+    rank, under an asynchronous strategy, or with fewer than 2 profiled steps per rank (no spread to judge)."""
+    computes: dict[int, list[float]] = {}
+    hosts: dict[int, list[str]] = {}
+    ceilings: dict[int, list[float]] = {}
+    for record in records:
+        ranks = traced_ranks(record)
+        if not ranks or not strategies.get(record["config"]["strategy"]).synchronous:
+            continue
+        scale = record["step_time_s"]["mean"] / _mean([s["step_s"] for r in ranks for s in r["steps"]])
+        rows = {row["rank"]: row for row in record.get("ranks") or []}
+        for traced in ranks:
+            row = rows.get(traced["rank"], {})
+            computes.setdefault(traced["rank"], []).extend(scale * s["compute_s"] for s in traced["steps"])
+            if row.get("host") and row["host"] not in hosts.setdefault(traced["rank"], []):
+                hosts[traced["rank"]].append(row["host"])
+            if row.get("ceiling_flops_per_sec"):
+                ceilings.setdefault(traced["rank"], []).append(row["ceiling_flops_per_sec"])
+    if len(computes) < 2 or min(len(v) for v in computes.values()) < 2:
+        return None
+    means = {rank: _mean(values) for rank, values in computes.items()}
+    slowest = max(means, key=means.get)
+    others = [t for rank, values in computes.items() if rank != slowest for t in values]
+    mine = computes[slowest]
+    se = sqrt(variance(mine) / len(mine) + variance(others) / len(others))
+    middle = median(means.values())
+    ceiling_of = {rank: _mean(values) for rank, values in ceilings.items()}
+    return Straggler(slowest, hosts.get(slowest, []), means[slowest] - middle, middle, STRAGGLER_Z * se,
+                     means[slowest] - _mean(others), min(len(v) for v in computes.values()),
+                     ceiling_of.get(slowest), median(ceiling_of.values()) if len(ceiling_of) == len(means) else None)
 
 
 @dataclass
@@ -35,6 +97,7 @@ class ScalingLoss:
     runs: str
     baseline_runs: str
     p_value: float | None = None  # Welch's t-test of the records' step times at N against those at 1
+    straggler: Straggler | None = None  # the slowest rank in the traces at N (find_straggler)
 
     @property
     def significant(self) -> bool:
@@ -148,7 +211,8 @@ def scaling_loss(records: list[dict], comm_records: list[dict] = ()) -> list[Sca
             overlap = _mean(overlaps) if overlaps else None
         stretch = tuple(_mean([p["stretch"] for p in side]) if side else None for side in (traced_n, traced_1))
         out.append(ScalingLoss(key, key["workers"], t_n, t_1, parts, bool(traced_n), predicted_transfer(members[0], comm_records),
-                               overlap, stretch, ids(members), ids(twins), welch(steps_n, steps_1)))
+                               overlap, stretch, ids(members), ids(twins), welch(steps_n, steps_1),
+                               find_straggler(members)))
     return out
 
 
@@ -185,3 +249,27 @@ def verdict(loss: ScalingLoss) -> str:
 
 def fmt_fraction(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def straggler_sentence(loss: ScalingLoss) -> str | None:
+    """Who is slow: the straggler named with its host and its share of the loss, or "within noise";
+    None where there is nothing to judge (asynchronous strategies, no traces on every rank)."""
+    found = loss.straggler
+    if found is None:
+        return None
+    where = f"rank {found.rank}" + (f" on {', '.join(found.hosts)}" if found.hosts else "")
+    noise = (f"{1e3 * found.noise_s:.1f} ms: {STRAGGLER_Z:g} standard errors over {found.steps} profiled steps "
+             f"per rank")
+    if not found.named:
+        return (f"at {loss.workers} workers no straggler: the slowest, {where}, computes {1e3 * found.excess_s:.1f} "
+                f"ms/step more than the median rank, within the ranks' noise ({noise}; or under "
+                f"{100 * STRAGGLER_FLOOR:.0f}% of the median rank's compute).")
+    share = (f"; {100 * found.excess_s / loss.loss:.0f}% of the lost {1e3 * loss.loss:.1f} ms/step"
+             if loss.loss > 0 else "")
+    ceiling = ""
+    if found.ceiling_flops_per_sec and found.median_ceiling_flops_per_sec:
+        ceiling = (f"; its device's measured ceiling {found.ceiling_flops_per_sec / 1e9:,.1f} GFLOP/s, the median "
+                   f"rank's {found.median_ceiling_flops_per_sec / 1e9:,.1f}")
+    return (f"at {loss.workers} workers the straggler is {where}: {1e3 * found.excess_s:.1f} ms/step more compute "
+            f"than the median rank ({1e3 * found.median_compute_s:.1f} ms), beyond the ranks' noise ({noise})"
+            f"{share}{ceiling}.")

@@ -1,0 +1,50 @@
+"""The record models of the headroom ladder (1.19): the measured GEMM ceiling and the best public result.
+
+Apart from record.py only to keep each file small; record.ResultRecord holds them (docs/results.md#headroom).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from .pathrecord import _Model
+
+
+class GemmRate(_Model):
+    n: int = Field(description="the GEMM's side: C (n x n) = A (n x n) @ B (n x n)")
+    flops_per_sec: float = Field(description="median of the timed trials at this size, 2 n^3 FLOPs per GEMM")
+
+
+class CeilingInfo(_Model):
+    flops_per_sec: Optional[float] = Field(
+        description="the best size's sustained rate: maximum achievable FLOP/s of one device in `math`; null when the "
+        "probe failed")
+    best_size: Optional[int] = Field(default=None, description="the size that reached it")
+    sizes: list[GemmRate] = Field(default_factory=list, description="every size probed, smallest first")
+    measured_utc: Optional[str] = Field(
+        default=None, description="when the probe ran (this run, or the run that filled the cache)")
+    source: Optional[Literal["measured", "cached"]] = Field(
+        default=None, description="measured in this run, or read from the cache")
+    probe_s: Optional[float] = Field(default=None, description="seconds this run spent probing (0 when cached)")
+    key: Optional[str] = Field(
+        default=None, description="the cache key: device, framework and version, math, CPU threads")
+    math: Optional[Literal["fp32", "tf32", "fp16", "bf16"]] = Field(
+        default=None, description="the GEMM's dtype: the run's matmul math (flops.math_in_effect)")
+    threads: Optional[int] = Field(default=None, description="the framework's intra-op threads on a CPU; null on a GPU")
+    cache_file: Optional[str] = Field(default=None, description="where the cache lives (outside the clone)")
+    unavailable_reason: Optional[str] = Field(default=None, description="why flops_per_sec is null")
+
+
+class AnchorInfo(_Model):
+    images_per_sec: Optional[float] = Field(
+        description="the best public result per device for this model and device (benchmarks/anchors.py); null: no "
+        "anchor")
+    source: Optional[str] = Field(description="where it was published")
+    conditions: Optional[str] = Field(description="what it ran under (image size, precision, division)")
+    fraction: Optional[float] = Field(
+        description="this run's images/sec per device / images_per_sec; null when no anchor or the run is outside its "
+        "conditions")
+    reason: Optional[str] = Field(
+        description="why fraction is null: 'no anchor for ...', or the condition the run does not meet")
