@@ -201,7 +201,7 @@ OPTIONS: dict[str, Option] = _table(
            "the timed loops: a square matrix multiply in the run's math on the run's device and threads, a few sizes, "
            "the best sustained rate. cached = measured once per machine, framework version, math and threads, then "
            "read from ~/.cache/dlbench (XDG_CACHE_HOME); measure = probe again and replace it; off = none (default: "
-           "%(default)s)", "how", ceiling.MODES, config=True),
+           "$DLBENCH_CEILING, else %(default)s)", "how", ceiling.MODES, config=True, env="DLBENCH_CEILING"),
     Option("display_every", int, 10, "every N steps print step, images/sec over those N steps and loss to stderr; a "
            "progress bar with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: "
            "%(default)s)", "how", check=NON_NEGATIVE, metavar="N"),

@@ -149,7 +149,7 @@ def test_the_table_line_shows_every_rung_or_why_not():
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_a_real_run_records_its_ceiling_and_reads_it_back_the_next_time(framework, tmp_path):
-    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    env = {"XDG_CACHE_HOME": str(tmp_path), "DLBENCH_CEILING": "cached"}  # the suite's default is off (conftest)
     args = ("--framework", framework, "--model", "alexnet", "--image-size", "64", *SMALL, "--json", "--display-every",
             "0", "--device", "cpu", "--num-threads", "1")
     records = []
