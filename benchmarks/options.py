@@ -346,6 +346,8 @@ def argv(values: dict) -> list[str]:
     return out
 
 
-def given(args, command: str) -> list[str]:
-    """The flags of options that belong to `command` only and were given (differ from their default)."""
-    return [o.flag for o in of(command) if o.commands == (command,) and getattr(args, o.dest, o.default) != o.default]
+def given(args, command: str, environ=os.environ) -> list[str]:
+    """The flags of options that belong to `command` only and were given (differ from their default, the
+    environment's where the option takes one: an exported MLPERF_SUBMISSION_ORG is not a flag given to comm)."""
+    return [o.flag for o in of(command)
+            if o.commands == (command,) and getattr(args, o.dest, o.default) != o.default_from(environ)]

@@ -192,3 +192,15 @@ def test_each_framework_fact_is_stated_once_and_names_real_options():
     assert not set(framework_specs.ALIASES) & set(specs)
     owned = [flag for spec in specs.values() for flag in spec.own_flags]
     assert len(owned) == len(set(owned))  # a framework-only option has one owner
+
+
+def test_an_environment_default_is_not_a_flag_given_to_comm(monkeypatch):
+    """A training option whose default comes from the environment (an exported DLBENCH_CEILING or
+    MLPERF_SUBMISSION_ORG) is not refused as given to `bench comm`; the flag itself still is."""
+    from benchmarks import cli as bench_cli
+    from benchmarks.options import given
+
+    environ = {"DLBENCH_CEILING": "off", "MLPERF_SUBMISSION_ORG": "site"}
+    parser = bench_cli.bench_parser(environ)
+    assert given(parser.parse_args(["comm"]), "run", environ) == []
+    assert given(parser.parse_args(["--ceiling", "measure", "comm"]), "run", environ) == ["--ceiling"]
