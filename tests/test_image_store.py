@@ -1,0 +1,221 @@
+"""ImageStore (runners/runtimes/image_store.py) for each kind of copy a runtime keeps: a file (a SIF, an Enroot
+squashfs), a directory (Charliecloud's) and an image in an engine's own store (Podman's, containerd's: a
+fake engine here, holding images by id and names pointing at them). No container runs: the builds are
+Python functions that write their partial, sleep, then finish it, in child processes where a test kills
+one midway or runs two at once (a second at once must wait on the lock, then find the stamp fresh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runners.runtimes.image_store import Copy, ImageStore, PathCopy
+
+ROOT = Path(__file__).resolve().parent.parent
+KINDS = ("file", "dir", "engine")
+
+
+@dataclass(frozen=True)
+class FakeEngine(Copy):
+    """An engine's store: images/ID/ holds an image, names/NAME the id a name runs; an import writes
+    images/.importing first, and the publish moves it into place and names it."""
+
+    root: Path
+    name: str
+
+    @property
+    def lock(self) -> Path:
+        return self.root / f".{self.name}.lock"
+
+    @property
+    def partial(self) -> Path:
+        return self.root / "images" / ".importing"
+
+    def image(self, image_id: str) -> Path:
+        return self.root / "images" / image_id
+
+    def names(self) -> dict[str, str]:
+        folder = self.root / "names"
+        return {p.name: p.read_text() for p in folder.iterdir()} if folder.is_dir() else {}
+
+    def stamp(self) -> str | None:
+        held = self.names().get(self.name)
+        return held if held is not None and self.image(held).is_dir() else None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.partial, ignore_errors=True)
+
+    def publish(self, stamp: str) -> None:
+        if not self.image(stamp).is_dir():
+            os.rename(self.partial, self.image(stamp))
+        (self.root / "names").mkdir(exist_ok=True)
+        (self.root / "names" / self.name).write_text(stamp)
+
+    def remove(self, replaced: str | None) -> None:
+        if replaced is not None and replaced not in self.names().values():  # kept while another name holds it
+            shutil.rmtree(self.image(replaced))
+
+
+def copy_for(kind: str, root: Path, name: str = "img"):
+    if kind == "file":
+        return PathCopy(root / f"{name}.sqsh", root / f"{name}.id")
+    if kind == "dir":
+        return PathCopy(root / name, root / name / "ch" / "image-id")
+    return FakeEngine(root, name)
+
+
+def content(copy) -> str:
+    if isinstance(copy, FakeEngine):
+        return (copy.image(copy.stamp()) / "content").read_text()
+    return (copy.path if copy.path.is_file() else copy.path / "content").read_text()
+
+
+def build(copy, stamp: str, log: Path, slow: float) -> None:
+    """Half a copy, a pause (where a test kills it), the rest; each build leaves a line in `log`. An engine
+    that has the image under another name only names it (as the SIFs of one image id are shared)."""
+    if isinstance(copy, FakeEngine) and copy.image(stamp).is_dir():
+        return
+    with open(log, "a") as lines:
+        lines.write(f"{stamp} {os.getpid()}\n")
+    assert not copy.partial.exists(), "the build found an earlier build's partial"
+    if isinstance(copy, PathCopy) and copy.stamp_file.is_relative_to(copy.path):
+        (copy.partial / "ch").mkdir(parents=True)
+        written = copy.partial / "content"
+    elif isinstance(copy, FakeEngine):
+        copy.partial.mkdir(parents=True)
+        written = copy.partial / "content"
+    else:
+        written = copy.partial
+    written.write_text("half")
+    time.sleep(slow)
+    written.write_text(stamp)
+
+
+def child(kind: str, root: str, stamp: str, log: str, slow: float) -> None:
+    """One run materialising `stamp` (a test's child process): prints whether it built, and what it got."""
+    copy = copy_for(kind, Path(root))
+    built = ImageStore(copy).materialise(stamp, lambda: build(copy, stamp, Path(log), slow))
+    print(json.dumps({"built": built, "content": content(copy)}), flush=True)
+
+
+def start_child(kind: str, root: Path, stamp: str, log: Path, slow: float) -> subprocess.Popen:
+    code = f"from test_image_store import child\nchild({kind!r}, {str(root)!r}, {stamp!r}, {str(log)!r}, {slow})"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "tests")))}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+
+
+def wait_for(condition, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def half_written(copy) -> bool:
+    written = copy.partial if copy.partial.is_file() else copy.partial / "content"
+    try:
+        return written.read_text() == "half"
+    except OSError:
+        return False
+
+
+def left(root: Path) -> list[str]:
+    """What the store holds (a lock file or partial left would show here)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_build_killed_midway_leaves_a_partial_the_next_build_removes(tmp_path, kind):
+    root, log = tmp_path / "store", tmp_path / "builds"
+    copy = copy_for(kind, root)
+    killed = start_child(kind, root, "sha256:1", log, slow=60)
+    try:
+        wait_for(lambda: half_written(copy))
+    finally:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+    assert copy.partial.exists() and copy.stamp() is None  # killed midway: a partial, never published
+    assert ImageStore(copy).materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))
+    assert copy.stamp() == "sha256:1" and content(copy) == "sha256:1" and not copy.partial.exists()
+    assert not copy.lock.exists()
+    assert len(log.read_text().splitlines()) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_runs_at_once_build_once_and_get_the_same_copy(tmp_path, kind):
+    root, log = tmp_path / "store", tmp_path / "builds"
+    runs = [start_child(kind, root, "sha256:1", log, slow=1.5) for _ in range(2)]
+    outputs = []
+    for run in runs:
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+        outputs.append(json.loads(out))
+    assert sorted(o["built"] for o in outputs) == [False, True]  # the second waited on the lock, then found it fresh
+    assert [o["content"] for o in outputs] == ["sha256:1", "sha256:1"]
+    assert len(log.read_text().splitlines()) == 1
+    assert not copy_for(kind, root).lock.exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_new_image_id_rebuilds_and_the_replaced_copy_goes(tmp_path, kind):
+    root, log = tmp_path / "store", tmp_path / "builds"
+    copy = copy_for(kind, root)
+    store = ImageStore(copy)
+    assert store.materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))
+    first = left(root)
+    assert not store.materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))  # fresh: no build
+    assert store.materialise("sha256:2", lambda: build(copy, "sha256:2", log, slow=0))
+    assert copy.stamp() == "sha256:2" and content(copy) == "sha256:2"
+    assert left(root) == [p.replace("sha256:1", "sha256:2") for p in first]  # the old copy gone, nothing else left
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_an_engine_keeps_a_replaced_copy_another_name_holds(tmp_path):
+    root, log = tmp_path / "engine", tmp_path / "builds"
+    mine, other = copy_for("engine", root, "mine"), copy_for("engine", root, "other")
+    for copy in (mine, other):
+        ImageStore(copy).materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))
+    assert len(log.read_text().splitlines()) == 1  # the second name found the image and only named it
+    ImageStore(mine).materialise("sha256:2", lambda: build(mine, "sha256:2", log, slow=0))
+    assert mine.image("sha256:1").is_dir() and other.stamp() == "sha256:1"  # still held by the other name
+    ImageStore(other).materialise("sha256:2", lambda: build(other, "sha256:2", log, slow=0))
+    assert not mine.image("sha256:1").exists()
+
+
+def build_that_fails(copy) -> None:
+    copy.partial.write_text("half")
+    raise RuntimeError("the import failed")
+
+
+def test_a_failed_build_leaves_the_store_as_it_was(tmp_path):
+    root, log = tmp_path / "store", tmp_path / "builds"
+    copy = copy_for("file", root)
+    with pytest.raises(RuntimeError, match="the import failed"):
+        ImageStore(copy).materialise("sha256:1", lambda: build_that_fails(copy))
+    assert left(root) == []
+    ImageStore(copy).materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))
+    with pytest.raises(RuntimeError):
+        ImageStore(copy).materialise("sha256:2", lambda: build_that_fails(copy))
+    assert copy.stamp() == "sha256:1" and content(copy) == "sha256:1"  # the current copy kept
+    assert left(root) == ["img.id", "img.sqsh"]
+
+
+def test_a_directory_replaced_while_killed_between_its_renames_is_removed(tmp_path):
+    """A kill after the old directory moved aside and before it went: the next build removes it."""
+    root, log = tmp_path / "store", tmp_path / "builds"
+    copy = copy_for("dir", root)
+    ImageStore(copy).materialise("sha256:1", lambda: build(copy, "sha256:1", log, slow=0))
+    os.rename(copy.path, copy.replaced)
+    assert copy.stamp() is None
+    ImageStore(copy).materialise("sha256:2", lambda: build(copy, "sha256:2", log, slow=0))
+    assert left(root) == ["img", "img/ch", "img/ch/image-id", "img/content"]
