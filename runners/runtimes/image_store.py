@@ -18,20 +18,21 @@ import fcntl
 import os
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 
-class Copy:
+class Copy(ABC):
     """A runtime's copy of one image, where the runtime keeps it: the hooks ImageStore needs. The defaults
     say "nothing to do": an engine that publishes and removes as it loads states only its stamp."""
 
     lock: Path  # the lock file: beside the copy, or one for a store whose builds must not overlap at all
 
+    @abstractmethod
     def stamp(self) -> str | None:
         """The stamp of the current copy (the Docker image id it was made from); None: no usable copy."""
-        raise NotImplementedError
 
     def discard(self) -> None:
         """Remove what a build left that was not published (its partial): a failed build's, a killed one's."""
@@ -50,7 +51,7 @@ def locked(path: Path) -> Iterator[None]:
     was found). A waiter that got the lock on a file already removed tries again on the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: another user of a shared store may lock it too
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)  # read-only: another user of the store may lock it too
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             held, named = os.fstat(fd), os.stat(path)
@@ -63,7 +64,7 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         with contextlib.suppress(OSError):  # another user's file in a sticky directory stays
-            path.unlink(missing_ok=True)  # while it is held: no one locks this file and takes it for the current one
+            path.unlink(missing_ok=True)  # while held: no one locks this file and takes it for the current one
         os.close(fd)
 
 
