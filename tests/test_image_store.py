@@ -219,3 +219,112 @@ def test_a_directory_replaced_while_killed_between_its_renames_is_removed(tmp_pa
     assert copy.stamp() is None
     ImageStore(copy).materialise("sha256:2", lambda: build(copy, "sha256:2", log, slow=0))
     assert left(root) == ["img", "img/ch", "img/ch/image-id", "img/content"]
+
+
+# ---- the runtimes' own copies, with stand-in tools (no container, no image) -------------------------
+
+FAKE_DOCKER = """#!/usr/bin/env python3
+import io, json, os, sys, tarfile
+images = json.loads(open(os.environ["FAKE_IMAGES"]).read())  # name -> id
+args = sys.argv[1:]
+if args[:2] == ["image", "inspect"]:
+    if args[-1] not in images:
+        sys.exit("Error: No such image: " + args[-1])
+    print(images[args[-1]] if "{{.Id}}" in args else 0)
+elif args[:2] == ["image", "ls"]:
+    print("\\n".join(sorted(set(images.values()))))
+elif args[0] == "save":
+    files = {"index.json": "{}", "manifest.json": json.dumps([{"RepoTags": [args[-1]]}])}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+    (open(args[args.index("-o") + 1], "wb") if "-o" in args else sys.stdout.buffer).write(out.getvalue())
+"""
+FAKE_APPTAINER = """#!/usr/bin/env python3
+import os, sys
+open(os.environ["FAKE_LOG"], "a").write("build\\n")
+open(sys.argv[-2], "w").write("SIF")
+print("INFO: Extracting OCI image...", file=sys.stderr)
+"""
+FAKE_UDOCKER = """#!/usr/bin/env python3
+import json, os, sys, tarfile
+state = os.environ["FAKE_LOG"] + ".loaded"
+loaded = set(open(state).read().split()) if os.path.exists(state) else set()
+args = [a for a in sys.argv[1:] if a != "--allow-root"]
+if args[0] == "inspect":
+    sys.exit(0 if args[1] in loaded else 1)
+if args[0] == "rmi":
+    loaded.discard(args[-1])
+if args[0] == "load":
+    open(os.environ["FAKE_LOG"], "a").write("load\\n")
+    if os.environ.get("FAKE_LOAD_FAILS"):
+        sys.exit("Error: failed to load image")
+    with tarfile.open(args[-1]) as tar:
+        names = json.load(tar.extractfile("manifest.json"))[0]["RepoTags"]
+    loaded.update(names)
+    print("\\n".join(names))
+open(state, "w").write(" ".join(loaded))
+"""
+
+
+@pytest.fixture
+def tools(tmp_path, monkeypatch):
+    """Stand-in docker, apptainer and udocker on PATH; `tag(name, id)` retags an image in the fake Docker."""
+    bin_dir, images = tmp_path / "bin", tmp_path / "images.json"
+    bin_dir.mkdir()
+    for name, text in (("docker", FAKE_DOCKER), ("apptainer", FAKE_APPTAINER), ("udocker", FAKE_UDOCKER)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_IMAGES", str(images))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log"))
+
+    def tag(name: str, image_id: str) -> None:
+        images.write_text(json.dumps({name: image_id}))
+
+    return tag
+
+
+def tool_calls(tmp_path) -> list[str]:
+    log = tmp_path / "log"
+    return log.read_text().split() if log.is_file() else []
+
+
+def test_a_sif_per_image_id_and_the_replaced_one_goes(tmp_path, tools, monkeypatch):
+    from runners import runtimes
+
+    store = tmp_path / "sif"
+    monkeypatch.setenv("DLBENCH_SIF_DIR", str(store))
+    rt = runtimes.get("apptainer")
+    tools("dlbench-x:1", "sha256:" + "1" * 64)
+    first = rt.import_image("dlbench-x:1")
+    assert first == str(store / f"{'1' * 16}.sif") and rt.import_image("dlbench-x:1") == first
+    assert tool_calls(tmp_path) == ["build"]  # once per image id
+    tools("dlbench-x:1", "sha256:" + "2" * 64)  # rebuilt: the old id no longer tagged
+    assert rt.import_image("dlbench-x:1") == str(store / f"{'2' * 16}.sif")
+    assert tool_calls(tmp_path) == ["build", "build"]
+    assert left(store) == [f"{'2' * 16}.sif", "dlbench-x-1.image"]  # the old SIF, partial, layout, lock: gone
+
+
+def test_udocker_loads_once_per_image_id_and_a_failed_load_leaves_nothing(tmp_path, tools, monkeypatch):
+    from benchmarks.errors import UsageError
+    from runners import runtimes
+
+    store = tmp_path / "udocker-store"
+    monkeypatch.setenv("DLBENCH_UDOCKER_STORE", str(store))
+    rt = runtimes.get("udocker")
+    tools("dlbench-x:1", "sha256:1")
+    assert rt.import_image("dlbench-x:1") == "dlbench-x:1" == rt.import_image("dlbench-x:1")
+    assert tool_calls(tmp_path) == ["load"] and left(store) == ["dlbench-x-1.loaded"]  # no tarball, partial, lock
+    assert (store / "dlbench-x-1.loaded").read_text() == "sha256:1\ndlbench-x:1\n"
+    tools("dlbench-x:1", "sha256:2")
+    monkeypatch.setenv("FAKE_LOAD_FAILS", "1")
+    with pytest.raises(UsageError, match="udocker load -i dlbench-x:1 failed: Error: failed to load image"):
+        rt.import_image("dlbench-x:1")
+    assert left(store) == []  # the earlier import went before the load (udocker loads over no name), no stamp
+    monkeypatch.delenv("FAKE_LOAD_FAILS")
+    assert rt.import_image("dlbench-x:1") == "dlbench-x:1"
+    assert (store / "dlbench-x-1.loaded").read_text() == "sha256:2\ndlbench-x:1\n"
