@@ -154,4 +154,3 @@ class ContainerdRuntime(Runtime):
         except subprocess.TimeoutExpired:
             return "containerd does not answer (no answer within 15 s)"
         return None if answer.returncode == 0 else f"containerd does not answer ({last_line(answer.stderr)[:200]})"
-

@@ -56,4 +56,3 @@ class PodmanRuntime(DockerCliRuntime):
         tags = run_quiet([self.executable(), "image", "inspect", "--format", "{{len .RepoTags}}", image_id])
         if tags.returncode == 0 and tags.stdout.strip() == "0":
             run_quiet([self.executable(), "rmi", image_id], timeout=300)  # refused while a container uses it
-
