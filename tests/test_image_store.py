@@ -100,15 +100,21 @@ def build(copy, stamp: str, log: Path, slow: float) -> None:
     written.write_text(stamp)
 
 
-def child(kind: str, root: str, stamp: str, log: str, slow: float) -> None:
-    """One run materialising `stamp` (a test's child process): prints whether it built, and what it got."""
-    copy = copy_for(kind, Path(root))
+def child(kind: str, root: str, stamp: str, log: str, slow: float, runs: int) -> None:
+    """One of `runs` runs materialising `stamp` (a test's child process), started together once all are
+    up: prints whether it built, what it got, and how long it took."""
+    ready = Path(log).with_name("ready")
+    ready.mkdir(exist_ok=True)
+    (ready / str(os.getpid())).touch()
+    wait_for(lambda: len(list(ready.iterdir())) >= runs)
+    copy, started = copy_for(kind, Path(root)), time.monotonic()
     built = ImageStore(copy).materialise(stamp, lambda: build(copy, stamp, Path(log), slow))
-    print(json.dumps({"built": built, "content": content(copy)}), flush=True)
+    print(json.dumps({"built": built, "content": content(copy), "took_s": time.monotonic() - started}), flush=True)
 
 
-def start_child(kind: str, root: Path, stamp: str, log: Path, slow: float) -> subprocess.Popen:
-    code = f"from test_image_store import child\nchild({kind!r}, {str(root)!r}, {stamp!r}, {str(log)!r}, {slow})"
+def start_child(kind: str, root: Path, stamp: str, log: Path, slow: float, runs: int = 1) -> subprocess.Popen:
+    code = (f"from test_image_store import child\n"
+            f"child({kind!r}, {str(root)!r}, {stamp!r}, {str(log)!r}, {slow}, {runs})")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(ROOT), str(ROOT / "tests")))}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, stdin=subprocess.DEVNULL)
@@ -154,13 +160,15 @@ def test_a_build_killed_midway_leaves_a_partial_the_next_build_removes(tmp_path,
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_runs_at_once_build_once_and_get_the_same_copy(tmp_path, kind):
     root, log = tmp_path / "store", tmp_path / "builds"
-    runs = [start_child(kind, root, "sha256:1", log, slow=1.5) for _ in range(2)]
+    runs = [start_child(kind, root, "sha256:1", log, slow=1.5, runs=2) for _ in range(2)]
     outputs = []
     for run in runs:
         out, err = run.communicate(timeout=60)
         assert run.returncode == 0, err
         outputs.append(json.loads(out))
-    assert sorted(o["built"] for o in outputs) == [False, True]  # the second waited on the lock, then found it fresh
+    outputs.sort(key=lambda o: o["built"])
+    assert [o["built"] for o in outputs] == [False, True]
+    assert outputs[0]["took_s"] > 1.0  # it waited on the lock for the build, then found the stamp fresh
     assert [o["content"] for o in outputs] == ["sha256:1", "sha256:1"]
     assert len(log.read_text().splitlines()) == 1
     assert not copy_for(kind, root).lock.exists()
