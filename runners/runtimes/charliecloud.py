@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmarks.errors import UsageError
 
 from .base import Mount, Runtime, docker_image_id
+from .image_store import ImageStore, PathCopy
 
 STORE_ENV = "DLBENCH_CH_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-charliecloud"
@@ -27,24 +28,23 @@ class CharliecloudRuntime(Runtime):
     passes_host_env = True
 
     def import_image(self, image: str) -> str:
-        """Convert the local Docker image to a directory; reused while the Docker image id is the same."""
+        """Convert the local Docker image to a directory once per Docker image id (ImageStore)."""
         if shutil.which("ch-convert") is None:
             raise UsageError("runtime 'charliecloud' needs 'ch-convert', which is not on PATH")
         if os.path.isdir(image) and os.path.isfile(os.path.join(image, "ch", "environment")):
             return os.path.abspath(image)  # already a Charliecloud image directory
         image_id = docker_image_id(image, "ch-convert -i docker needs it")
         target = Path(os.environ.get(STORE_ENV) or DEFAULT_STORE) / image.replace("/", "%").replace(":", "+")
-        stamp = target / "ch" / "dlbench-image-id"
-        if stamp.is_file() and stamp.read_text().strip() == image_id:
-            return str(target)
-        shutil.rmtree(target, ignore_errors=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(["ch-convert", "-i", "docker", image, str(target)], capture_output=True, text=True,
-                                env={**os.environ, **self.host_env()}, stdin=subprocess.DEVNULL)
-        if result.returncode != 0:
-            shutil.rmtree(target, ignore_errors=True)
-            raise UsageError(f"ch-convert -i docker {image} {target} failed: {(result.stderr.strip().splitlines() or [''])[-1]}")
-        stamp.write_text(image_id + "\n")
+        copy = PathCopy(target, target / "ch" / "dlbench-image-id")
+
+        def build() -> None:
+            result = subprocess.run(["ch-convert", "-i", "docker", image, str(copy.partial)], capture_output=True,
+                                    text=True, env={**os.environ, **self.host_env()}, stdin=subprocess.DEVNULL)
+            if result.returncode != 0:
+                said = (result.stderr.strip().splitlines() or [""])[-1]
+                raise UsageError(f"ch-convert -i docker {image} {target} failed: {said}")
+
+        ImageStore(copy).materialise(image_id, build)
         return str(target)
 
     def host_env(self) -> dict[str, str]:

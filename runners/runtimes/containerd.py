@@ -14,8 +14,10 @@ import shutil
 import subprocess
 
 from benchmarks.errors import UsageError
+from benchmarks.processes import alive
 
-from .base import Command, Invocation, Mount, Runtime, last_line, local_docker_id, run_quiet
+from .base import Command, Invocation, Mount, Runtime, last_line, local_docker_id, run_quiet, safe_name
+from .image_store import EngineCopy, ImageStore, tmp_lock
 
 NAMESPACE = "dlbench"
 ID_LABEL = "io.dlbench.docker-id"  # the Docker image id a containerd image was imported from
@@ -52,33 +54,54 @@ class ContainerdRuntime(Runtime):
 
     # ---- the image ----------------------------------------------------------------
     def import_image(self, image: str) -> str:
+        """containerd's copy of the local Docker image, imported once per image id (ImageStore); an image only
+        containerd has, as it is."""
         ref, docker_id = reference(image), local_docker_id(image)
-        labels = self.labels(ref)
-        if labels is not None and docker_id in (None, labels.get(ID_LABEL)):
-            return ref  # imported from this build, or containerd's own image
         if docker_id is None:
+            if self.labels(ref) is not None:
+                return ref  # containerd's own image
             raise UsageError(f"image {image!r} not found by containerd, nor in a local Docker engine to import it from")
-        # The image this import replaces keeps a second name until the new one is unpacked: else containerd's
-        # garbage collector may take the layers both share from under the unpack ("parent snapshot ... does
-        # not exist", seen here; containerd issues #2382, #3787).
+        # The import names the new copy, the label stamps it; the replaced image goes with its last name.
+        copy = EngineCopy(tmp_lock(f"containerd-{safe_name(ref)}"),
+                          reads=lambda: (self.labels(ref) or {}).get(ID_LABEL),
+                          publishes=lambda stamp: self.ctr("images", "label", ref, f"{ID_LABEL}={stamp}"),
+                          discards=self.remove_held)
+        ImageStore(copy).materialise(docker_id, lambda: self.load(image, ref))
+        return ref
+
+    def load(self, image: str, ref: str) -> None:
+        """`docker save IMAGE | ctr images import -`, the replaced image held meanwhile. It keeps a second name
+        until the new one is unpacked: else containerd's garbage collector may take the layers both share from
+        under the unpack ("parent snapshot ... does not exist", seen here; containerd issues #2382, #3787)."""
         held = HELD.format(pid=os.getpid())
-        if labels is not None:
+        replacing = self.labels(ref) is not None
+        if replacing:
             self.ctr("images", "tag", "--force", ref, held)
-        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
         try:
-            loaded = subprocess.run(self.ctr_argv("images", "import", "-"), stdin=save.stdout, capture_output=True, text=True)
+            loaded = subprocess.run(self.ctr_argv("images", "import", "-"), stdin=save.stdout, capture_output=True,
+                                    text=True)
         except BaseException:  # Ctrl-C
             save.kill()
             raise
         finally:
             save.stdout.close()
-            if labels is not None:
-                self.ctr("images", "rm", held)
+            if replacing:
+                self.ctr("images", "rm", held)  # the replaced image goes with its last name (the collector's work)
         if save.wait() != 0 or loaded.returncode != 0 or self.labels(ref) is None:
             self.ctr("images", "rm", ref)  # nothing half-imported left
             raise UsageError(f"docker save {image} | ctr images import - failed: {last_line(loaded.stderr)}")
-        self.ctr("images", "label", ref, f"{ID_LABEL}={docker_id}")
-        return ref
+
+    def remove_held(self) -> None:
+        """The second names of replaced images whose importer was killed (this host's processes that are gone:
+        the store's lock is this host's too)."""
+        prefix = HELD.split("{", 1)[0]
+        listed = self.ctr("images", "ls", "-q")
+        for name in listed.stdout.split() if listed.returncode == 0 else []:
+            pid = name.removeprefix(prefix)
+            if name.startswith(prefix) and pid.isdigit() and not alive(int(pid)):
+                self.ctr("images", "rm", name)
 
     def labels(self, ref: str) -> dict[str, str] | None:
         """containerd's labels of its image `ref` (None: it has no such image)."""

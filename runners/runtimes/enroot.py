@@ -18,6 +18,7 @@ from pathlib import Path
 from benchmarks.errors import UsageError
 
 from .base import Command, Invocation, Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
+from .image_store import ImageStore, PathCopy
 
 STORE_ENV = "DLBENCH_ENROOT_DIR"
 DEFAULT_STORE = "/var/tmp/dlbench-enroot"
@@ -33,10 +34,8 @@ def gpu_environment(gpus: bool) -> dict[str, str]:
 
 
 def squashfs_for(image: str, enroot: str) -> Path:
-    """The image as a squashfs file: a given .sqsh as it is, a Docker image imported once per image id.
-
-    The import writes to a temporary name and is renamed into place only when it succeeded,
-    so a failed or interrupted import leaves no half-written squashfs behind."""
+    """The image as a squashfs file: a given .sqsh as it is, a Docker image imported once per image id
+    (ImageStore: a failed or interrupted import leaves no squashfs behind)."""
     if image.endswith(".sqsh"):
         path = Path(image).resolve()
         if not path.is_file():
@@ -44,21 +43,14 @@ def squashfs_for(image: str, enroot: str) -> Path:
         return path
     image_id = docker_image_id(image, "enroot import dockerd:// needs it: make images, or give a .sqsh file")
     target = Path(os.environ.get(STORE_ENV) or DEFAULT_STORE) / f"{safe_name(image)}.sqsh"
-    stamp = target.with_suffix(".id")
-    if target.is_file() and stamp.is_file() and stamp.read_text().strip() == image_id:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    partial.unlink(missing_ok=True)
-    try:
-        result = run_quiet([enroot, "import", "-o", str(partial), f"dockerd://{image}"], timeout=IMPORT_TIMEOUT_S)
-        if result.returncode != 0 or not partial.is_file():
+    copy = PathCopy(target, target.with_suffix(".id"))
+
+    def build() -> None:
+        result = run_quiet([enroot, "import", "-o", str(copy.partial), f"dockerd://{image}"], timeout=IMPORT_TIMEOUT_S)
+        if result.returncode != 0 or not copy.partial.is_file():
             raise UsageError(f"enroot import dockerd://{image} failed: {last_line(result.stderr + result.stdout)}")
-        stamp.unlink(missing_ok=True)
-        os.replace(partial, target)
-        stamp.write_text(image_id + "\n")
-    finally:
-        partial.unlink(missing_ok=True)
+
+    ImageStore(copy).materialise(image_id, build)
     return target
 
 

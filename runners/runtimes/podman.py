@@ -9,7 +9,8 @@ import subprocess
 
 from benchmarks.errors import UsageError
 
-from .base import DockerCliRuntime, last_line, local_docker_id, run_quiet
+from .base import DockerCliRuntime, last_line, local_docker_id, run_quiet, safe_name
+from .image_store import EngineCopy, ImageStore, tmp_lock
 
 
 class PodmanRuntime(DockerCliRuntime):
@@ -28,22 +29,26 @@ class PodmanRuntime(DockerCliRuntime):
 
     def import_image(self, image: str) -> str:
         """Podman's own copy while it is the local Docker engine's image (`docker save | podman load` keeps
-        the id), else `docker save IMAGE | podman load`: a rebuilt Docker image is loaded again, never run
-        from a stale copy."""
+        the id), else `docker save IMAGE | podman load` (ImageStore): a rebuilt Docker image is loaded again,
+        never run from a stale copy."""
         docker_id = (local_docker_id(image) or "").removeprefix("sha256:") or None
-        podman_id = self.image_id(image)
-        if podman_id is not None and docker_id in (None, podman_id):
-            return image
         if docker_id is None:
+            if self.image_id(image) is not None:
+                return image
             raise UsageError(f"image {image!r} not found by podman, nor in a local Docker engine to load it from")
-        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        copy = EngineCopy(tmp_lock(f"podman-{safe_name(image)}"), reads=lambda: self.image_id(image),
+                          removes=self.remove_if_untagged)
+        ImageStore(copy).materialise(docker_id, lambda: self.load(image))
+        return image
+
+    def load(self, image: str) -> None:
+        """`docker save IMAGE | podman load`: the load names the new copy itself (its own publish)."""
+        save = subprocess.Popen([shutil.which("docker"), "save", image], stdout=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
         load = subprocess.run([self.executable(), "load"], stdin=save.stdout, capture_output=True, text=True)
         save.stdout.close()
         if save.wait() != 0 or load.returncode != 0:
             raise UsageError(f"docker save {image} | podman load failed: {last_line(load.stderr)}")
-        if podman_id is not None:
-            self.remove_if_untagged(podman_id)
-        return image
 
     def remove_if_untagged(self, image_id: str) -> None:
         """The copy a rebuilt image replaced, once the load moved its name away (a few GB per rebuild

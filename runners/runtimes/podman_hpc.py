@@ -10,11 +10,9 @@ it, labelled dlbench.run=NAME so that benchrun can remove what a killed run left
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
@@ -23,6 +21,7 @@ from benchmarks.errors import UsageError
 from benchmarks.processes import CLIENT_GRACE_S, children, command_lines, terminate
 
 from .base import Client, Command, DockerCliRuntime, Invocation, last_line, local_docker_id, run_quiet
+from .image_store import EngineCopy, ImageStore, tmp_lock
 
 LABEL = "dlbench.run"
 IMPORT_TIMEOUT_S = 3600
@@ -98,24 +97,21 @@ class PodmanHpcRuntime(DockerCliRuntime):
         return run_quiet([self.executable(), "image", "exists", image]).returncode == 0
 
     def import_image(self, image: str) -> str:
-        """The migrated image: reused while its id is the local Docker image's, else imported from Docker."""
+        """The migrated image: reused while its id is the local Docker image's, else imported from Docker
+        (ImageStore)."""
         docker_id = (local_docker_id(image) or "").removeprefix("sha256:") or None
-        squashed = self.squashed_id(image)
-        if squashed and (docker_id is None or squashed == docker_id):
-            return image
         if docker_id is None:
+            if self.squashed_id(image):
+                return image
             if self.has_image(image):
                 raise UsageError(f"image {image!r} is in podman-hpc's storage but not migrated: "
                                  f"run `podman-hpc migrate {image}` (runs use the squashed copy)")
             raise UsageError(f"image {image!r} not found: not migrated for podman-hpc (podman-hpc images) and not in "
                              f"a local Docker engine to import from (make images; or podman-hpc pull IMAGE, then migrate)")
-        with open(Path(tempfile.gettempdir()) / f"dlbench-podman-hpc-import-{os.getuid()}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one import at a time: the snapshot below is then exact
-            earlier = self.squashed_id(image)
-            if earlier != docker_id:
-                self.migrate_from_docker(image, docker_id)
-                if earlier is not None:
-                    self.remove_if_unnamed(earlier)
+        # One import at a time, of any image: the snapshot migrate_from_docker puts back is then exact.
+        copy = EngineCopy(tmp_lock("podman-hpc-import"), reads=lambda: self.squashed_id(image),
+                          removes=self.remove_if_unnamed)
+        ImageStore(copy).materialise(docker_id, lambda: self.migrate_from_docker(image, docker_id))
         return image
 
     def remove_if_unnamed(self, squashed_id: str) -> None:

@@ -9,7 +9,6 @@ and the install: docs/runtimes.md, "Apptainer (and `singularity`)"."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -17,11 +16,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.errors import UsageError
 
 from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
+from .image_store import Copy, ImageStore
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 CDI_GPU = "nvidia.com/gpu"
@@ -197,6 +198,48 @@ def build_from_layout(argv: list[str], layout: Path) -> str | None:
     return f"no end after {BUILD_TIMEOUT_S} s" if timed_out.is_set() else last_line(said)
 
 
+@dataclass(frozen=True)
+class NamedSif(Copy):
+    """The SIF an image name runs: SIFs are named by their Docker image id (tags of one image share one), and
+    a pointer file per name says which SIF it runs, which is its stamp. Publishing writes the pointer; the
+    SIFs no name points at any more, or whose image is no longer tagged, then go (remove_stale)."""
+
+    store: Path
+    image: str
+
+    @property
+    def pointer(self) -> Path:
+        return self.store / f"{safe_name(self.image)}.image"
+
+    @property
+    def lock(self) -> Path:
+        return self.store / "build.lock"  # one build at a time in the store: each needs ~3x its image on disk
+
+    def stamp(self) -> str | None:
+        try:
+            sif = self.pointer.read_text().strip()
+        except OSError:
+            return None
+        return sif if (self.store / sif).is_file() else None
+
+    def discard(self) -> None:
+        for partial in self.store.glob("*.sif.partial"):
+            partial.unlink(missing_ok=True)
+        for layout in self.store.glob(".*-oci-*"):
+            shutil.rmtree(layout, ignore_errors=True)
+
+    def publish(self, stamp: str) -> None:
+        """The SIF built (`ID.sif.partial`, if this build made it: not where another name had) renamed into
+        place, then the name pointed at it."""
+        partial = self.store / f"{stamp}.partial"
+        if partial.is_file():
+            os.replace(partial, self.store / stamp)
+        self.pointer.write_text(stamp + "\n")
+
+    def remove(self, replaced: str | None) -> None:
+        remove_stale(self.store)
+
+
 class SingularityRuntime(Runtime):
     name = "singularity"
     binary = "singularity"
@@ -216,35 +259,32 @@ class SingularityRuntime(Runtime):
             return check_sif(image)
         image_id = docker_image_id(image, f"{self.name} builds a SIF from it once; or give a .sif")
         cache = os.environ.get("DLBENCH_CACHE") or Path.home() / ".cache" / "dlbench"
-        store = Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif")
-        target = store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
-        store.mkdir(parents=True, exist_ok=True)
-        pointer = store / f"{safe_name(image)}.image"  # names the SIF of the image's current id
-        with open(store / "build.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another rank or run converting an image: wait, then reuse
-            if not target.is_file():
-                pointer.unlink(missing_ok=True)  # the name's earlier SIF goes first: a build needs ~3x the image on disk
-                remove_stale(store)
-                self._build(image, target)
-            pointer.write_text(target.name + "\n")
-            remove_stale(store)
+        copy = NamedSif(Path(os.environ.get(SIF_DIR_ENV) or Path(cache) / "sif"), image)
+        target = copy.store / f"{image_id.removeprefix('sha256:')[:16]}.sif"
+
+        def build() -> None:
+            if target.is_file():
+                return  # made for another name of the same image
+            copy.pointer.unlink(missing_ok=True)  # the name's earlier SIF goes first: a build needs ~3x the image
+            remove_stale(copy.store)
+            self._build(image, target)
+
+        ImageStore(copy).materialise(target.name, build)
         return str(target)
 
     def _build(self, image: str, target: Path) -> None:
+        """`docker save` into an OCI layout beside the SIF, then `build` into `ID.sif.partial`, which NamedSif
+        publishes (or removes, with the layout, where a build stops short)."""
         check_room(image, target.parent)
         partial = target.with_suffix(".sif.partial")
         layout = Path(tempfile.mkdtemp(prefix=f".{target.stem}-oci-", dir=target.parent))
-        try:
-            save_oci_layout(image, layout)
-            squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
-            said = build_from_layout([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args",
-                                      squash, str(partial), f"oci:{layout}"], layout)
-            if said is not None:
-                raise UsageError(f"{self.name} build {target.name} from {image} failed: {said}")
-            os.replace(partial, target)
-        finally:
-            partial.unlink(missing_ok=True)
-            shutil.rmtree(layout, ignore_errors=True)
+        save_oci_layout(image, layout)
+        squash = os.environ.get(MKSQUASHFS_ARGS_ENV, MKSQUASHFS_ARGS)
+        said = build_from_layout([self.executable(), "build", "--force", "--disable-cache", "--mksquashfs-args",
+                                  squash, str(partial), f"oci:{layout}"], layout)
+        if said is not None:
+            raise UsageError(f"{self.name} build {target.name} from {image} failed: {said}")
+        shutil.rmtree(layout, ignore_errors=True)
 
     def image_labels(self, image: str) -> dict[str, str]:
         found = run_quiet([self.executable(), "inspect", "--labels", "--json", image])

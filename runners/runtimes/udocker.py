@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +24,12 @@ from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
 from benchmarks.processes import group_members
 
 from .base import Client, Command, Invocation, Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
+from .image_store import Copy, ImageStore
 
 STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
 LOAD_TIMEOUT_S = 3600
 REMOVE_TRIES = 3  # `udocker rm -f ID` again while the id is still listed
+LOADED = "loaded"  # in a load's partial: the names udocker gave the image
 
 
 def store() -> Path:
@@ -43,6 +45,52 @@ def tags_in(tar: Path) -> list[str]:
         return [tag for entry in manifest for tag in entry.get("RepoTags") or []]
     except (OSError, KeyError, ValueError, TypeError, AttributeError, tarfile.TarError):
         return []
+
+
+@dataclass(frozen=True)
+class LoadedImage(Copy):
+    """An image in udocker's repository, stamped by a file of ours in store(): the identity it was loaded
+    from (a Docker image id, or a tarball's path, size and mtime), then the names udocker gave it."""
+
+    runtime: UdockerRuntime
+    key: str
+
+    @property
+    def stamp_file(self) -> Path:
+        return store() / f"{self.key}.loaded"
+
+    @property
+    def partial(self) -> Path:
+        return store() / f".{self.key}.partial"
+
+    @property
+    def lock(self) -> Path:
+        return store() / f".{self.key}.lock"
+
+    def read(self) -> tuple[str, list[str]]:
+        """The stamp file's identity and names ("", []: none)."""
+        try:
+            identity, _, names = self.stamp_file.read_text().partition("\n")
+        except OSError:
+            return "", []
+        return identity, names.split()
+
+    def names(self) -> list[str]:
+        return self.read()[1]
+
+    def stamp(self) -> str | None:
+        """The identity while udocker still has the image under its first name."""
+        identity, names = self.read()
+        return identity if names and self.runtime.udocker("inspect", names[0]).returncode == 0 else None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.partial, ignore_errors=True)
+
+    def publish(self, stamp: str) -> None:
+        loaded = self.partial / LOADED
+        loaded.write_text(f"{stamp}\n{loaded.read_text()}")
+        os.replace(loaded, self.stamp_file)
+        self.discard()  # the tarball
 
 
 @dataclass(frozen=True)
@@ -103,32 +151,33 @@ class UdockerRuntime(Runtime):
         return self._load(safe_name(image), image_id, image=image)
 
     def _load(self, key: str, identity: str, tar: Path | None = None, image: str | None = None) -> str:
-        stamp = store() / f"{key}.loaded"
-        if stamp.is_file():
-            known, _, names = stamp.read_text().partition("\n")
-            names = names.split()
-            if known == identity and names and self.udocker("inspect", names[0]).returncode == 0:
-                return names[0]
-            stamp.unlink()
-            for name in names:
-                self.udocker("rmi", "-f", name)  # an earlier import of the same image
-        store().mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="save-", dir=store()) as tmp:
-            if tar is None:
-                tar = Path(tmp) / "image.tar"
-                saved = run_quiet(["docker", "save", "-o", str(tar), image], timeout=LOAD_TIMEOUT_S)
-                if saved.returncode != 0:
-                    raise UsageError(f"docker save {image} failed: {last_line(saved.stderr)}")
-            for name in tags_in(tar):  # a load that was cut short left these without a stamp: udocker
-                self.udocker("rmi", "-f", name)  # refuses to load over them ("tag already exist")
-            result = self.udocker("load", "-i", str(tar), timeout=LOAD_TIMEOUT_S)
+        copy = LoadedImage(self, key)
+        ImageStore(copy).materialise(identity, lambda: self._build(copy, tar, image))
+        return copy.names()[0]
+
+    def _build(self, copy: LoadedImage, tar: Path | None, image: str | None) -> None:
+        """`udocker load` of the tarball (`docker save`d into the partial first, for a Docker image); the
+        names it loaded are kept in the partial for publish. udocker refuses to load over a name ("tag
+        already exist"): the earlier import of the image goes first, and whatever a load cut short left."""
+        earlier = copy.names()
+        copy.stamp_file.unlink(missing_ok=True)
+        for name in earlier:
+            self.udocker("rmi", "-f", name)
+        copy.partial.mkdir(parents=True)
+        if tar is None:
+            tar = copy.partial / "image.tar"
+            saved = run_quiet(["docker", "save", "-o", str(tar), image], timeout=LOAD_TIMEOUT_S)
+            if saved.returncode != 0:
+                raise UsageError(f"docker save {image} failed: {last_line(saved.stderr)}")
+        for name in tags_in(tar):  # a load that was cut short left these without a stamp
+            self.udocker("rmi", "-f", name)
+        result = self.udocker("load", "-i", str(tar), timeout=LOAD_TIMEOUT_S)
         names = [line.strip() for line in result.stdout.splitlines() if ":" in line and " " not in line.strip()]
         if result.returncode != 0 or not names:
             for name in names:
                 self.udocker("rmi", "-f", name)  # nothing half-loaded left behind
             raise UsageError(f"udocker load -i {image or tar} failed: {last_line(result.stderr + result.stdout)}")
-        stamp.write_text(f"{identity}\n{' '.join(names)}\n")
-        return names[0]
+        (copy.partial / LOADED).write_text(" ".join(names) + "\n")
 
     # ---- one rank's run --------------------------------------------------------------
     def host_env(self) -> dict[str, str]:
