@@ -32,7 +32,8 @@ LONG = ["--num-batches", "100000"]  # ended only by the signal
 # -- the policy, in process ----------------------------------------------------------------------------
 
 def test_every_ending_signal_a_shell_terminal_or_batch_system_sends_has_a_meaning():
-    sent = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGXCPU, signal.SIGUSR1, signal.SIGUSR2}
+    sent = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGXCPU,  # shells, terminals, limits
+            signal.SIGUSR1, signal.SIGUSR2}  # Slurm's --signal
     assert set(processes.ENDING_SIGNALS) == sent
     assert not set(processes.STOP_SIGNALS) & set(processes.BOUNDARY_SIGNALS)
     # Slurm's warning: at a step boundary for one process; now for several, which could not agree on one step
@@ -197,3 +198,60 @@ def test_a_sweep_keeps_its_finished_points_and_ends_on_a_hang_up(tmp_path):
     statuses = sorted(entry["record"]["status"] for entry in lines(store))
     assert statuses == ["interrupted", "ok"]
     assert not marked(marker)
+
+
+# -- Slurm's pre-timeout warning, for real ---------------------------------------------------------------------
+
+def _batch_job(tmp_path, cluster: dict, *sbatch: str) -> tuple[str, object, object]:
+    """A batch job whose shell is bench itself (`exec`: the warning `B:` sends reaches bench, not a shell that dies
+    of it); (job id, the job's output file, bench's --output)."""
+    out, log = tmp_path / "runs.jsonl", tmp_path / "job.out"
+    script = tmp_path / "job.sh"
+    argv = " ".join([sys.executable, "-m", "benchmarks", *RUN, *LONG, "--output", str(out)])
+    script.write_text(f"#!/bin/sh\nexport PYTHONPATH={ROOT}\nexec {argv}\n")
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", f"--chdir={tmp_path}", *sbatch, str(script)],
+                         env=cluster["env"], capture_output=True, text=True, timeout=60, check=True)
+    return job.stdout.strip().split(";")[0], log, out
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _job(cluster: dict, job: str) -> str:
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=cluster["env"], capture_output=True, text=True)
+    return shown.stdout
+
+
+def _measured_until_warned(cluster: dict, job: str, log, out) -> dict:
+    """The job ended by itself with bench's exit code (130: interrupted), the record naming the warning."""
+    running = ("JobState=PENDING", "JobState=RUNNING", "JobState=COMPLETING")
+    _wait_for(lambda: not any(state in _job(cluster, job) for state in running), 180, f"job {job} still running")
+    assert "ExitCode=130:0" in _job(cluster, job), _job(cluster, job)
+    record = validate_record(lines(out)[-1])
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGUSR1", log.read_text()[-3000:]
+    assert "stopped at a step boundary by SIGUSR1" in record["error"]["message"]
+    assert "Traceback" not in log.read_text()
+    return record
+
+
+@pytest.mark.slow
+def test_scancel_signal_usr1_to_the_batch_shell_stops_bench_at_a_step_boundary(tmp_path, slurm_single):
+    job, log, out = _batch_job(tmp_path, slurm_single)
+    _wait_for(lambda: log.exists() and "step 3/100000 (repeat 1)" in log.read_text(), 180, "no timed step")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=slurm_single["env"], check=True, timeout=60)
+    record = _measured_until_warned(slurm_single, job, log, out)
+    _steps_kept(record, 3)
+
+
+@pytest.mark.slow
+def test_slurms_pre_timeout_warning_ends_the_job_with_what_was_measured(tmp_path, slurm_single):
+    """--time=1 --signal=B:USR1@40: Slurm warns 20 s into the job (up to its ~30 s check interval later), bench
+    stops at the next step boundary and records what it measured, before the time limit kills anything."""
+    job, log, out = _batch_job(tmp_path, slurm_single, "--time=1", "--signal=B:USR1@40")
+    record = _measured_until_warned(slurm_single, job, log, out)
+    _steps_kept(record, 1)
+    assert record["duration_s"] < 60
