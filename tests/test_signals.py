@@ -118,9 +118,10 @@ def _steps_kept(record: dict, at_least: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGQUIT, signal.SIGXCPU], ids=lambda s: s.name)
+@pytest.mark.parametrize("signum", processes.STOP_SIGNALS, ids=lambda s: s.name)
 def test_a_stop_signal_records_interrupted_with_the_steps_already_timed(tmp_path, signum):
-    """A hang-up (an SSH session dropped), a quit, a CPU-time limit: stopped now, the steps timed kept."""
+    """Ctrl-C, SIGTERM, a hang-up (an SSH session dropped), a quit, a CPU-time limit: stopped now, the steps
+    timed kept."""
     started, out = _bench(tmp_path, *LONG)
     started.wait_for("step 3/100000 (repeat 1)", 180)
     started.proc.send_signal(signum)
@@ -166,15 +167,14 @@ def test_slurms_warning_during_warmup_measures_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_benchrun_run_ends_on_a_hang_up_with_the_record(tmp_path):
-    out = tmp_path / "runs.jsonl"
-    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--output", out, "--",
-                       *RUN, *LONG], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--", *RUN, *LONG],
+                      env={**os.environ, "PYTHONPATH": str(ROOT)})
     started.wait_for("step 2/100000 (repeat 1)", 180)
     descendants = processes.descendants(started.proc.pid)
     started.proc.send_signal(signal.SIGHUP)
-    _, err = started.communicate(timeout=120)
+    out, err = started.communicate(timeout=120)
     assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
-    record = validate_record(lines(out)[-1])
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
     assert record["status"] == "interrupted" and record["throughput"]["total_images"] >= 4
     assert not [pid for pid in descendants if processes.alive(pid)]
 
@@ -183,13 +183,13 @@ def test_benchrun_run_ends_on_a_hang_up_with_the_record(tmp_path):
 def test_a_sweep_keeps_its_finished_points_and_ends_on_a_hang_up(tmp_path):
     marker = uuid.uuid4().hex
     plan = tiny_plan(num_batches=[2, 100000])  # the first point finishes, the second runs until stopped
-    plan["bench"] = {**{k: v for k, v in plan["bench"].items() if k != "num_batches"}, "display_every": 1}
+    plan["bench"] = {k: v for k, v in plan["bench"].items() if k != "num_batches"}
     store = tmp_path / "sweep.jsonl"
     started = Started([sys.executable, "-m", "runners", "sweep", write_plan(tmp_path / "plan.yaml", plan),
                        "--store", store], env={**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker})
     started.wait_for("ok  ", 300)
     deadline = time.monotonic() + 120
-    while "step 2/100000" not in "".join(p.read_text() for p in (tmp_path).rglob("*.log")):
+    while "".join(p.read_text() for p in tmp_path.rglob("*.log")).count("building ") < 2:  # the second one's worker
         assert time.monotonic() < deadline and started.proc.poll() is None, "".join(started.err)[-3000:]
         time.sleep(0.1)
     started.proc.send_signal(signal.SIGHUP)
@@ -255,3 +255,20 @@ def test_slurms_pre_timeout_warning_ends_the_job_with_what_was_measured(tmp_path
     record = _measured_until_warned(slurm_single, job, log, out)
     _steps_kept(record, 1)
     assert record["duration_s"] < 60
+
+
+@pytest.mark.slow
+def test_compare_runtimes_keeps_its_finished_runs_and_summarises_them_on_a_hang_up(tmp_path):
+    """The hang-up lands in round 2's run or just before it: either way round 1 is kept and summarised."""
+    out = tmp_path / "cmp"
+    started = Started([sys.executable, "-m", "runners", "compare-runtimes", "--runtimes", "local", "--rounds", "3",
+                       "--out", out, "--", *RUN, "--num-batches", "3"], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _wait_for(lambda: any("round 1 (1/3), 1/1 local" in line for line in list(started.out)), 300,
+              "".join(started.err)[-3000:])
+    started.proc.send_signal(signal.SIGHUP)
+    stdout, err = started.communicate(timeout=180)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    assert "interrupted: the finished runs are kept" in stdout
+    runs = lines(out / "runs.jsonl")
+    assert runs[0]["round"] == 1 and runs[0]["status"] == "ok" and len(runs) <= 2
+    assert (out / "compare.md").exists()
