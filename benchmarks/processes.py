@@ -129,6 +129,23 @@ class StopScope:
         self.armed = True
 
 
+_EARLY: list[int] = []  # signals noted before a run could take them (note_early)
+
+
+def note_early(signals) -> None:
+    """From bench's first line: `signals` (Slurm's warning, which may come up to 60 s before it was asked for, so
+    also while bench loads) are noted, not fatal, until a run's StopScope takes them (take_early)."""
+    for signum in signals:
+        signal.signal(signum, lambda received, frame: _EARLY.append(received))
+
+
+def take_early(scope: StopScope) -> None:
+    """The signals noted before `scope` was installed that it handles, as if it had received them."""
+    for signum in [s for s in _EARLY if s in scope.signals]:
+        _EARLY.remove(signum)
+        scope.received.append(signum)
+
+
 def host_deadline(timeout_s: float | None) -> float | None:
     """Seconds after which the host stops a run bench was told to end at timeout_s."""
     return None if timeout_s is None else timeout_s + HOST_GRACE_S

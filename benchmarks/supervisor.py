@@ -26,7 +26,7 @@ from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
 from .memory import PeakSampler, address_space_limit, gib
-from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group
+from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group, take_early
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
 from .worker import BOUNDARY_SIGNAL, STACKS_SIGNAL
@@ -213,7 +213,10 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
         stop = StopScope(Interrupted, signals=tuple(s for s in ENDING_SIGNALS if s not in warning), once=True,
                          armed=False).install()
         workers: list[subprocess.Popen] = []
-        warned = StopScope(signals=warning, then=lambda signum: [_stop_at_boundary(p, Path(tmp), signum) for p in workers]).install()
+        warned = StopScope(signals=warning, then=lambda signum: [_stop_at_boundary(p, Path(tmp), signum)
+                                                                 for p in workers]).install()
+        take_early(stop)
+        take_early(warned)
         oom_kills_before = oom_kills()
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
