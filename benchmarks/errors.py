@@ -35,8 +35,10 @@ class UsageError(Exception):
     """Invalid input: reported as one line `bench: error: ...` with exit code 2."""
 
 
-class Stopped(Exception):
-    """A run stopped from outside (a signal): its record keeps what was measured, with this status."""
+class Stopped(BaseException):
+    """A run stopped from outside (a signal): its record keeps what was measured, with this status. A BaseException,
+    like KeyboardInterrupt: raised by a signal handler anywhere, also inside a library's `except Exception` (an
+    optional import tried while torch loads), which must not swallow it and let the run go on."""
 
     def __init__(self, status: str, message: str, signal: str | None = None):
         super().__init__(message)

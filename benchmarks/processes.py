@@ -1,6 +1,5 @@
-"""Process control, stated once: which signals stop a run and how (the signal policy below, StopScope),
-stopping a process group,
-dying with a parent, finding processes (psutil), turning a wait status into an exit code, leaving
+"""Process control, stated once: which signals end a run and how (the signal policy below, StopScope), stopping
+a process group, dying with a parent, finding processes (psutil), turning a wait status into an exit code, leaving
 without interpreter teardown (fast_exit), and the grace ladder.
 
 The grace ladder for a run with a time limit T (each layer gives the one below it
