@@ -53,6 +53,9 @@ def _interrupt(signum, frame):
 
 
 def bench() -> None:
+    from .processes import BOUNDARY_SIGNALS, note_early
+
+    note_early(BOUNDARY_SIGNALS)
     main_entry("bench", "benchmarks.cli")
 
 

@@ -4,7 +4,10 @@ Exit codes are part of the documented interface (README, "Exit codes"): runners
 and sweeps branch on them, so they never change meaning.
 """
 
+from __future__ import annotations
+
 import os
+import signal
 import sys
 
 EXIT_OK = 0
@@ -19,7 +22,7 @@ EXIT_OUTPUT = 5
 # or an MLflow tracking store is unreachable or refused a write
 EXIT_ENVIRONMENT = 6
 EXIT_INTERNAL = 70  # a bug in dlbench (EX_SOFTWARE): one line and the path of the full traceback
-EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; a record with status "interrupted" was written
+EXIT_INTERRUPTED = 130  # stopped by any signal of processes.ENDING_SIGNALS; a record "interrupted" was written
 
 EXIT_CODE_BY_STATUS = {
     "ok": EXIT_OK,
@@ -34,12 +37,21 @@ class UsageError(Exception):
     """Invalid input: reported as one line `bench: error: ...` with exit code 2."""
 
 
-class Stopped(Exception):
-    """A run stopped from outside (a signal): its record keeps what was measured, with this status."""
+class Stopped(BaseException):
+    """A run stopped from outside (a signal): its record keeps what was measured, with this status. A BaseException,
+    like KeyboardInterrupt: raised by a signal handler anywhere, also inside a library's `except Exception` (an
+    optional import tried while torch loads), which must not swallow it and let the run go on."""
 
-    def __init__(self, status: str, message: str):
+    def __init__(self, status: str, message: str, signal: str | None = None):
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.signal = status, message, signal
+        self.loop = None  # the timed loop it cut short, as far as it went (timing.run_steps), or None
+
+    @classmethod
+    def by(cls, signum: int) -> Stopped:
+        """What a stop signal (processes.STOP_SIGNALS) raises where a measurement keeps its results so far."""
+        name = signal.Signals(signum).name
+        return cls("interrupted", f"stopped by {name}", name)
 
 
 def debug_enabled(argv=()) -> bool:

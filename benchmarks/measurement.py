@@ -21,7 +21,7 @@ from . import (anchors, ceiling, energy, fingerprint, flops, frameworks, limits,
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
-from .errors import UsageError
+from .errors import Stopped, UsageError
 from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
 
@@ -126,6 +126,7 @@ class Measurement(RankSession):
         self.data_scan = data_scan  # --data-dir: images found and those set apart as undecodable (dataset.scan_images)
         self.probe: fingerprint.Probe | None = None  # this rank's path, taken after the timed loops
         self.preflight: dict | None = None  # the record's `preflight`, once every rank has checked
+        self.timed: list[dict] = []  # this rank's timed loops so far (loop_payload): what a stopped run keeps
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
@@ -218,28 +219,41 @@ class Measurement(RankSession):
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
-        loops, energies, states = [], [], []
+        loops = []
         meter = monitor.energy_meter()
         for index in range(cfg.repeats):
+            if timing.boundary.requested:  # Slurm's warning (processes.BOUNDARY_SIGNALS): no further repeat
+                break
             self.mllog.start("epoch_start", index, repeat=index)
             monitor.begin_repeat()
             meter.start()  # at the ends of the timed loop, which synchronises the device at both
-            loop = backend.timed_loop(batches, cfg.num_batches, **self._display(f"repeat {index + 1}", cfg.num_batches))
-            energies.append({**dataclasses.asdict(meter.stop()), "host": self.host})
-            states.append(monitor.repeat_state())
+            try:
+                loop = backend.timed_loop(batches, cfg.num_batches,
+                                          **self._display(f"repeat {index + 1}", cfg.num_batches))
+            except Stopped as stop:  # a stop now: the steps it had timed are kept (finish)
+                if stop.loop is not None:
+                    self.timed.append({**loop_payload(stop.loop), "device_state": None,
+                                       "energy": {"joules": None, "reason": "the loop was stopped: not read"}})
+                raise
+            reading = {**dataclasses.asdict(meter.stop()), "host": self.host}
+            if not loop.step_times_s:  # the warning came before this loop's first step
+                break
+            self.timed.append({**loop_payload(loop), "energy": reading, "device_state": monitor.repeat_state()})
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
             self.progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
+        if not loops:  # the warning came before the first timed step: nothing measured
+            raise Stopped("interrupted", self._boundary_message(), timing.boundary.signal)
         local = {
-            "loops": [{**loop_payload(loop), "energy": reading, "device_state": state}
-                      for loop, reading, state in zip(loops, energies, states)],
+            "loops": self.timed,
             # the peaks first: the checksum's copies of the weights are not the run's memory
             "memory": memory_peaks(backend, monitor, "warmup_end" if rss_reset else "process_start"),
             "checksum": backend.parameter_checksum(),
         }
-        local["ceiling"] = self._ceiling()  # after the memory peaks: the probe's operands are not the run's
-        if self.trace is not None:  # after the timed loops and the memory peaks: never measured
+        # after the memory peaks (the probe's operands are not the run's); not when Slurm's warning stopped the run
+        local["ceiling"] = None if timing.boundary.requested else self._ceiling()
+        if self.trace is not None and not timing.boundary.requested:  # after the timed loops and the memory peaks
             local["trace"] = self._trace_served(batches) if self.strategy.gathers_at_chief else self._trace(batches)
         if self.strategy.gathers_at_chief:  # the serving processes wait in serve_until_done: the chief's own
             local["path"] = self._rank_path(None)
@@ -275,7 +289,7 @@ class Measurement(RankSession):
         }
         if self.trace is not None:
             sections["trace"] = {"dir": str(self._trace_dir()), "steps": self.trace["steps"], "ranks": traces}
-        self.mllog.end("run_stop", status="success")
+        self.mllog.end("run_stop", status="aborted" if timing.boundary.requested else "success")
         return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), ceilings,
                               **sections)
 
@@ -429,24 +443,37 @@ class Measurement(RankSession):
         self.mllog.end("run_stop", status="aborted")
         return super().failure(status, kind, message)
 
+    def _boundary_message(self) -> str:
+        cfg, steps = self.config, sum(len(loop["step_times_s"]) for loop in self.timed)
+        return (f"stopped at a step boundary by {timing.boundary.signal} (Slurm's pre-timeout warning): "
+                f"{steps} of {cfg.repeats * cfg.num_batches} timed steps measured")
+
     def finish_ok(self, totals: dict, per_rank: list[list[dict]], ranks: list[int], everyone: list[dict],
                   final_loss: float | None, ceilings: list | None = None, **sections) -> dict:
-        """An ok run's record from every training rank's loops and its weights' checksum and memory peaks
-        (`everyone`: one {"checksum", "memory"} per copy of the weights)."""
+        """A measured run's record from every training rank's loops and its weights' checksum and memory peaks
+        (`everyone`: one {"checksum", "memory"} per copy of the weights): `ok`, or `interrupted` with what was
+        measured when Slurm's warning stopped it at a step boundary (docs/signals.md: why not `ok`)."""
         checksums = [peer["checksum"] for peer in everyone]
+        stopped = timing.boundary.requested
+        error = {"kind": "interrupted", "message": self._boundary_message(), "signal": timing.boundary.signal}
         return self.finish(
-            "ok", None, **totals, **sections, memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
+            "interrupted" if stopped else "ok", error if stopped else None, **totals, **sections,
+            memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
             ranks=rank_rows(per_rank, ranks, self.peers, ceilings), placement=self.backend.placement(),
             replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                       "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
         )
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
-        """The record; a failed run's memory is the host's alone."""
+        """The record; a failed run's memory is the host's alone. A run stopped from outside (a signal, --timeout)
+        keeps the steps this process had timed, measured over those steps alone (warmup excluded); a run of
+        several processes keeps none: the others' steps are not gathered once the run is being stopped."""
         from .dataset import skipped_section
 
         if status != "ok":
             result.setdefault("memory", memory.host_only())
+        if status in ("interrupted", "timeout") and self.timed and self.world.size == 1 and "throughput" not in result:
+            result = {**aggregate([self.timed], self.config.batch_size), **result}
         framework, model = None, None
         if self.backend is not None and hasattr(self.backend, "model"):
             try:

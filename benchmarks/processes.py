@@ -1,5 +1,5 @@
-"""Process control, stated once: what a stop signal does (StopScope), stopping a process group,
-dying with a parent, finding processes (psutil), turning a wait status into an exit code, leaving
+"""Process control, stated once: which signals end a run and how (the signal policy below, StopScope), stopping
+a process group, dying with a parent, finding processes (psutil), turning a wait status into an exit code, leaving
 without interpreter teardown (fast_exit), and the grace ladder.
 
 The grace ladder for a run with a time limit T (each layer gives the one below it
@@ -35,7 +35,35 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The signal policy (docs/signals.md): every signal that ends a process by default and that a shell,
+# a terminal or a batch system sends. Each ends a run as a record with status 'interrupted', the signal named in
+# error.signal and exit code 130 (EXIT_INTERRUPTED, whatever the signal: one code means "stopped from outside,
+# recorded"). SIGPIPE and SIGXFSZ are not among them: Python ignores both (a write fails instead).
+STOP_SIGNALS = (
+    signal.SIGINT,  # Ctrl-C
+    signal.SIGTERM,  # kill, scancel, a job's time limit, a launcher or a sweep stopping its ranks
+    signal.SIGHUP,  # the terminal is gone (an SSH session dropped): nobody sees the run any more
+    signal.SIGQUIT,  # Ctrl-\: a harder Ctrl-C
+    signal.SIGXCPU,  # the CPU-time limit (ulimit -t, a batch system's): the kernel kills at the hard limit
+)  # stop now: the step in progress is lost, the steps already timed are kept
+# Slurm's pre-timeout warning (--signal=[B:]USR1@SECS): the run is ending soon, not now. bench finishes the step in
+# progress and stops at its boundary (timing.StepBoundary), keeping every step timed; in a run of several processes,
+# which could not agree on one step without a collective in the timed loop, and on benchrun's side, it is a stop now.
+BOUNDARY_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+ENDING_SIGNALS = STOP_SIGNALS + BOUNDARY_SIGNALS  # every signal a run, a sweep or a comparison ends on cleanly
+
+
+def at_boundary(signum: int, world_size: int) -> bool:
+    """Whether `signum` stops bench's run of `world_size` processes at the next step boundary (else now)."""
+    return signum in BOUNDARY_SIGNALS and world_size == 1
+
+
+def unhandled(signals=ENDING_SIGNALS) -> tuple[int, ...]:
+    """Those of `signals` nobody in this process handles yet (a sweep's point process handles them itself), with
+    SIGINT always: its default is Python's KeyboardInterrupt."""
+    return tuple(s for s in signals if s == signal.SIGINT or signal.getsignal(s) == signal.SIG_DFL)
+
+
 _AT_FAST_EXIT: list[Callable[[], None]] = []
 
 
@@ -98,6 +126,23 @@ class StopScope:
         if self.received and self.raise_as is not None:
             raise self.raise_as(self.received[0])
         self.armed = True
+
+
+_EARLY: list[int] = []  # signals noted before a run could take them (note_early)
+
+
+def note_early(signals) -> None:
+    """From bench's first line: `signals` (Slurm's warning, which may come up to 60 s before it was asked for, so
+    also while bench loads) are noted, not fatal, until a run's StopScope takes them (take_early)."""
+    for signum in signals:
+        signal.signal(signum, lambda received, frame: _EARLY.append(received))
+
+
+def take_early(scope: StopScope) -> None:
+    """The signals noted before `scope` was installed that it handles, as if it had received them."""
+    for signum in [s for s in _EARLY if s in scope.signals]:
+        _EARLY.remove(signum)
+        scope.received.append(signum)
 
 
 def host_deadline(timeout_s: float | None) -> float | None:

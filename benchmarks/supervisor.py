@@ -26,13 +26,14 @@ from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
 from .memory import PeakSampler, address_space_limit, gib
-from .processes import StopScope, stop_process_group
+from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group, take_early
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
-from .worker import STACKS_SIGNAL
+from .worker import BOUNDARY_SIGNAL, STACKS_SIGNAL
 
 STDERR_TAIL_LINES = 200
 STOP_FILE = "stop.json"  # why the supervisor stopped the worker
+WARNING_FILE = "warning.json"  # the signal that asked for a stop at the next step boundary (_stop_at_boundary)
 SILENCE_FILE = "silent.json"  # process 0's worker: the ranks it no longer hears from (RankSession.silent)
 AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 STACKS_WAIT_S = 2.0  # how long a timed-out worker's stack dump is given to reach stderr
@@ -98,6 +99,8 @@ def classify_exit(
     if returncode == -signal.SIGKILL and oom_kills_during > 0:
         return ended("oom", f"worker killed by the kernel OOM killer (its count of OOM kills rose by {oom_kills_during} "
                             "during the run)")
+    if returncode < 0 and -returncode in ENDING_SIGNALS:  # someone else's stop (Slurm signals every process of a step)
+        return "interrupted", {**error, "kind": "interrupted", "message": f"worker stopped by {signal_name}"}
     if returncode == -signal.SIGKILL:
         return ended("failed", "worker killed by SIGKILL, not by the OOM killer (the kernel's count of OOM kills did "
                                "not move): by another process or a scheduler's limit")
@@ -150,6 +153,16 @@ def _show_stacks(proc: subprocess.Popen, tail: collections.deque) -> None:
         time.sleep(0.05)
 
 
+def _stop_at_boundary(proc: subprocess.Popen, tmp: Path, signum: int) -> None:
+    """Slurm's warning, passed on to the worker with its own signal (SIGUSR1 is the stacks'), naming the one that
+    came; the run goes on."""
+    (tmp / WARNING_FILE).write_text(json.dumps({"signal": signal.Signals(signum).name}))
+    try:
+        proc.send_signal(BOUNDARY_SIGNAL)  # the worker alone: its group's DataLoader workers would die of it
+    except ProcessLookupError:
+        pass
+
+
 def _stop(proc: subprocess.Popen, tmp: Path, status: str, error: dict) -> None:
     """Stop the worker, saying why first: a worker that keeps its results when stopped (`bench comm`'s
     rows) records them with this status. Ranks process 0 no longer hears from are named: they are why a
@@ -190,11 +203,21 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
     with tempfile.TemporaryDirectory(prefix="dlbench-") as tmp:
         spec_path, result_path = Path(tmp, "spec.json"), Path(tmp, "result.json")
         spec_path.write_text(json.dumps({**job.spec, "result_path": str(result_path), "stop_path": str(Path(tmp, STOP_FILE)),
-                                         "silence_path": str(Path(tmp, SILENCE_FILE)), "parent_pid": os.getpid()}))
+                                         "silence_path": str(Path(tmp, SILENCE_FILE)),
+                                         "warning_path": str(Path(tmp, WARNING_FILE)), "parent_pid": os.getpid()}))
         # Until the worker exists and the try below can stop it, a signal is only noted (raised at arm());
         # one arriving while it is being stopped (the launcher's SIGTERM after a user's Ctrl-C) too: raised
-        # there, it would end bench before it writes the record.
-        stop = StopScope(Interrupted, once=True, armed=False).install()
+        # there, it would end bench before it writes the record. Slurm's warning (processes.BOUNDARY_SIGNALS)
+        # is passed on to a run of one process, which stops at its next step boundary; it stops any other now.
+        world = worlds.detect()
+        warning = tuple(signum for signum in ENDING_SIGNALS if at_boundary(signum, world.size))
+        stop = StopScope(Interrupted, signals=tuple(s for s in ENDING_SIGNALS if s not in warning), once=True,
+                         armed=False).install()
+        workers: list[subprocess.Popen] = []
+        warned = StopScope(signals=warning, then=lambda signum: [_stop_at_boundary(p, Path(tmp), signum)
+                                                                 for p in workers]).install()
+        take_early(stop)
+        take_early(warned)
         oom_kills_before = oom_kills()
         proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.worker", str(spec_path)],
@@ -203,6 +226,9 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             start_new_session=True,  # Ctrl-C reaches us only; we stop the worker's group cleanly
             pass_fds=inherited_launcher_fds(os.environ),
         )
+        workers.append(proc)
+        if warned.received:  # before the worker existed
+            _stop_at_boundary(proc, Path(tmp), warned.received[0])
         tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
         bar = None
         if display_every and _is_terminal(sys.stderr):  # a bar with an ETA instead of the step lines
@@ -237,12 +263,12 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             _stop(proc, Path(tmp), status, error)
         finally:
             stop.restore()
+            warned.restore()
             for relay in relays:
                 relay.join(timeout=5)
             if bar is not None:
                 bar.progress.stop()
             vm_peak = address_space.stop() if address_space is not None else 0
-        world = worlds.detect()
         if result_path.exists():  # the worker's own record wins, even over a late timeout or SIGTERM:
             result = json.loads(result_path.read_text())["record"]  # e.g. "rank 1 failed" while being stopped
         elif status is None and proc.returncode == 2:

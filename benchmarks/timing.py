@@ -13,7 +13,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from .errors import Stopped
+
 clock = time.perf_counter
+
+
+class StepBoundary:
+    """A request to stop at the next step boundary (processes.BOUNDARY_SIGNALS: Slurm's pre-timeout warning),
+    set by a signal handler and read by run_steps after each step: a flag, never an exception, so the step in
+    progress ends whole and is timed like every other; the loop ends with the steps it has."""
+
+    def __init__(self):
+        self.signal: str | None = None  # the signal's name once requested
+
+    def request(self, signal: str) -> None:
+        self.signal = self.signal or signal
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+
+boundary = StepBoundary()  # the process's one: the worker's handler sets it, every timed loop reads it
 
 
 @dataclass
@@ -131,28 +152,48 @@ def run_steps(
     def steps_so_far() -> list[tuple]:
         return stamps if events is None else event_stamps(start, stamps, events, resumed)
 
-    for index in range(num_steps):
-        with mark("step", index):
-            with mark("input", index):
-                batch = next(batches)
-            fetched = clock()
-            loss = train_step(batch)
-            if events is None:
-                synchronize()
-            else:
-                events.append(_recorded(new_event))
-            end = clock()
-        stamps.append((fetched, end))
-        if keep_losses:  # a reference only: read back after the loop
-            losses.append(loss)
-        if display_every and (index + 1) % display_every == 0 and display is not None:
-            if events is not None:
-                events[-1].synchronize()
-            recent = loop_from_stamps(start, steps_so_far(), images_per_step).step_times_s[-display_every:]
-            display(index + 1, display_every * images_per_step / sum(recent), loss)
-            stamps[-1] = (fetched, end, clock())
-            if events is not None:
-                resumed[index] = _recorded(new_event)
+    try:
+        for index in range(num_steps):
+            if boundary.requested:  # before the step: a request during warmup or between repeats times no more
+                break
+            with mark("step", index):
+                with mark("input", index):
+                    batch = next(batches)
+                fetched = clock()
+                loss = train_step(batch)
+                if events is None:
+                    synchronize()
+                else:
+                    events.append(_recorded(new_event))
+                end = clock()
+            stamps.append((fetched, end))
+            if keep_losses:  # a reference only: read back after the loop
+                losses.append(loss)
+            if display_every and (index + 1) % display_every == 0 and display is not None:
+                if events is not None:
+                    events[-1].synchronize()
+                recent = loop_from_stamps(start, steps_so_far(), images_per_step).step_times_s[-display_every:]
+                display(index + 1, display_every * images_per_step / sum(recent), loss)
+                stamps[-1] = (fetched, end, clock())
+                if events is not None:
+                    resumed[index] = _recorded(new_event)
+    except Stopped as stop:  # a stop now (processes.STOP_SIGNALS): the step in progress is lost, those before kept
+        stop.loop = _timed_before_stop(start, stamps, steps_so_far, images_per_step, events)
+        raise
     if events is not None:
         synchronize()
     return loop_from_stamps(start, steps_so_far(), images_per_step, last_loss=loss, losses=losses)
+
+
+def _timed_before_stop(start: float, stamps: list, steps_so_far: Callable[[], list], images_per_step: int,
+                       events: list | None) -> TimedLoop | None:
+    """The steps a stopped loop had timed; None when there were none, or the device cannot say how long they took
+    (an event of theirs not readable: the device is what hangs)."""
+    if not stamps:
+        return None
+    try:
+        if events is not None:
+            events[len(stamps)].synchronize()
+        return loop_from_stamps(start, steps_so_far(), images_per_step)
+    except Exception:  # noqa: BLE001 - the record says why the run stopped; its steps are only kept when known
+        return None

@@ -17,10 +17,23 @@ import traceback
 from pathlib import Path
 
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
-from .processes import die_with_parent, fast_exit
+from .distributed import world as worlds
+from .processes import STOP_SIGNALS, StopScope, die_with_parent, fast_exit
 from .registry import load_target
+from .timing import boundary
 
 STACKS_SIGNAL = signal.SIGUSR1  # every thread's Python stack to stderr (relayed by bench), the run goes on
+# The supervisor's "stop at the next step boundary" (it got processes.BOUNDARY_SIGNALS, in a run of one process).
+# Not SIGUSR1, which is the stacks': Slurm may signal every process of a step, and a stack dump stops nothing.
+BOUNDARY_SIGNAL = signal.SIGUSR2
+
+
+def _warned_by(spec: dict, signum: int) -> str:
+    """The signal Slurm's warning came as: the supervisor's note of it, else the one this process got."""
+    try:
+        return json.loads(Path(spec["warning_path"]).read_text())["signal"]
+    except (OSError, ValueError, KeyError):
+        return signal.Signals(signum).name
 
 
 def first_line(error: BaseException) -> str:
@@ -69,6 +82,15 @@ def main(spec_path: str) -> int:
     # The measurement is imported here, not at module top, so a broken framework
     # install is reported as a failed run rather than an import traceback.
     kind = load_target(spec["measurement"])
+    # A run of one process keeps what it has timed: a stop signal (the supervisor's SIGTERM, which says why in its
+    # stop file; SIGXCPU at this process's own CPU limit) is raised as Stopped once the measurement can keep it,
+    # noted until then, and only noted after the first, so that the record is written whole. A rank of several
+    # keeps nothing (process 0 cannot gather the others' steps once they stop): it ends as the signal says, at once,
+    # even inside a collective, and the supervisor records it (supervisor.classify_exit).
+    single = worlds.detect().size == 1
+    stop = StopScope(Stopped.by, signals=STOP_SIGNALS if single else (), once=True, armed=False).install()
+    if single:
+        StopScope(signals=(BOUNDARY_SIGNAL,), then=lambda signum: boundary.request(_warned_by(spec, signum))).install()
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a
@@ -85,18 +107,20 @@ def main(spec_path: str) -> int:
 
     measurement = kind.from_spec(spec, peer_failed, ranks_silent)
     try:
+        stop.arm()
         result = measurement.run()
     except UsageError as error:
         print(f"bench: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-    except Stopped as stop:  # a SIGTERM (the supervisor's says why) to a measurement that keeps its results so far
-        stopped = Path(spec["stop_path"])
-        why = json.loads(stopped.read_text()) if stopped.exists() else {
-            "status": stop.status, "error": {"kind": stop.status, "message": stop.message}}
-        result = measurement.finish(why["status"], why["error"])
     except BaseException as error:  # noqa: BLE001 - every failure must become a record
         backend = measurement.backend
-        if isinstance(error, MemoryError) or (backend is not None and backend.is_out_of_memory(error)):
+        if stop.received or isinstance(error, Stopped):  # also what the stop caused first (a DataLoader's worker gone)
+            stopped = Path(spec["stop_path"])  # the supervisor's says why (the signal it got, or --timeout)
+            why = Stopped.by(stop.received[0]) if stop.received else error
+            why = json.loads(stopped.read_text()) if stopped.exists() else {
+                "status": why.status, "error": {"kind": why.status, "message": why.message, "signal": why.signal}}
+            result = measurement.finish(why["status"], why["error"])
+        elif isinstance(error, MemoryError) or (backend is not None and backend.is_out_of_memory(error)):
             message = first_line(error)
             print(f"bench: out of memory: {message}", file=sys.stderr, flush=True)
             result = measurement.failure("oom", "oom", message)

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import shlex
-import signal
 import subprocess
 import tempfile
 import time
@@ -26,7 +25,7 @@ from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
-from benchmarks.processes import STOP_GRACE_S, STOP_SIGNALS, StopScope, host_deadline
+from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, unhandled
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
@@ -274,12 +273,10 @@ def run(request: RunRequest) -> Outcome:
         if deadline is not None:
             deadline += client.setup_s
         spec.stop_grace_s = stop_grace_s(runtime, client)
-        # Ctrl-C, and a SIGTERM nobody above us handles (scancel, a job's time limit, `kill`): the run is
-        # stopped (wait_ranks: SIGTERM, then SIGKILL), its record says 'interrupted' and its containers go
-        # (a sweep's point process has its own).
-        sigterm_unhandled = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-        stop = StopScope(lambda signum: KeyboardInterrupt(),
-                         signals=STOP_SIGNALS if sigterm_unhandled else (signal.SIGINT,)).install()
+        # Ctrl-C, and every other ending signal nobody above us handles (scancel, a job's time limit, `kill`, a
+        # hang-up, Slurm's warning: processes.ENDING_SIGNALS): the run is stopped now (wait_ranks: SIGTERM, then
+        # SIGKILL), its record says 'interrupted' and its containers go (a sweep's point process has its own).
+        stop = StopScope(lambda signum: KeyboardInterrupt(), signals=unhandled()).install()
         launcher = None
         try:
             if launcher_name(request, runtime) is None:

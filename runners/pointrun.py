@@ -17,18 +17,20 @@ import signal
 import sys
 
 from benchmarks.errors import UsageError
-from benchmarks.processes import (CLIENT_GRACE_S, StopScope, become_subreaper, die_with_parent, kill_descendants,
-                                  stop_descendants)
+from benchmarks.processes import (CLIENT_GRACE_S, ENDING_SIGNALS, StopScope, become_subreaper, die_with_parent,
+                                  kill_descendants, stop_descendants)
 
 
 def main(argv: list[str]) -> int:
     sweep_pid, outcome_fd = int(argv[0]), int(argv[1])
     os.set_inheritable(outcome_fd, False)  # bench must not hold the sweep's pipe open
     become_subreaper()
-    # For the process's life: SIGTERM (the sweep is going, or is gone) stops the direct children gently,
-    # then everything; Ctrl-C is only noted: bench records 'interrupted', and we wait for it.
+    # For the process's life: SIGTERM (the sweep is going, or is gone), and any other ending signal (a hang-up of
+    # the sweep's terminal reaches this process too), stops the direct children gently, then everything; Ctrl-C is
+    # only noted: bench records 'interrupted', and we wait for it.
     grace_s = [CLIENT_GRACE_S]  # until the request says which runtime runs it
-    StopScope(signals=(signal.SIGTERM,), then=lambda signum: stop_descendants(grace_s[0])).install()
+    StopScope(signals=tuple(s for s in ENDING_SIGNALS if s != signal.SIGINT),
+              then=lambda signum: stop_descendants(grace_s[0])).install()
     StopScope(signals=(signal.SIGINT,)).install()
     if not die_with_parent(sweep_pid, signal.SIGTERM):  # the sweep died before the death signal was armed
         return 1

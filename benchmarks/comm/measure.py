@@ -8,7 +8,6 @@ stop (SIGTERM) is handled at once even while a collective blocks in native code.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import threading
 import time
 
@@ -25,10 +24,6 @@ from ..timing import clock
 from . import load, metrics
 from . import record as comm_record
 from .base import CommOptions
-
-
-def _stopped(signum: int) -> Stopped:
-    return Stopped("interrupted", f"stopped by {signal.Signals(signum).name}")
 
 
 class CommMeasurement(RankSession):
@@ -54,7 +49,7 @@ class CommMeasurement(RankSession):
     def run(self) -> dict | None:
         """The record (process 0), or None; Stopped on SIGTERM, with the rows so far kept for finish()."""
         outcome: dict = {}
-        with StopScope(_stopped):
+        with StopScope(Stopped.by):
             returns_within(lambda: outcome.update(record=self._measure()), None)
         return outcome["record"]
 

@@ -40,6 +40,7 @@ import json
 import os
 import random
 import secrets
+import signal
 import sys
 import time
 import uuid
@@ -49,6 +50,7 @@ from pathlib import Path
 from benchmarks.cli import bench_arguments
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import UsageError
+from benchmarks.processes import ENDING_SIGNALS, StopScope
 from benchmarks.provenance import COMPARISON_ENV
 from benchmarks.stats import t_halfwidth
 
@@ -322,6 +324,14 @@ def write_csv(out: Path, runs: list[dict]) -> None:
     os.replace(partial, out / "compare.csv")
 
 
+def between_runs() -> StopScope:
+    """Every ending signal but Ctrl-C (processes.ENDING_SIGNALS; dispatch.run takes Ctrl-C): armed while a run is in
+    progress, raised there as a Ctrl-C, which stops it; between runs only noted, so that no write is cut short.
+    Either way no further run starts and the finished ones are summarised."""
+    return StopScope(lambda signum: KeyboardInterrupt(), signals=tuple(s for s in ENDING_SIGNALS if s != signal.SIGINT),
+                     armed=False).install()
+
+
 def run(args) -> int:
     if args.repeats < 1:
         raise UsageError(f"--rounds must be 1 or more, got {args.repeats}")
@@ -351,15 +361,23 @@ def run(args) -> int:
         print(f"compare-runtimes: {out}: comparison {comparison.id} has {first - 1} rounds: adding {args.repeats}",
               flush=True)
     interrupted, failed = False, False
+    stop = between_runs()
     for round_ in range(first, first + args.repeats):
         order = comparison.order(round_)
         for position, name in enumerate(order, 1):
+            if stop.received:  # between runs: none is started
+                interrupted = True
+                break
             req = dataclasses.replace(requests[name], run_id=dispatch.RunRequest([]).run_id,  # a fresh container name
                                       env={COMPARISON_ENV: comparison.label(round_, position, order)})
             log = out / "logs" / f"round{round_}-{name}-{req.run_id}.log"
             issued = time.time()
             with stdout_to(log):
-                outcome = dispatch.run(req)
+                stop.armed = True
+                try:
+                    outcome = dispatch.run(req)
+                finally:
+                    stop.armed = False
             record = outcome.record
             launch = launch_times(log, issued)
             if record is not None:
@@ -377,13 +395,14 @@ def run(args) -> int:
             print(f"compare-runtimes: round {round_} ({round_ - first + 1}/{args.repeats}), {position}/{len(order)} "
                   f"{name}: {'failed' if value is None else f'{value:.2f} img/s'}"
                   f"{'' if first_step is None else f', first timed step after {first_step:.1f} s'}", flush=True)
-            if outcome.interrupted:
+            if outcome.interrupted or stop.received:
                 interrupted = True
                 break
         if interrupted:
             print("compare-runtimes: interrupted: the finished runs are kept; summarizing them (the same command "
                   "again adds rounds)", flush=True)
             break
+    stop.restore()
     runs = [run for run in read_runs(out) if run.get("comparison_id") == comparison.id]
     write_csv(out, runs)
     records = [r for r in read_records(out) if (r.get("comparison") or {}).get("id", comparison.id) == comparison.id]

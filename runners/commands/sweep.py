@@ -49,7 +49,7 @@ from pathlib import Path
 
 from benchmarks import durable
 from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
-from benchmarks.processes import StopScope, sweep_deadline
+from benchmarks.processes import ENDING_SIGNALS, StopScope, sweep_deadline
 
 from .. import dispatch, mlflow_export, store
 from ..sweep import (MAX_POINTS, Plan, PlanError, Point, check_point, check_size, combinations, expand, factors,
@@ -170,19 +170,20 @@ def status_of(entry: dict) -> str:
 # --- running one point -------------------------------------------------------------------------
 
 class Stop(StopScope):
-    """Ctrl-C / SIGTERM on the sweep: finish (and store) the run in progress, then stop."""
+    """Ctrl-C, SIGTERM or any other ending signal on the sweep (processes.ENDING_SIGNALS): store the run in
+    progress as it ends, keep every finished point, start no other."""
 
     def __init__(self):
-        super().__init__(then=self._on_stop)
+        super().__init__(then=self._on_stop, signals=ENDING_SIGNALS)
         self.requested = False
         self.child: subprocess.Popen | None = None
 
     def _on_stop(self, signum):
         again = self.requested
         self.requested = True
-        # Ctrl-C reaches the whole foreground group (bench records 'interrupted' by itself);
-        # SIGTERM, or a second Ctrl-C, is passed on: the point runner stops everything it started.
-        if self.child is not None and self.child.poll() is None and (signum == signal.SIGTERM or again):
+        # Ctrl-C reaches the whole foreground group (bench records 'interrupted' by itself); any other signal
+        # (sent to the sweep alone), or a second Ctrl-C, is passed on: the point runner stops everything it started.
+        if self.child is not None and self.child.poll() is None and (signum != signal.SIGINT or again):
             self.child.send_signal(signal.SIGTERM)
 
 

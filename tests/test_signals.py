@@ -1,0 +1,293 @@
+"""Every signal that ends a process by default and that a shell, a terminal or a batch system sends ends a run as
+a record (issue 48): the policy (benchmarks/processes.py), the timed loop's step boundary, real `bench` runs per
+signal, benchrun's run, sweep and compare-runtimes, and Slurm's pre-timeout warning for real (docs/signals.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from infra.helpers import ROOT, Started, validate_record
+from infra.sweeps import lines, marked, tiny_plan, write_plan
+from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
+
+from benchmarks import processes, timing
+from benchmarks.errors import EXIT_INTERRUPTED, Stopped
+from benchmarks.supervisor import classify_exit
+
+RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
+       "--num-warmup-batches", "1", "--num-threads", "1", "--display-every", "1"]
+LONG = ["--num-batches", "100000"]  # ended only by the signal
+
+
+# -- the policy, in process ----------------------------------------------------------------------------
+
+def test_every_ending_signal_a_shell_terminal_or_batch_system_sends_has_a_meaning():
+    sent = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGXCPU,  # shells, terminals, limits
+            signal.SIGUSR1, signal.SIGUSR2}  # Slurm's --signal
+    assert set(processes.ENDING_SIGNALS) == sent
+    assert not set(processes.STOP_SIGNALS) & set(processes.BOUNDARY_SIGNALS)
+    # Slurm's warning: at a step boundary for one process; now for several, which could not agree on one step
+    assert processes.at_boundary(signal.SIGUSR1, 1) and not processes.at_boundary(signal.SIGUSR1, 2)
+    assert not processes.at_boundary(signal.SIGHUP, 1)
+
+
+def test_only_signals_nobody_handles_are_taken_and_ctrl_c_always(monkeypatch):
+    monkeypatch.setattr(signal, "getsignal", lambda s: (lambda *a: None) if s == signal.SIGHUP else signal.SIG_DFL)
+    taken = processes.unhandled()
+    assert signal.SIGINT in taken and signal.SIGTERM in taken and signal.SIGHUP not in taken
+
+
+@pytest.fixture
+def boundary(monkeypatch):
+    monkeypatch.setattr(timing, "boundary", timing.StepBoundary())
+    monkeypatch.setattr(timing, "clock", iter(float(t) for t in range(1000)).__next__)
+    return timing.boundary
+
+
+def test_the_warning_ends_the_loop_at_the_next_step_boundary_with_every_step_it_timed(boundary):
+    def step(batch):
+        if batch == 2:
+            boundary.request("SIGUSR1")  # arrives during the third step: that step is finished and timed
+        return batch
+
+    loop = timing.run_steps(iter(range(100)), step, lambda: None, num_steps=50, images_per_step=4)
+    assert len(loop.step_times_s) == 3 and loop.images == 12
+    assert loop.images_per_sec == 12 / sum(loop.step_times_s)  # over the steps actually timed
+    again = timing.run_steps(iter(range(100)), step, lambda: None, num_steps=50, images_per_step=4)
+    assert again.step_times_s == [] and again.images == 0  # a further repeat times nothing
+
+
+def test_a_stop_now_keeps_the_steps_before_the_one_it_cut_short(boundary):
+    def step(batch):
+        if batch == 3:
+            raise Stopped.by(signal.SIGHUP)  # what the worker's handler raises, mid-step
+        return batch
+
+    with pytest.raises(Stopped) as stopped:
+        timing.run_steps(iter(range(100)), step, lambda: None, num_steps=50, images_per_step=4)
+    assert stopped.value.signal == "SIGHUP" and stopped.value.status == "interrupted"
+    assert len(stopped.value.loop.step_times_s) == 3 and stopped.value.loop.images == 12
+
+
+def test_a_worker_ended_by_someone_elses_signal_is_interrupted_not_failed():
+    for signum in (signal.SIGHUP, signal.SIGXCPU, signal.SIGUSR2):
+        status, error = classify_exit(-signum, ["step 3/10"])
+        assert (status, error["kind"], error["signal"]) == ("interrupted", "interrupted", signum.name)
+    assert classify_exit(-signal.SIGSEGV, [])[0] == "failed"
+
+
+# -- real bench runs, one per signal ---------------------------------------------------------------------
+
+def _bench(tmp_path, *extra, **popen) -> tuple[Started, object]:
+    out = tmp_path / "runs.jsonl"
+    return Started([sys.executable, "-m", "benchmarks", *RUN, *extra, "--output", out],
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, **popen), out
+
+
+def _ended(started: Started, out, signame: str) -> dict:
+    """The run's record once it ended: status 'interrupted' naming the signal, exit 130, one line, nothing left."""
+    workers = [p.pid for p in psutil.Process(started.proc.pid).children(recursive=True)]
+    _, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "Traceback" not in err
+    record = validate_record(json.loads(out.read_text()))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == signame, record["error"]
+    deadline = time.monotonic() + 10
+    while [pid for pid in workers if processes.alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if processes.alive(pid)]
+    return record
+
+
+def _steps_kept(record: dict, at_least: int) -> int:
+    steps = record["throughput"]["total_images"] // 2
+    assert steps >= at_least and record["repeats"][0]["images"] == 2 * steps
+    assert record["throughput"]["images_per_sec"] == pytest.approx(
+        record["throughput"]["total_images"] / record["throughput"]["total_wall_time_s"])
+    return steps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", processes.STOP_SIGNALS, ids=lambda s: s.name)
+def test_a_stop_signal_records_interrupted_with_the_steps_already_timed(tmp_path, signum):
+    """Ctrl-C, SIGTERM, a hang-up (an SSH session dropped), a quit, a CPU-time limit: stopped now, the steps
+    timed kept."""
+    started, out = _bench(tmp_path, *LONG)
+    started.wait_for("step 3/100000 (repeat 1)", 180)
+    started.proc.send_signal(signum)
+    _steps_kept(_ended(started, out, signum.name), 3)
+
+
+@pytest.mark.slow
+def test_a_cpu_time_limit_reached_by_the_worker_itself_is_recorded(tmp_path):
+    """ulimit -t: the kernel sends SIGXCPU to the process that used the time, bench's worker, not bench."""
+    def limit_cpu():
+        resource.setrlimit(resource.RLIMIT_CPU, (25, 120))
+
+    started, out = _bench(tmp_path, *LONG, preexec_fn=limit_cpu)
+    record = _ended(started, out, "SIGXCPU")
+    assert record["error"]["message"] == "stopped by SIGXCPU"
+    _steps_kept(record, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGUSR2], ids=lambda s: s.name)
+def test_slurms_warning_stops_at_the_next_step_boundary_and_keeps_what_was_measured(tmp_path, signum):
+    started, out = _bench(tmp_path, *LONG)
+    started.wait_for("step 3/100000 (repeat 1)", 180)
+    started.proc.send_signal(signum)
+    record = _ended(started, out, signum.name)
+    steps = _steps_kept(record, 3)
+    assert f"stopped at a step boundary by {signum.name}" in record["error"]["message"]
+    assert f"{steps} of 100000 timed steps measured" in record["error"]["message"]
+    assert len(record["ranks"]) == 1 and record["final_loss"] is not None  # assembled like an ok run's record
+
+
+@pytest.mark.slow
+def test_slurms_warning_during_warmup_measures_nothing(tmp_path):
+    started, out = _bench(tmp_path, "--num-warmup-batches", "100000", "--num-batches", "5")
+    started.wait_for("step 2/100000 (warmup)", 180)
+    started.proc.send_signal(signal.SIGUSR1)
+    record = _ended(started, out, "SIGUSR1")
+    assert record["throughput"] is None and record["repeats"] == []
+    assert "0 of 5 timed steps measured" in record["error"]["message"]
+
+
+# -- benchrun: run, sweep, compare-runtimes ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_benchrun_run_ends_on_a_hang_up_with_the_record(tmp_path):
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--", *RUN, *LONG],
+                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started.wait_for("step 2/100000 (repeat 1)", 180)
+    descendants = processes.descendants(started.proc.pid)
+    started.proc.send_signal(signal.SIGHUP)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["throughput"]["total_images"] >= 4
+    assert not [pid for pid in descendants if processes.alive(pid)]
+
+
+@pytest.mark.slow
+def test_a_sweep_keeps_its_finished_points_and_ends_on_a_hang_up(tmp_path):
+    marker = uuid.uuid4().hex
+    plan = tiny_plan(num_batches=[2, 100000])  # the first point finishes, the second runs until stopped
+    plan["bench"] = {k: v for k, v in plan["bench"].items() if k != "num_batches"}
+    store = tmp_path / "sweep.jsonl"
+    started = Started([sys.executable, "-m", "runners", "sweep", write_plan(tmp_path / "plan.yaml", plan),
+                       "--store", store], env={**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker})
+    started.wait_for("ok  ", 300)
+    deadline = time.monotonic() + 120
+    while "".join(p.read_text() for p in tmp_path.rglob("*.log")).count("building ") < 2:  # the second one's worker
+        assert time.monotonic() < deadline and started.proc.poll() is None, "".join(started.err)[-3000:]
+        time.sleep(0.1)
+    started.proc.send_signal(signal.SIGHUP)
+    _, err = started.communicate(timeout=180)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    statuses = sorted(entry["record"]["status"] for entry in lines(store))
+    assert statuses == ["interrupted", "ok"]
+    assert not marked(marker)
+
+
+# -- Slurm's pre-timeout warning, for real ---------------------------------------------------------------------
+
+def _batch_job(tmp_path, cluster: dict, *sbatch: str) -> tuple[str, object, object]:
+    """A batch job whose shell is bench itself (`exec`: the warning `B:` sends reaches bench, not a shell that dies
+    of it); (job id, the job's output file, bench's --output)."""
+    out, log = tmp_path / "runs.jsonl", tmp_path / "job.out"
+    script = tmp_path / "job.sh"
+    argv = " ".join([sys.executable, "-m", "benchmarks", *RUN, *LONG, "--output", str(out)])
+    script.write_text(f"#!/bin/sh\nexport PYTHONPATH={ROOT}\nexec {argv}\n")
+    job = subprocess.run(["sbatch", "--parsable", f"--output={log}", f"--chdir={tmp_path}", *sbatch, str(script)],
+                         env=cluster["env"], capture_output=True, text=True, timeout=60, check=True)
+    return job.stdout.strip().split(";")[0], log, out
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _job(cluster: dict, job: str) -> str:
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=cluster["env"], capture_output=True, text=True)
+    return shown.stdout
+
+
+def _measured_until_warned(cluster: dict, job: str, log, out) -> dict:
+    """The job ended by itself with bench's exit code (130: interrupted), the record naming the warning."""
+    ended = ("JobState=COMPLETED", "JobState=FAILED", "JobState=CANCELLED", "JobState=TIMEOUT")
+    _wait_for(lambda: any(state in _job(cluster, job) for state in ended), 180, f"job {job} still running")
+    assert "ExitCode=130:0" in _job(cluster, job), _job(cluster, job)
+    record = validate_record(lines(out)[-1])
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGUSR1", log.read_text()[-3000:]
+    assert "stopped at a step boundary by SIGUSR1" in record["error"]["message"]
+    assert "Traceback" not in log.read_text()
+    return record
+
+
+@pytest.mark.slow
+def test_scancel_signal_usr1_to_the_batch_shell_stops_bench_at_a_step_boundary(tmp_path, slurm_single):
+    job, log, out = _batch_job(tmp_path, slurm_single)
+    _wait_for(lambda: log.exists() and "step 3/100000 (repeat 1)" in log.read_text(), 180, "no timed step")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=slurm_single["env"], check=True, timeout=60)
+    record = _measured_until_warned(slurm_single, job, log, out)
+    _steps_kept(record, 3)
+
+
+@pytest.mark.slow
+def test_slurms_pre_timeout_warning_ends_the_job_with_what_was_measured(tmp_path, slurm_single):
+    """--time=1 --signal=B:USR1@40: Slurm warns 20 s into the job or, as it documents, up to 60 s earlier (seen: at
+    once, while bench was still loading); bench stops at the next step boundary and records what it measured, before
+    the time limit kills anything."""
+    job, log, out = _batch_job(tmp_path, slurm_single, "--time=1", "--signal=B:USR1@40")
+    record = _measured_until_warned(slurm_single, job, log, out)
+    if record["throughput"] is None:  # warned before the first timed step
+        assert "0 of 100000 timed steps measured" in record["error"]["message"]
+    else:
+        _steps_kept(record, 1)
+    assert record["duration_s"] < 60
+
+
+def test_a_warning_while_bench_loads_is_taken_by_the_run(monkeypatch):
+    """Slurm's warning may come before bench's run can take it: noted from bench's first line (entry.bench), not
+    fatal, and handed to the run's StopScope when it is installed."""
+    monkeypatch.setattr(processes, "_EARLY", [])
+    before = signal.getsignal(signal.SIGUSR2)
+    try:
+        processes.note_early((signal.SIGUSR2,))
+        os.kill(os.getpid(), signal.SIGUSR2)
+        with processes.StopScope(signals=(signal.SIGUSR2,)) as scope:
+            processes.take_early(scope)
+        assert scope.received == [signal.SIGUSR2] and processes._EARLY == []
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
+@pytest.mark.slow
+def test_compare_runtimes_keeps_its_finished_runs_and_summarises_them_on_a_hang_up(tmp_path):
+    """The hang-up lands in round 2's run or just before it: either way round 1 is kept and summarised."""
+    out = tmp_path / "cmp"
+    started = Started([sys.executable, "-m", "runners", "compare-runtimes", "--runtimes", "local", "--rounds", "3",
+                       "--out", out, "--", *RUN, "--num-batches", "3"], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    _wait_for(lambda: any("round 1 (1/3), 1/1 local" in line for line in list(started.out)), 300,
+              "".join(started.err)[-3000:])
+    started.proc.send_signal(signal.SIGHUP)
+    stdout, err = started.communicate(timeout=180)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    assert "interrupted: the finished runs are kept" in stdout
+    runs = lines(out / "runs.jsonl")
+    assert runs[0]["round"] == 1 and runs[0]["status"] == "ok" and len(runs) <= 2
+    assert (out / "compare.md").exists()
