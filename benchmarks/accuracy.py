@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
-from .measurement import Measurement, aggregate, loop_payload, memory_peaks
+from .measurement import Measurement, aggregate, loop_payload
+from .memory import memory_peaks
 
 EVAL_BATCH = 500  # validation images per forward pass at most
 

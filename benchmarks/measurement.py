@@ -248,7 +248,7 @@ class Measurement(RankSession):
         local = {
             "loops": self.timed,
             # the peaks first: the checksum's copies of the weights are not the run's memory
-            "memory": memory_peaks(backend, monitor, "warmup_end" if rss_reset else "process_start"),
+            "memory": memory.memory_peaks(backend, monitor, "warmup_end" if rss_reset else "process_start"),
             "checksum": backend.parameter_checksum(),
         }
         # after the memory peaks (the probe's operands are not the run's); not when Slurm's warning stopped the run
@@ -458,7 +458,7 @@ class Measurement(RankSession):
         error = {"kind": "interrupted", "message": self._boundary_message(), "signal": timing.boundary.signal}
         return self.finish(
             "interrupted" if stopped else "ok", error if stopped else None, **totals, **sections,
-            memory=max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
+            memory=memory.max_memory([peer["memory"] for peer in everyone]), final_loss=final_loss,
             ranks=rank_rows(per_rank, ranks, self.peers, ceilings), placement=self.backend.placement(),
             replicas={"checksums": checksums, "in_sync": len(set(checksums)) == 1,
                       "expected_in_sync": self.strategy.syncs_replicas or len(checksums) == 1},
@@ -488,34 +488,4 @@ class Measurement(RankSession):
             framework=framework, model=model, world=self.world_section(),
             data=skipped_section(self.data_scan, failures), **sections, **result,
         )
-
-
-def memory_peaks(backend, monitor: memory.DeviceMemoryMonitor, rss_since: str) -> dict:
-    """This rank's memory section: the framework allocator's, the device's and the host's peaks."""
-    peaks = backend.peak_memory()
-    return {
-        "allocator_peak_bytes": peaks.allocated,
-        "reserved_peak_bytes": peaks.reserved,
-        "device_peak_bytes": monitor.peak_bytes(),
-        "device_total_bytes": monitor.total_bytes(),
-        "device_unavailable_reason": monitor.unavailable_reason,  # read last: the two above may set it
-        "host_rss_peak_bytes": memory.host_rss_peak_bytes(),
-        "host_rss_peak_since": rss_since,
-    }
-
-
-def max_memory(memories: list[dict]) -> dict:
-    """Per field, the largest peak over ranks: the memory a node must provide per process."""
-    merged = dict(memories[0])
-    for field in merged:
-        values = [m[field] for m in memories if isinstance(m[field], int)]
-        if values:
-            merged[field] = max(values)
-    reasons = [(rank, m["device_unavailable_reason"]) for rank, m in enumerate(memories) if m.get("device_unavailable_reason")]
-    if reasons:  # one rank without a device peak: its reason stands beside the others' maximum
-        merged["device_unavailable_reason"] = f"rank {reasons[0][0]}: {reasons[0][1]}"
-    if any(m["host_rss_peak_since"] == "process_start" for m in memories):
-        merged["host_rss_peak_since"] = "process_start"
-    return merged
-
 

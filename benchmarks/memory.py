@@ -264,3 +264,34 @@ class DeviceMemoryMonitor:
     def close(self) -> None:
         if self._sampler:
             self._sampler.stop()
+
+
+def memory_peaks(backend, monitor: DeviceMemoryMonitor, rss_since: str) -> dict:
+    """This rank's memory section: the framework allocator's, the device's and the host's peaks."""
+    peaks = backend.peak_memory()
+    return {
+        "allocator_peak_bytes": peaks.allocated,
+        "reserved_peak_bytes": peaks.reserved,
+        "device_peak_bytes": monitor.peak_bytes(),
+        "device_total_bytes": monitor.total_bytes(),
+        "device_unavailable_reason": monitor.unavailable_reason,  # read last: the two above may set it
+        "host_rss_peak_bytes": host_rss_peak_bytes(),
+        "host_rss_peak_since": rss_since,
+    }
+
+
+def max_memory(memories: list[dict]) -> dict:
+    """Per field, the largest peak over ranks: the memory a node must provide per process."""
+    merged = dict(memories[0])
+    for field in merged:
+        values = [m[field] for m in memories if isinstance(m[field], int)]
+        if values:
+            merged[field] = max(values)
+    reasons = [(rank, m["device_unavailable_reason"]) for rank, m in enumerate(memories) if m.get("device_unavailable_reason")]
+    if reasons:  # one rank without a device peak: its reason stands beside the others' maximum
+        merged["device_unavailable_reason"] = f"rank {reasons[0][0]}: {reasons[0][1]}"
+    if any(m["host_rss_peak_since"] == "process_start" for m in memories):
+        merged["host_rss_peak_since"] = "process_start"
+    return merged
+
+
