@@ -434,7 +434,8 @@ def test_overhead_job_under_slurm(apptainer_bin, tf_sif, slurm_single, tmp_path)
     assert "| apptainer | 2 |" in report and "| local | 2 |" in report
     # the job's log ends with the verdict table: Apptainer against the bare host, ratio, interval, verdict
     last = text.split("overhead.sbatch: report in", 1)[1]
-    [row] = [line for line in last.splitlines() if line.startswith("| apptainer | local |")]
+    [row] = [line for line in last.splitlines() if line.startswith("| apptainer | local |")
+             and " | to " not in line]  # the throughput verdict, not the launch rows (| to bench up |, ...)
     assert "paired by round, 2 rounds" in row and ("equivalent" in row or "slower" in row or "faster" in row
                                                    or "inconclusive" in row), row
     assert [r["comparison"]["round"] for r in records if r["provenance"]["requested_runtime"] == "local"] == [1, 2]

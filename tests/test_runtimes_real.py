@@ -236,7 +236,8 @@ def test_planted_path_difference_is_fingerprinted_resolved_and_flagged(tmp_path)
         assert any(check["name"] == "threads" and not check["ok"] for check in record["preflight"]["checks"])
     assert sorted(r["comparison"]["position"] for r in records if r["comparison"]["round"] == 1) == [1, 2]
     table = (out / "compare.md").read_text()
-    [docker_row] = [line for line in table.splitlines() if line.startswith("| docker | local |")]
+    [docker_row] = [line for line in table.splitlines() if line.startswith("| docker | local |")
+                    and " | to " not in line]  # the throughput verdict, not the launch rows (| to bench up |, ...)
     assert not [line for line in table.splitlines() if line.startswith("| local | docker |")]  # once, not twice
     assert "slower by" in docker_row or "more rounds" in docker_row, table
     assert "CPU quota" in docker_row and "PID namespace" in docker_row, docker_row
