@@ -242,7 +242,7 @@ def test_planted_path_difference_is_fingerprinted_resolved_and_flagged(tmp_path)
     assert "slower by" in docker_row or "more rounds" in docker_row, table
     assert "CPU quota" in docker_row and "PID namespace" in docker_row, docker_row
     if "slower by" in docker_row:
-        assert "likely cause: CPU quota" in docker_row, docker_row
+        assert "likely cause: docker: CPU quota 0.5 CPUs; local: none" in docker_row, docker_row
     assert not containers()
 
 
