@@ -265,8 +265,8 @@ LOCAL_ENTRY = {"match": {"model": "alexnet"}, "system": f"{SYSTEM}:local"}
      f"{SYSTEM}:slurm, generic, generic:default)"),
     ([LOCAL_ENTRY, {**LOCAL_ENTRY, "variables": {"images_per_second": [10, -0.1, None, "img/s"]}}],
      "entry 2: unknown performance variable 'images_per_second' (choices: images_per_sec, images_per_sec_per_rank, "
-     "step_time_p90, host_rss_peak, allocator_peak, reserved_peak, device_peak, runtime_overhead, busbw, "
-     "pingpong_latency)"),
+     "step_time_p90, host_rss_peak, allocator_peak, reserved_peak, device_peak, runtime_overhead, runtime_ratio, "
+     "runtime_ratio_ci_low, runtime_ratio_ci_high, busbw, pingpong_latency)"),
     ([{**LOCAL_ENTRY, "variables": {"busbw": [10, "-10%", None, "GB/s"]}}],
      "entry 1: busbw: expected [reference, lower, upper, unit] (bounds as fractions or null), "
      "e.g. [100.0, -0.1, null, 'GB/s']"),

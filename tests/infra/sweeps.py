@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -66,25 +67,27 @@ class Measured:
 
 def measured(argv: list[str], limit_mb: int, timeout: float) -> Measured:
     """Run argv (this checkout's packages first) under an address-space limit of `limit_mb`, so a command that
-    grows without bound fails there instead of exhausting the machine; its peak RSS from wait4 (its own,
-    not that of other children of the test process). Killed after `timeout` seconds (returncode -9)."""
+    grows without bound fails there instead of exhausting the machine; its own peak RSS, taken by
+    rss_probe.py (why a probe: its docstring). Killed with its probe after `timeout` seconds (returncode -9,
+    peak unknown: nan)."""
     from infra.helpers import python_env
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
-
+    probe = Path(__file__).with_name("rss_probe.py")
     started = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(argv, stdout=out, stderr=err, env=python_env(), preexec_fn=limit)
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - started > timeout:
-                child.kill()
-            time.sleep(0.05)
-        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryFile() as out, \
+            tempfile.TemporaryFile() as err:
+        report = Path(scratch) / "report"
+        child = subprocess.Popen([sys.executable, str(probe), str(limit_mb), str(report), "--", *argv],
+                                 stdout=out, stderr=err, env=python_env(), start_new_session=True)
+        try:
+            child.wait(timeout=max(0.0, timeout - (time.monotonic() - started)))
+            returncode, max_rss_kb = map(int, report.read_text().split())
+            max_rss_mb = max_rss_kb / 1024
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            returncode, max_rss_mb = -9, float("nan")
         out.seek(0)
         err.seek(0)
-        return Measured(child.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss / 1024,
+        return Measured(returncode, out.read().decode(), err.read().decode(), max_rss_mb,
                         time.monotonic() - started)
