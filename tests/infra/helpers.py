@@ -3,8 +3,10 @@ to run `bench`, `benchrun` and any other command (always a real subprocess, as u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -12,6 +14,8 @@ import time
 from pathlib import Path
 
 import jsonschema
+
+from benchmarks import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())
@@ -99,11 +103,23 @@ def last_json_line(stdout: str) -> dict:
 
 class Started:
     """A command started in the background whose stderr is read as it comes, so a test can act when the
-    program has reached a given point (`wait_for`) instead of after a guessed sleep."""
+    program has reached a given point (`wait_for`) instead of after a guessed sleep.
 
-    def __init__(self, argv: list, env: dict | None = None, cwd=ROOT, **popen):
+    It starts with every ending signal at its default disposition (then the caller's own `preexec_fn`, if
+    any): a test runner started under `nohup` (SIGHUP ignored) or as a script's `... &` (SIGINT and SIGQUIT
+    ignored) passes SIG_IGN down, and the program rightly keeps ignoring what its caller ignores
+    (processes.unhandled), so a test of how it ends on that signal would wait in vain (a CI run started with
+    nohup did: 'ends on a hang-up' ran on)."""
+
+    def __init__(self, argv: list, env: dict | None = None, cwd=ROOT, preexec_fn=None, **popen):
+        def defaults() -> None:
+            for signum in processes.ENDING_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
+            if preexec_fn is not None:
+                preexec_fn()
+
         self.proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, **popen)
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=defaults, **popen)
         self.err: list[str] = []
         self.out: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
@@ -125,8 +141,16 @@ class Started:
             time.sleep(0.01)  # a test may act (a signal) right after the line
 
     def communicate(self, timeout: float) -> tuple[str, str]:
-        """Wait for the end; (stdout, stderr) in full."""
-        self.proc.wait(timeout=timeout)
+        """Wait for the end; (stdout, stderr) in full. Still running after `timeout`: it and its descendants
+        are killed (none left to load the rest of the run) and the test fails with its stderr."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in [*processes.descendants(self.proc.pid), self.proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError(f"still running {timeout:g} s on (killed):\n{''.join(self.err)[-3000:]}") from None
         for reader in self._readers:
             reader.join(timeout=10)
         return "".join(self.out), "".join(self.err)
