@@ -56,6 +56,19 @@ def no_room(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in NO_ROOM
 
 
+def room_problem(error: BaseException, directory: str | os.PathLike) -> OSError | None:
+    """The file system's refusal behind an output's failure, or None: an OSError of NO_ROOM, or, where a
+    library loses the errno on its way up (the torch profiler logs "Failed to write to log file!" and then
+    finds no trace; TensorFlow's summary writer raises ResourceExhaustedError), any failure after which the
+    nearest existing folder of `directory` has under MIN_FREE_BYTES free."""
+    if no_room(error):
+        return error
+    nearest = next((p for p in [Path(directory), *Path(directory).parents] if p.exists()), None)
+    if nearest is not None and _free_space_problem(nearest):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return None
+
+
 def _probe_ancestor(start: Path, path, flag: str) -> str | None:
     """Why nothing can be created in the nearest existing directory at or above `start`, or None;
     UsageError when what exists there is not a directory."""

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import (anchors, ceiling, energy, fingerprint, flops, frameworks, limits, memory, preflight, record, stats,
-               tensorboard, timing)
+from . import (anchors, ceiling, durable, energy, fingerprint, flops, frameworks, limits, memory, preflight, record,
+               stats, tensorboard, timing)
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
@@ -313,7 +313,7 @@ class Measurement(RankSession):
         except Exception as error:  # noqa: BLE001 - the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
-            failure = f"{type(error).__name__}: {error}"
+            failure = trace.failure(error, path, rank)
         self.progress(f"warning: --trace: {failure}")
         return {"rank": rank, "error": failure}
 
@@ -362,7 +362,7 @@ class Measurement(RankSession):
                         raise RuntimeError(f"the chief's traced steps failed: {told['error']}")
                     summary = trace.write_summary(path, rank, told["stamps"][role.index])
             except Exception as failure:  # noqa: BLE001
-                error = f"{type(failure).__name__}: {failure}"
+                error = trace.failure(failure, path, rank)
         if error is not None:
             self.progress(f"warning: --trace: {error}")
         if role.kind == strategies.WORKER and summary is None:
@@ -418,9 +418,11 @@ class Measurement(RankSession):
     def _write_events(self, write, logdir: str, *args) -> None:
         """--tensorboard: write(logdir, *args) after the measurement; a failure is said, the measurement stands."""
         try:
-            write(logdir, *args)
-        except Exception as error:  # noqa: BLE001 - say why there are no events
-            self.progress(f"warning: --tensorboard {logdir}: {type(error).__name__}: {error}")
+            with tensorboard.nothing_half_written(logdir):
+                write(logdir, *args)
+        except Exception as error:  # noqa: BLE001 - say why there are no events, in one line
+            said = (str(error) if isinstance(error, durable.NoRoom) else f"{logdir}: {type(error).__name__}: {error}")
+            self.progress(f"warning: --tensorboard: {said.splitlines()[0] if said else ''}")
 
     def _display(self, phase: str, total: int) -> dict:
         """Progress lines for timing.run_steps (process 0 only: one voice per run)."""

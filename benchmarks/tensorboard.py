@@ -4,9 +4,12 @@ timed loops, never inside them, by the first writer found (docs/reports.md says 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from pathlib import Path
+
+from . import durable
 
 # (module that must be importable, name) in order of preference
 BACKENDS = (("tensorboardX", "tensorboardX"), ("tensorboard", "torch.utils.tensorboard"), ("tensorflow", "tf.summary"))
@@ -54,6 +57,27 @@ class Writer:
     def close(self) -> None:
         self._writer.flush()
         self._writer.close()
+
+
+@contextlib.contextmanager
+def nothing_half_written(logdir: str | Path):
+    """On a file system that takes no more (durable.room_problem), what this writer made in `logdir` goes (a
+    TensorBoard folder holds other runs' events too: those stay) and the failure is durable.NoRoom."""
+    root = Path(logdir)
+    before = set(root.rglob("*")) if root.exists() else None
+    try:
+        yield
+    except Exception as error:
+        room = durable.room_problem(error, root)
+        if room is None:
+            raise
+        for path in sorted(set(root.rglob("*")) - (before or set()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        if before is None:
+            with contextlib.suppress(OSError):
+                root.rmdir()
+        raise durable.NoRoom(repr(str(root)), room, "the measurement is kept; ") from None
 
 
 def write_loops(logdir: str | Path, loops, images_per_step: int, loss_value) -> None:

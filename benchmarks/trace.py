@@ -14,9 +14,12 @@ each part is found. No framework is imported here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
+
+from . import durable
 
 STEP_PREFIX = "ProfilerStep#"  # torch.profiler's own step name: HTA finds steps by it too
 STEP_NAME = "ProfilerStep"  # how steps are found: TensorFlow's TraceMe keeps the name before '#'
@@ -247,6 +250,22 @@ def summarize(path: str | Path, rank: int, stamps: list[list[float]] | None = No
         "mean": mean,
         "overlap_fraction": mean["overlap_s"] / mean["communication_s"] if mean["communication_s"] > 0 else None,
     }
+
+
+def failure(error: BaseException, path: Path, rank: int) -> str:
+    """Why rank `rank` has no trace at `path`, as the record and the warning line say it. On a file system
+    that took no more (durable.room_problem), nothing of this rank's trace is left behind (a half-written
+    trace cannot be read and holds the space that is left; other ranks' files stay), and the line says so
+    in the words every full-disk output uses."""
+    room = durable.room_problem(error, path.parent)
+    if room is None:
+        return f"{type(error).__name__}: {error}"
+    for leftover in path.parent.glob(f"rank-{rank}.*"):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # the run's folder, once no rank's file is in it
+    return str(durable.NoRoom(repr(str(path.parent)), room, f"rank {rank}'s trace is not kept, the measurement is; "))
 
 
 def write_summary(path: Path, rank: int, stamps: list[list[float]] | None = None) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import durable
-from infra.helpers import ROOT, SMALL, Started, bench, benchrun, last_json_line, validate_record
+from infra.helpers import ROOT, SMALL, Started, bench, benchrun, last_json_line, python_env, validate_record
 from infra.tmpfs import fill, small_fs
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32", *SMALL]
@@ -177,6 +177,36 @@ def test_an_export_that_fills_the_disk_is_one_line_and_leaves_nothing(full_dir, 
     assert capsys.readouterr().err == (f"benchrun: error: {flag} '{target}': no space left on device (nothing is "
                                        "left behind): free space, or write elsewhere\n")
     assert [p.name for p in full_dir.iterdir()] == [".filler"]
+
+
+@pytest.mark.parametrize("flag", ["--trace", "--tensorboard"])
+def test_a_trace_or_events_the_disk_cannot_take_are_one_line_and_leave_nothing(tmp_path, flag):
+    """The folder passes the check before the run, then another writer fills its file system while the run
+    warms up: the trace (torch's profiler loses the errno: "Failed to write to log file!") or the TensorBoard
+    events (TensorFlow's writer: ResourceExhaustedError) cannot be written. One line says so; nothing of them
+    is left behind, an earlier run's file there stays; the measurement is kept, and the run ends as it
+    measured: 0 (README, Exit codes)."""
+    with small_fs(tmp_path / "fs", size="2m") as fs:
+        target = fs / "out"
+        target.mkdir()
+        (target / "earlier.txt").write_text("an earlier run's\n")
+        store = tmp_path / "records.jsonl"
+        started = Started([sys.executable, "-m", "benchmarks", "--framework", "torch", "--model", "alexnet",
+                           "--image-size", "64", *SMALL, flag, target, "--output", store], env=python_env())
+        started.wait_for("warmup:", 300)
+        fill(fs)
+        _, err = started.communicate(timeout=300)
+        assert started.proc.returncode == 0, err[-3000:]
+        said = [line for line in err.splitlines() if line.startswith("bench: ") and flag in line]
+        assert len(said) == 1 and "Traceback" not in err, err[-3000:]
+        assert said[0].startswith(f"bench: warning: {flag}: '{target}") and said[0].endswith(
+            "nothing is left behind): free space, or write elsewhere"), said
+        assert "no space left on device (" in said[0]
+        assert sorted(str(p.relative_to(fs)) for p in fs.rglob("*")) == [".filler", "out", "out/earlier.txt"]
+        record = validate_record(json.loads(store.read_text().splitlines()[-1]))
+        assert record["status"] == "ok" and record["throughput"]["images_per_sec"] > 0
+        if flag == "--trace":
+            assert "no space left on device" in record["trace"]["ranks"][0]["error"]
 
 
 # ---- outputs that are not regular files: FIFOs, pipes (issue 26) ------------------------------------
