@@ -267,24 +267,27 @@ class Staged:
 
 @contextmanager
 def staged_dir(target: str | os.PathLike, what: str):
-    """Write a directory's files into a hidden partial directory beside `target` (same file system; readers
-    of ImageFolder trees skip dot-directories), then put them in place: the whole directory renamed onto an
-    absent or empty `target`, else each file renamed into it, so no file is ever seen half-written. On any
-    failure the partial directory is removed; a file system that takes no more raises NoRoom(`what`)."""
+    """Write a directory's files into a hidden partial directory (same file system; readers of ImageFolder
+    trees skip dot-directories), then put them in place, so no file is ever seen half-written: an absent
+    `target` is staged beside it and the whole directory renamed onto it; an existing one (its parent may be
+    one we cannot write: checks before a run ask only about `target`) is staged inside it and each entry
+    renamed into it. On any failure the partial directory is removed; a file system that takes no more
+    raises NoRoom(`what`)."""
     target = Path(target)
     staged = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staged = Staged(Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent)))
+        inside = target.is_dir()
+        if not inside:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        home = target if inside else target.parent
+        staged = Staged(Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=home)))
         yield staged
-        if not target.exists() or (target.is_dir() and not any(target.iterdir())):
-            if target.exists():
-                target.rmdir()
-            os.replace(staged.path, target)
-        else:
+        if inside:
             for entry in staged.path.iterdir():
                 os.replace(entry, target / entry.name)
             staged.path.rmdir()
+        else:
+            os.replace(staged.path, target)
     except BaseException as error:
         if staged is not None:
             shutil.rmtree(staged.path, ignore_errors=True)

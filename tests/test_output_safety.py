@@ -179,6 +179,27 @@ def test_an_export_that_fills_the_disk_is_one_line_and_leaves_nothing(full_dir, 
     assert [p.name for p in full_dir.iterdir()] == [".filler"]
 
 
+def test_a_comparison_summary_the_disk_cannot_take_is_one_line_and_leaves_the_last_one(tmp_path):
+    """compare-runtimes' summary (compare.md, compare.csv, verdicts.csv, the charts) on a file system another
+    writer filled during the runs: durable.NoRoom (benchrun: one line, exit 5) saying where the runs are, and
+    --out as it was: the last summary, no partial file or folder."""
+    from runners.commands import compare_runtimes
+
+    records = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    with small_fs(tmp_path / "fs", size="1m") as fs:
+        out = fs / "cmp"
+        out.mkdir()
+        (out / "compare.md").write_text("the last summary\n")
+        fill(fs)
+        with pytest.raises(durable.NoRoom) as refused:
+            compare_runtimes.write_summary(out, [], records, [], {}, 0.03, 0.25)
+        assert str(refused.value) == (f"--out '{out}': no space left on device (no summary written; the runs are "
+                                      "kept in records.jsonl and runs.jsonl, and `benchrun report` on records.jsonl "
+                                      "gives their verdicts; nothing is left behind): free space, or write elsewhere")
+        assert sorted(p.name for p in out.iterdir()) == ["compare.md"]
+        assert (out / "compare.md").read_text() == "the last summary\n"
+
+
 @pytest.mark.parametrize("flag", ["--trace", "--tensorboard"])
 def test_a_trace_or_events_the_disk_cannot_take_are_one_line_and_leave_nothing(tmp_path, flag):
     """The folder passes the check before the run, then another writer fills its file system while the run

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.cli import bench_arguments
+from benchmarks import durable
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import UsageError
 from benchmarks.processes import ENDING_SIGNALS, StopScope
@@ -289,10 +290,10 @@ def open_comparison(out: Path, runtimes_given: list[str], seed: int | None, aske
 def save_comparison(out: Path, comparison: Comparison) -> None:
     state = out / STATE
     if not state.exists():
-        partial = state.with_name(f".{STATE}.{os.getpid()}")
-        partial.write_text(json.dumps({"id": comparison.id, "seed": comparison.seed,
-                                       "runtimes": list(comparison.runtimes), "asked": comparison.asked}, indent=1) + "\n")
-        os.replace(partial, state)
+        with durable.staged_file(state, f"--out {str(out)!r}") as partial:
+            partial.write_text(json.dumps({"id": comparison.id, "seed": comparison.seed,
+                                           "runtimes": list(comparison.runtimes), "asked": comparison.asked},
+                                          indent=1) + "\n")
 
 
 def read_runs(out: Path) -> list[dict]:
@@ -315,13 +316,26 @@ def read_records(out: Path) -> list[dict]:
 
 
 def write_csv(out: Path, runs: list[dict]) -> None:
-    partial = out / f".compare.csv.{os.getpid()}"
-    with open(partial, "w", newline="") as f:
+    with open(out / "compare.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in runs:
             writer.writerow({key: "" if row.get(key) is None else row[key] for key in CSV_FIELDS})
-    os.replace(partial, out / "compare.csv")
+
+
+def write_summary(out: Path, runs: list[dict], records: list[dict], no_record: list[str], launches: dict,
+                  margin: float, launch_margin: float) -> str:
+    """compare.md (returned, and printed), compare.csv, verdicts.csv and the charts, staged and put in place in
+    --out together (durable.staged_dir): on a file system that takes no more, one line (exit 5) and none of
+    them half-written; the runs stay in records.jsonl and runs.jsonl, appended line by line."""
+    with durable.staged_dir(out, f"--out {str(out)!r}") as staged:
+        staged.progress = ("no summary written; the runs are kept in records.jsonl and runs.jsonl, and `benchrun "
+                           "report` on records.jsonl gives their verdicts; ")
+        write_csv(staged.path, runs)
+        table = summary(records, staged.path, no_record, launches, margin, launch_margin)
+        print(table, end="", flush=True)
+        (staged.path / "compare.md").write_text(table)
+    return table
 
 
 def between_runs() -> StopScope:
@@ -404,14 +418,11 @@ def run(args) -> int:
             break
     stop.restore()
     runs = [run for run in read_runs(out) if run.get("comparison_id") == comparison.id]
-    write_csv(out, runs)
     records = [r for r in read_records(out) if (r.get("comparison") or {}).get("id", comparison.id) == comparison.id]
     no_record = [f"{run['runtime']}: round {run['round']}: bench wrote no record (exit {run.get('exit_code')})"
                  for run in runs if not run.get("run_id")]
     launches: dict[str, list[dict]] = {name: [] for name in names}
     for run in runs:
         launches.setdefault(run["runtime"], []).append(run)
-    table = summary(records, out, no_record, launches, margin, launch_margin)
-    (out / "compare.md").write_text(table)
-    print(table, end="")
+    write_summary(out, runs, records, no_record, launches, margin, launch_margin)
     return 130 if interrupted else (1 if failed else 0)

@@ -411,7 +411,7 @@ def build(records: list[dict], stores: list[str], out: Path, comm_records: list[
 
 
 def run(args) -> int:
-    """Written into a partial directory beside --out and put in place once whole (durable.staged_dir): a
+    """Written into a partial directory and put in place once whole (durable.staged_dir): a
     file system that fills up meanwhile is one line (exit 5), and no half-written file is left."""
     check_dir(args.out, "--out")
     if args.link_gbps is not None and not args.link_gbps > 0:
