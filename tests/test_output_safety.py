@@ -289,6 +289,33 @@ def test_json_to_a_reader_that_has_gone(tmp_path, with_output):
         validate_record(json.loads(saved[0].read_text()))
 
 
+@pytest.mark.parametrize("with_output", [False, True])
+def test_stdout_to_a_file_the_disk_cannot_take(tmp_path, with_output):
+    """`bench > log` on a full file system (compare-runtimes' run logs were one: bench said "internal error"):
+    the record is never lost: with --output it is there and the line is a warning (the measurement's exit
+    code); without, it is in the fallback file the one line names (exit 5)."""
+    out = tmp_path / "out.jsonl"
+    extra = ["--output", str(out)] if with_output else []
+    with small_fs(tmp_path / "fs", size="256k") as fs, open(fs / "log", "w") as log:
+        fill(fs)
+        proc = subprocess.run([sys.executable, "-m", "benchmarks", *TINY, *extra], cwd=ROOT, stdout=log,
+                              stderr=subprocess.PIPE, text=True, timeout=300,
+                              env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    full = "stdout is a file its file system will not take (no space left on device)"
+    if with_output:
+        assert proc.returncode == 0, proc.stderr
+        assert f"bench: warning: {full}; the record is in {out}" in proc.stderr.splitlines()
+        validate_record(json.loads(out.read_text()))
+    else:
+        assert proc.returncode == 5, proc.stderr
+        line = one_error_line(proc.stderr)
+        saved = list(tmp_path.glob("dlbench-record-*.jsonl"))
+        assert len(saved) == 1
+        assert line == f"bench: error: {full} before the record was printed; the record is saved to {saved[0]}"
+        validate_record(json.loads(saved[0].read_text()))
+
+
 # ---- concurrent writers (issue 26) ---------------------------------------------------------------
 
 APPENDER = """
