@@ -421,7 +421,7 @@ class Measurement(RankSession):
             with tensorboard.nothing_half_written(logdir):
                 write(logdir, *args)
         except Exception as error:  # noqa: BLE001 - say why there are no events, in one line
-            said = (str(error) if isinstance(error, durable.NoRoom) else f"{logdir}: {type(error).__name__}: {error}")
+            said = str(error) if isinstance(error, durable.NoRoom) else f"{logdir}: {type(error).__name__}: {error}"
             self.progress(f"warning: --tensorboard: {said.splitlines()[0] if said else ''}")
 
     def _display(self, phase: str, total: int) -> dict:

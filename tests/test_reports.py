@@ -30,7 +30,7 @@ def write(path: Path, records: list[dict], envelopes: bool = False) -> Path:
 
 
 @pytest.fixture(scope="module")
-def store(real_record, tmp_path_factory) -> tuple[Path, Factory]:
+def store(real_record, tmp_path_factory) -> tuple[Path, RecordFactory]:
     R = RecordFactory(real_record)
     records = [
         # batch series, torch alexnet, docker: bs2 = 9, 11 (mean 10), bs4 = 18 (single), bs8 out of memory

@@ -47,8 +47,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.cli import bench_arguments
 from benchmarks import durable
+from benchmarks.cli import bench_arguments
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import UsageError
 from benchmarks.processes import ENDING_SIGNALS, StopScope
