@@ -25,7 +25,7 @@ from benchmarks import framework_specs
 from benchmarks.cli import bench_arguments
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
 from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
-from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, unhandled
+from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 
 from . import faults, launchers, runtimes
@@ -277,7 +277,7 @@ def run(request: RunRequest) -> Outcome:
         # hang-up, Slurm's warning: processes.ENDING_SIGNALS): the run is stopped now (wait_ranks: SIGTERM, then
         # SIGKILL), its record says 'interrupted' and its containers go (a sweep's point process has its own).
         stop = StopScope(lambda signum: KeyboardInterrupt(), signals=unhandled()).install()
-        launcher = None
+        launcher, proc = None, None
         try:
             if launcher_name(request, runtime) is None:
                 argv = [*spec.bench, *spec.bench_args]
@@ -289,6 +289,8 @@ def run(request: RunRequest) -> Outcome:
                 code = launcher.run(spec, timeout_s=deadline)
         finally:
             stop.restore()
+            if proc is not None and proc.poll() is None:  # a stop raised between its start and the wait for it
+                stop_process_group(proc, spec.stop_grace_s)
             runtime.clean_up(request.container_name, prefix=True)  # whatever a killed rank left behind
         record_path = results / "record.jsonl"
         lines = record_path.read_text().splitlines() if record_path.exists() else []

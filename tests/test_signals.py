@@ -291,3 +291,28 @@ def test_compare_runtimes_keeps_its_finished_runs_and_summarises_them_on_a_hang_
     runs = lines(out / "runs.jsonl")
     assert runs[0]["round"] == 1 and runs[0]["status"] == "ok" and len(runs) <= 2
     assert (out / "compare.md").exists()
+
+
+def test_a_stop_before_the_run_has_a_process_still_ends_the_comparison_with_its_summary(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """On a loaded machine the hang-up above once landed while round 2's run was still being set up (no
+    process to stop yet): the stop's KeyboardInterrupt left compare-runtimes from there, "benchrun:
+    interrupted" and no summary. Made certain here: round 1 is kept and summarised, exit 130."""
+    from runners import cli, dispatch
+
+    real, calls = dispatch.run, []
+
+    def run(request):
+        calls.append(request)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what the stop's handler raises where the run is being set up
+        return real(request)
+
+    monkeypatch.setattr(dispatch, "run", run)
+    out = tmp_path / "cmp"
+    code = cli.main(["compare-runtimes", "--runtimes", "local", "--rounds", "3", "--out", str(out), "--", *RUN,
+                     "--num-batches", "2"])
+    stdout = capsys.readouterr().out
+    assert code == EXIT_INTERRUPTED and len(calls) == 2
+    assert "interrupted: the finished runs are kept" in stdout and "| local |" in stdout
+    assert [run["round"] for run in lines(out / "runs.jsonl")] == [1] and (out / "compare.md").exists()

@@ -390,8 +390,13 @@ def run(args) -> int:
                 stop.armed = True
                 try:
                     outcome = dispatch.run(req)
+                except KeyboardInterrupt:  # the stop came before the run had a process to stop (a loaded machine)
+                    outcome = None
                 finally:
                     stop.armed = False
+            if outcome is None:
+                interrupted = True
+                break
             record = outcome.record
             launch = launch_times(log, issued)
             if record is not None:
