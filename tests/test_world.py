@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -121,6 +122,33 @@ def test_rendezvous_allgather_in_rank_order(unused_port):
     assert results == {0: [0, 10, 20], 1: [0, 10, 20], 2: [0, 10, 20]}
     for r in ranks:
         r.close()
+
+
+def test_process_0_goes_on_only_once_every_other_rank_is_answered(unused_port, monkeypatch):
+    """The reply to rank 1 is sent by a thread of process 0; if process 0 went on before it was sent, its main
+    thread could block, holding the GIL, in a framework call that needs rank 1 (TensorFlow's first
+    collective) while that reply waited for the GIL: a loaded CI run deadlocked so, rank 1 timing out after
+    300 s. Made certain here with a reply that takes 0.5 s to send: process 0's allgather returns after it."""
+    from benchmarks.distributed import rendezvous
+
+    real_send, sent = rendezvous._send, []
+
+    def slow_send(sock, message):
+        if "values" not in message:  # a rank's own request or beat, not a reply to a gather
+            return real_send(sock, message)
+        time.sleep(0.5)
+        real_send(sock, message)
+        sent.append(message["tag"])
+
+    monkeypatch.setattr(rendezvous, "_send", slow_send)
+    rank0, rank1 = _ranks(2, unused_port)
+    other = threading.Thread(target=rank1.allgather, args=("preflight", 1))
+    other.start()
+    assert rank0.allgather("preflight", 0) == [0, 1]
+    assert sent == ["preflight"]  # rank 1's answer was on its way before process 0 went on
+    other.join(10)
+    rank0.close()
+    rank1.close()
 
 
 def test_rendezvous_times_out_naming_missing_ranks(unused_port):

@@ -59,6 +59,7 @@ class _Board:
         self.cond = threading.Condition()
         self.on_failure = on_failure
         self.heard: dict[int, float] = {}  # rank -> its last beat (monotonic), while its beat connection is open
+        self.settled: dict[str, set[int]] = {}  # tag -> the other ranks answered there (or found gone)
 
     def silent(self) -> dict[int, float]:
         """Ranks not heard from for SILENT_AFTER_S: rank -> seconds since their last beat."""
@@ -84,6 +85,22 @@ class _Board:
                     return None
                 self.cond.wait(min(left, GONE_CHECK_S))
             return [self.values[tag][r] for r in range(self.size)]
+
+    def settle(self, tag: str, rank: int) -> None:
+        with self.cond:
+            self.settled.setdefault(tag, set()).add(rank)
+            self.cond.notify_all()
+
+    def wait_settled(self, tag: str, timeout_s: float) -> None:
+        """Until every other rank has been answered at `tag` (its reply sent, or its connection found gone), at
+        most timeout_s: process 0 goes on only then. Else a rank's reply, sent by a thread of this process,
+        could wait for the GIL while the main thread holds it, blocked in a framework call that needs that
+        very rank (TensorFlow's first collective after 'preflight': a deadlock a loaded CI run hit, the other
+        rank timing out after 300 s). Once every value is in, each answer is moments away."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while len(self.settled.get(tag, ())) < self.size - 1 and (left := deadline - time.monotonic()) > 0:
+                self.cond.wait(min(left, GONE_CHECK_S))
 
     def report_if_open(self, rank: int) -> None:
         """A vanished rank's failure, unless the run has ended meanwhile (its record is written)."""
@@ -117,13 +134,16 @@ class _Handler(socketserver.StreamRequestHandler):
                 rank, tag, finished = message["rank"], message["tag"], False
                 board.put(tag, rank, message["value"])
                 try:
-                    reply = {"tag": tag, "values": board.wait_all(tag, message["timeout_s"],
-                                                                  gone=lambda: _closed(self.request))}
-                except RendezvousError as error:
-                    reply = {"tag": tag, "error": str(error)}
-                if reply.get("values", ()) is None:
-                    break  # it died waiting (a parameter server or PS worker waits for "done" all run long)
-                _send(self.request, reply)
+                    try:
+                        reply = {"tag": tag, "values": board.wait_all(tag, message["timeout_s"],
+                                                                      gone=lambda: _closed(self.request))}
+                    except RendezvousError as error:
+                        reply = {"tag": tag, "error": str(error)}
+                    if reply.get("values", ()) is None:
+                        break  # it died waiting (a parameter server or PS worker waits for "done" all run long)
+                    _send(self.request, reply)
+                finally:
+                    board.settle(tag, rank)
                 finished = tag == DONE  # answered at "done", it may leave
         except OSError:
             pass  # reset by a dying peer: noted below like a close
@@ -232,7 +252,9 @@ class Rendezvous:
         timeout_s = 10 * 365 * 86400.0 if wait_forever else self.timeout_s
         if self._sock is None:
             self._board.put(tag, self.rank, value)
-            return self._board.wait_all(tag, timeout_s)
+            values = self._board.wait_all(tag, timeout_s)
+            self._board.wait_settled(tag, timeout_s)
+            return values
         _send(self._sock, {"op": "gather", "tag": tag, "rank": self.rank, "value": value, "timeout_s": timeout_s,
                            "run": self.run_token})
         self._sock.settimeout(None if wait_forever else timeout_s + 5)
