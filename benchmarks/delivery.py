@@ -11,6 +11,8 @@ import sys
 
 from .errors import EXIT_OUTPUT
 
+CLOSED = "was closed by its reader"  # why stdout did not take the record, when its reader has gone
+
 
 def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int | None:
     """Process 0's record: appended to --output (or the fallback file), rendered, printed as JSON
@@ -45,9 +47,6 @@ def deliver(result: dict, output_path: str | None, as_json: bool, render) -> int
     print(f"bench: error: stdout {failure} before the record was printed; the record is {where}",
           file=sys.stderr, flush=True)
     return EXIT_OUTPUT
-
-
-CLOSED = "was closed by its reader"
 
 
 def _to_stdout(write) -> str | None:

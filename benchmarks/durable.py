@@ -63,16 +63,21 @@ def room_problem(error: BaseException, directory: str | os.PathLike) -> OSError 
     nearest existing folder of `directory` has under MIN_FREE_BYTES free."""
     if no_room(error):
         return error
-    nearest = next((p for p in [Path(directory), *Path(directory).parents] if p.exists()), None)
-    if nearest is not None and _free_space_problem(nearest):
+    if _free_space_problem(_nearest_existing(Path(directory))):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return None
+
+
+def _nearest_existing(start: Path) -> Path:
+    """`start` or its nearest existing ancestor (the working directory for a relative path none of whose
+    folders exist)."""
+    return next((p for p in [start, *start.parents] if p.exists()), Path("."))
 
 
 def _probe_ancestor(start: Path, path, flag: str) -> str | None:
     """Why nothing can be created in the nearest existing directory at or above `start`, or None;
     UsageError when what exists there is not a directory."""
-    ancestor = next((p for p in [start, *start.parents] if p.exists()), Path("."))
+    ancestor = _nearest_existing(start)
     if not ancestor.is_dir():
         raise UsageError(f"{flag} {str(path)!r}: {str(ancestor)!r} is not a directory")
     return _probe_dir(ancestor)
