@@ -16,8 +16,10 @@ RUN_ARGS   ?= --model resnet50 --batch-size 8 --num-warmup-batches 2 --num-batch
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (tests/infra/parallel.py says what may run side by side); 0 = one process
 PYTEST_WORKERS ?= 2
+# the linter `make test` runs first (pyproject.toml's [tool.ruff] says which rules), in a cached venv of its own
+RUFF_VERSION := 0.17.6
 
-.PHONY: run test venv clean
+.PHONY: run test lint venv clean
 
 venv: $(VENV_DIR)/.complete
 	@ln -sfn $(VENV_DIR) $(VENV)
@@ -41,7 +43,10 @@ run: venv
 	$(VENV)/bin/bench --framework $(FRAMEWORK) $(RUN_ARGS) --output $(RESULTS)
 	@echo "record appended to $(RESULTS)"
 
-test: venv
+lint:
+	@eval "$$(scripts/pip-cached.sh venv ruff==$(RUFF_VERSION) ruff)" && ruff check --quiet . && echo "ruff: no findings"
+
+test: lint venv
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:

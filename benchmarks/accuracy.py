@@ -14,8 +14,9 @@ import time
 import numpy as np
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
-from .measurement import Measurement, aggregate, loop_payload
+from .measurement import Measurement
 from .memory import memory_peaks
+from .totals import aggregate, loop_payload
 
 EVAL_BATCH = 500  # validation images per forward pass at most
 

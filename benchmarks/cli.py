@@ -16,8 +16,18 @@ from . import __version__, mllog, options
 from .comm import cli as comm_cli
 from .config import build_config
 from .distributed import strategies
-from .errors import (EXIT_INTERRUPTED, EXIT_OK, EXIT_OOM, EXIT_OUTPUT, EXIT_USAGE, UsageError, check_working_directory,
-                     choices, debug_enabled, report_internal_error)
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_OUTPUT,
+    EXIT_USAGE,
+    UsageError,
+    check_working_directory,
+    choices,
+    debug_enabled,
+    report_internal_error,
+)
 from .options import integer
 
 DESCRIPTION = """\
@@ -276,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the worker started (after, the supervisor records it)
         print("bench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as error:  # noqa: BLE001 - a bug: one line and a log, unless --debug
+    except Exception as error:  # a bug: one line and a log, unless --debug
         if debug_enabled(argv):
             raise
         return report_internal_error("bench", error)

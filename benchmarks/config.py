@@ -10,14 +10,22 @@ import importlib.util
 from dataclasses import asdict, field, make_dataclass
 from typing import Optional
 
+from . import framework_specs, step_timing
 from .dataset import validate_data_dir
 from .distributed import cluster, strategies
 from .distributed.world import run_token
-from . import framework_specs, step_timing
 from .errors import UsageError, choices
 from .models import MODELS
-from .options import (CONFIG_OPTIONS, DEFAULTS, FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS,  # noqa: F401
-                      RENDEZVOUS_TIMEOUT_S, check_values, choices_of)
+from .options import (  # noqa: F401 - re-exported: callers read these from config
+    CONFIG_OPTIONS,
+    DEFAULTS,
+    FASHION_MNIST_DIR,
+    FASHION_MNIST_PACKAGE,
+    OPTIONS,
+    RENDEZVOUS_TIMEOUT_S,
+    check_values,
+    choices_of,
+)
 
 FRAMEWORKS = choices_of("framework")
 NUM_CLASSES = 1000

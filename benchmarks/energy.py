@@ -53,7 +53,8 @@ class RaplCounter:
             self.ranges = [int((d / "max_energy_range_uj").read_text()) for d in self.domains]
             self.read()
         except (OSError, ValueError) as error:
-            self.reason = f"RAPL counters under {root} are not readable ({getattr(error, 'strerror', None) or error}; root-only since Linux 5.10)"
+            why = getattr(error, "strerror", None) or error
+            self.reason = f"RAPL counters under {root} are not readable ({why}; root-only since Linux 5.10)"
 
     def read(self) -> list[int]:
         return [int((d / "energy_uj").read_text()) for d in self.domains]
@@ -126,7 +127,7 @@ class EnergyMeter:
                 if self._failed is not None:
                     raise self._failed
                 return Reading(self._to_joules(self._start, self._read()), self.source)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:  # noqa: BLE001 - any reading failure: energy is null with why, the run stands
                 return Reading(None, None, f"{self.source} failed: {type(error).__name__}: {str(error)[:200]}")
         joules = self._integrated()
         if joules is None:
@@ -165,7 +166,8 @@ def combine(per_rank: Sequence[Sequence[dict]], images: float, wall_time_s: floa
         for loop in loops:
             reading = loop.get("energy")
             if reading is None:
-                return section(None, None, images, wall_time_s, f"rank {rank}: not measured (the chief times this strategy's workers)")
+                return section(None, None, images, wall_time_s, f"rank {rank}: not measured (the chief times this strategy's "
+                                                                f"workers)")
             if reading["joules"] is None:
                 return section(None, None, images, wall_time_s, f"rank {rank}: {reading['reason']}")
     sources = {loop["energy"]["source"] for loops in per_rank for loop in loops}

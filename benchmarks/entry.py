@@ -13,9 +13,9 @@ _interrupted: list[int] = []
 signal.signal(signal.SIGINT, lambda signum, frame: _interrupted.append(signum))
 
 import os  # noqa: E402  (the handler first)
-import sys  # noqa: E402
+import sys  # noqa: E402 - the signal handler is installed before anything else loads
 
-from .errors import EXIT_INTERRUPTED  # noqa: E402
+from .errors import EXIT_INTERRUPTED  # noqa: E402 - see above
 
 
 def main_entry(prog: str, cli_module: str) -> None:
@@ -35,7 +35,7 @@ def main_entry(prog: str, cli_module: str) -> None:
         if _interrupted:
             raise KeyboardInterrupt
         code = main()
-    except BaseException:  # noqa: BLE001 - re-raised unless a Ctrl-C caused it
+    except BaseException:  # re-raised unless a Ctrl-C caused it
         if not _interrupted:
             raise
         print(f"{prog}: interrupted", file=sys.stderr)

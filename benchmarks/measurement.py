@@ -4,110 +4,43 @@ time, gather, assemble the record.
 This is the only place that sequences a measurement, so every backend and
 strategy is measured the same way: warmup excluded, peaks reset after
 warmup, the device synchronised at each timing boundary (timing.run_steps),
-and multi-rank totals computed from every rank's own loop (aggregate()).
+and multi-rank totals computed from every rank's own loop (totals.aggregate).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 import time
 from pathlib import Path
 
-from . import (anchors, ceiling, durable, energy, fingerprint, flops, frameworks, limits, memory, preflight, record,
-               stats, tensorboard, timing)
+from . import (
+    anchors,
+    ceiling,
+    durable,
+    energy,
+    fingerprint,
+    flops,
+    frameworks,
+    limits,
+    memory,
+    preflight,
+    record,
+    tensorboard,
+    timing,
+)
 from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
 from .errors import Stopped, UsageError
 from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
+from .totals import aggregate, loop_payload, rank_rows
 
 
 def framework_info(backend: Framework) -> dict:
     return framework_section(backend.name, backend.version(), backend.device_info())
-
-
-def loop_payload(loop: timing.TimedLoop) -> dict:
-    return {
-        "images": loop.images,
-        "wall_time_s": loop.wall_time_s,
-        "step_times_s": loop.step_times_s,
-        "input_wait_s": loop.input_wait_s,
-    }
-
-
-def _pooled(loops: list[dict], key: str) -> list[float]:
-    return [t for loop in loops for t in loop[key]]
-
-
-def aggregate(per_rank: list[list[dict]], batch_size: int) -> dict:
-    """Totals over ranks: per repeat, all images / the slowest rank's wall time, never rank 0 x N.
-    `per_rank[k][r]` is rank k's loop_payload for repeat r."""
-    repeats = []
-    for r in range(len(per_rank[0])):
-        loops = [rank_loops[r] for rank_loops in per_rank]
-        waits = _pooled(loops, "input_wait_s")
-        images = sum(loop["images"] for loop in loops)
-        wall = max(loop["wall_time_s"] for loop in loops)
-        repeats.append(
-            {
-                "index": r,
-                "images": images,
-                "wall_time_s": wall,
-                "images_per_sec": images / wall,
-                "step_time_s": stats.Stats.of(_pooled(loops, "step_times_s")).as_dict(),
-                "input_wait_s": stats.Stats.of(waits).as_dict(),
-                "input_wait_fraction": sum(waits) / sum(loop["wall_time_s"] for loop in loops),
-                "joules": energy.repeat_joules(loops),
-                "device_state": energy.merge_states([loop.get("device_state") for loop in loops]),
-            }
-        )
-    rates = [rep["images_per_sec"] for rep in repeats]
-    every = [loop for rank_loops in per_rank for loop in rank_loops]
-    if len(repeats) > 1:
-        halfwidth, method = stats.t_halfwidth(rates), "t-interval over repeats"
-    else:
-        halfwidth = stats.throughput_halfwidth_from_steps(_pooled(every, "step_times_s"), batch_size * len(per_rank))
-        method = "delta method on step times" if halfwidth is not None else None
-    return {
-        "throughput": {
-            "images_per_sec": sum(rates) / len(rates),
-            "ci95_halfwidth": halfwidth,
-            "ci_method": method,
-            "total_images": sum(rep["images"] for rep in repeats),
-            "total_wall_time_s": sum(rep["wall_time_s"] for rep in repeats),
-        },
-        "step_time_s": stats.Stats.of(_pooled(every, "step_times_s")).as_dict(),
-        "input_wait_s": stats.Stats.of(_pooled(every, "input_wait_s")).as_dict(),
-        "repeats": repeats,
-    }
-
-
-def rank_rows(per_rank: list[list[dict]], ranks: list[int], peers: list[dict],
-              ceilings: list | None = None) -> list[dict]:
-    """Per training rank: its images, time, step-time summary and its device's ceiling (the straggler's facts)."""
-    rows = []
-    for index, (rank, loops) in enumerate(zip(ranks, per_rank)):
-        probed = ceilings[index] if ceilings else None
-        images = sum(loop["images"] for loop in loops)
-        wall = sum(loop["wall_time_s"] for loop in loops)
-        peer = peers[rank] if rank < len(peers) else {}
-        rows.append(
-            {
-                "rank": rank,
-                "host": peer.get("host", socket.gethostname()),
-                "role": peer.get("role", {"kind": "worker", "index": rank})["kind"],
-                "images": images,
-                "wall_time_s": wall,
-                "images_per_sec": images / wall,
-                "step_time_s": stats.Stats.of(_pooled(loops, "step_times_s")).as_dict(),
-                "ceiling_flops_per_sec": (probed or {}).get("flops_per_sec"),
-            }
-        )
-    return rows
 
 
 class Measurement(RankSession):
@@ -310,7 +243,7 @@ class Measurement(RankSession):
             path.parent.mkdir(parents=True, exist_ok=True)
             self.backend.profile_steps(batches, steps, path)
             return trace.write_summary(path, rank)
-        except Exception as error:  # noqa: BLE001 - the timed loops are measured already
+        except Exception as error:  # the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
             failure = trace.failure(error, path, rank)
@@ -328,7 +261,7 @@ class Measurement(RankSession):
         try:
             by_worker, _ = self.backend.worker_stamps(batches, steps + 1)
             told["stamps"] = [by_worker.get(worker, []) for worker in range(self._num_workers())]
-        except Exception as error:  # noqa: BLE001 - the timed loops are measured already
+        except Exception as error:  # the timed loops are measured already
             if self.backend.is_out_of_memory(error):
                 raise
             told["error"] = f"{type(error).__name__}: {error}"
@@ -361,7 +294,7 @@ class Measurement(RankSession):
                     if told["error"]:
                         raise RuntimeError(f"the chief's traced steps failed: {told['error']}")
                     summary = trace.write_summary(path, rank, told["stamps"][role.index])
-            except Exception as failure:  # noqa: BLE001
+            except Exception as failure:  # noqa: BLE001 - the timed loops are measured already
                 error = trace.failure(failure, path, rank)
         if error is not None:
             self.progress(f"warning: --trace: {error}")

@@ -257,7 +257,7 @@ class DeviceMemoryMonitor:
             return None
         try:
             return nvml_total_bytes(self._handles)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001 - any NVML error: the total stays null with why
             self.unavailable_reason = f"NVML failed reading the total: {nvml_error_text(error)}"
             return None
 

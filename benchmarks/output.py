@@ -51,7 +51,8 @@ def flops_line(counted: dict, kind: str) -> str:
         return f"flops: not counted ({counted['count_failed_reason']})"
     unit = flop_math.rate_unit(kind)
     mfu = (f"MFU {counted['mfu'] * 100:.1f}% of {counted['devices']} x {counted['peak_flops_per_sec'] / 1e12:,.1f} TFLOP/s "
-           f"({counted['math']} datasheet peak)" if counted["mfu"] is not None else f"MFU n/a: {counted['mfu_unavailable_reason']}")
+           f"({counted['math']} datasheet peak)" if counted["mfu"] is not None
+           else f"MFU n/a: {counted['mfu_unavailable_reason']}")
     return (f"flops: {counted['forward_per_image'] / 1e9:.2f} GFLOP forward per image at {counted['image_size']} px; "
             f"achieved {flop_math.rate_text(counted['achieved_flops_per_sec'], kind)} {unit} ({counted['basis']}); {mfu}")
 
@@ -111,7 +112,8 @@ def render(record: dict, stream: TextIO) -> None:
         kind = (record["provenance"].get("framework") or {}).get("device_kind", "cpu")
         counted = record.get("flops") or {}
         forward = counted.get("forward_per_image")
-        for column in ("repeat", "images/sec", flop_math.rate_unit(kind), "step ms mean", "median", "p90", "jitter", "input wait"):
+        columns = ("repeat", "images/sec", flop_math.rate_unit(kind), "step ms mean", "median", "p90", "jitter", "input wait")
+        for column in columns:
             table.add_column(column, justify="right")
         for rep in record["repeats"]:
             step = rep["step_time_s"]

@@ -37,7 +37,8 @@ def plan(requested: str, device_kind: str) -> Plan:
     if device_kind == "cpu" and effective not in CPU_PRECISIONS:
         why = "TF32 is a GPU tensor-core mode" if effective == "tf32" else "float16 autocast is a GPU mode"
         raise UsageError(
-            f"--precision {requested} is not available on a CPU ({why}; choices on CPU: {choices(CPU_PRECISIONS)}, amp = amp-bf16)"
+            f"--precision {requested} is not available on a CPU ({why}; choices on CPU: {choices(CPU_PRECISIONS)}, amp = "
+            f"amp-bf16)"
         )
     return Plan(
         requested=requested,

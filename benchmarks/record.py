@@ -17,29 +17,18 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from . import convergence, lr_rules, step_timing
+from . import step_timing
+from .accuracyrecord import AccuracyInfo  # the time-to-accuracy section's models live there
 from .distributed import strategies
-from .options import DEFAULTS, choices_of
 from .headroomrecord import AnchorInfo, CeilingInfo  # the 1.19 sections' models live there
-from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, _Model  # the 1.18 sections' models live there
+from .options import DEFAULTS, choices_of
+from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, StatsRecord, _Model  # the 1.18 sections' models live there
 from .provenance import CONTAINER_RUNTIMES
 
 SCHEMA_VERSION = "1.19"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
-
-
-class StatsRecord(_Model):
-    n: int
-    mean: float
-    median: float
-    p90: float
-    stdev: Optional[float]
-    stderr: Optional[float]
-    jitter: float = Field(description="1.4826 x median absolute deviation")
-    min: float
-    max: float
 
 
 class RunConfig(_Model):
@@ -50,7 +39,8 @@ class RunConfig(_Model):
     num_warmup_batches: int
     num_batches: int
     repeats: int
-    precision: Literal[choices_of("precision")] = Field(description="as asked; `amp` is an alias resolved per device (precision.effective)")
+    precision: Literal[choices_of("precision")] = Field(description="as asked; `amp` is an alias resolved per device "
+                                                                    "(precision.effective)")
     data_format: Literal[choices_of("data_format")]
     device: Literal[choices_of("device")]
     num_threads: Optional[int]
@@ -69,78 +59,29 @@ class RunConfig(_Model):
     ps_port: int
     rendezvous_port: int
     rendezvous_timeout: float
-    target_accuracy: Optional[float] = Field(default=None, description="--target-accuracy: a time-to-accuracy run (section `accuracy`); null: throughput (1.13)")
-    eval_every: Optional[int] = Field(default=None, description="--eval-every samples; null: a quarter of the training set (1.13)")
+    target_accuracy: Optional[float] = Field(default=None, description="--target-accuracy: a time-to-accuracy run (section "
+                                                                       "`accuracy`); null: throughput (1.13)")
+    eval_every: Optional[int] = Field(default=None,
+                                      description="--eval-every samples; null: a quarter of the training set (1.13)")
     max_epochs: float = Field(default=DEFAULTS["max_epochs"], description="--max-epochs (1.13)")
     time_budget: Optional[float] = Field(default=None, description="--time-budget seconds (1.13)")
-    base_lr: float = Field(default=DEFAULTS["base_lr"], description="--base-lr: SGD's LR at base_batch; the LR of throughput runs (1.13)")
-    base_batch: Optional[int] = Field(default=None, description="--base-batch; time-to-accuracy runs: --batch-size when not given (1.13)")
+    base_lr: float = Field(default=DEFAULTS["base_lr"], description="--base-lr: SGD's LR at base_batch; the LR of throughput "
+                                                                    "runs (1.13)")
+    base_batch: Optional[int] = Field(default=None, description="--base-batch; time-to-accuracy runs: --batch-size when not "
+                                                                "given (1.13)")
     lr_rule: Literal[choices_of("lr_rule")] = Field(default=DEFAULTS["lr_rule"], description="--lr-rule (1.13)")
     warmup_epochs: Optional[float] = Field(default=None, description="--warmup-epochs as given; null: the rule's default (1.13)")
     val_fraction: float = Field(default=DEFAULTS["val_fraction"], description="--val-fraction (1.13)")
-    val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: all (1.13)")
+    val_images: Optional[int] = Field(default=None, description="--val-images: evaluate on the first N validation images; null: "
+                                                                "all (1.13)")
     fashion_mnist_dir: Optional[str] = Field(default=None, description="--fashion-mnist-dir (1.13)")
-    step_timing: Literal[choices_of("step_timing")] = Field(default=DEFAULTS["step_timing"], description="--step-timing as asked (1.14)")
-    strict_preflight: bool = Field(default=False, description="--strict-preflight: a failed preflight check refuses the run instead of labelling it (1.18)")
+    step_timing: Literal[choices_of("step_timing")] = Field(default=DEFAULTS["step_timing"], description="--step-timing as asked "
+                                                                                                         "(1.14)")
+    strict_preflight: bool = Field(default=False, description="--strict-preflight: a failed preflight check refuses the run "
+                                                              "instead of labelling it (1.18)")
     ceiling: Literal[choices_of("ceiling")] = Field(
         default=DEFAULTS["ceiling"], description="--ceiling: the measured GEMM ceiling off, cached or measured "
         "again (1.19)")
-
-
-class CurvePoint(_Model):
-    samples: int = Field(description="training images so far, all workers")
-    epoch: float = Field(description="samples / training images")
-    wall_time_s: float = Field(description="on the run's clock (process 0), from the first dataset read to the end of this evaluation")
-    val_accuracy: float = Field(description="correct / images over the whole validation set (shards summed)")
-    val_loss: float = Field(description="mean cross-entropy over the validation set")
-    train_loss: Optional[float] = Field(description="mean training loss since the previous point, averaged over ranks")
-    lr: float = Field(description="the LR of the last update before this point")
-
-
-class LrInfo(_Model):
-    rule: Literal[lr_rules.RULES]
-    base_lr: float
-    base_batch: int = Field(description="the global batch base_lr is tuned for")
-    global_batch: int = Field(description="images per synchronous update: batch_size x workers")
-    peak_lr: float = Field(description="base_lr scaled by the rule (lr_rules.scale)")
-    warmup_samples: int = Field(description="linear warmup from base_lr to peak_lr over these training images")
-    warmup_epochs: float
-    lars_eta: Optional[float] = Field(description="LARS trust coefficient (LARC clip form); null unless rule is lars")
-    per_update_batch: int = Field(description="images behind one update of the weights")
-    staleness: Optional[StatsRecord] = Field(description="updates applied between a step's read of the weights and its own update (asynchronous strategies); null when synchronous")
-
-
-class DatasetInfo(_Model):
-    name: Literal["fashion-mnist", "imagefolder"]
-    path: str
-    train_images: int
-    val_images: int
-    classes: int
-    preprocessing: str = Field(description="how images reach the model's input: padding or resizing, grey to RGB, normalisation")
-
-
-class BudgetInfo(_Model):
-    max_epochs: float
-    time_s: Optional[float]
-
-
-class AccuracyInfo(_Model):
-    target: float = Field(description="--target-accuracy")
-    outcome: Literal[convergence.OUTCOMES] = Field(description="converged: an evaluation reached the target; not_converged: the budget ended first")
-    samples_to_target: Optional[int] = Field(description="training images at the first evaluation at or above the target")
-    epochs_to_target: Optional[float]
-    time_to_target_s: Optional[float] = Field(description="run clock at the end of that evaluation (MLPerf's time to train)")
-    best_accuracy: Optional[float] = Field(description="best validation accuracy within the budget")
-    best_at_samples: Optional[int]
-    budget: BudgetInfo
-    eval_every_samples: int
-    dataset: DatasetInfo
-    lr: LrInfo
-    init_time_s: float = Field(description="process start to the clock start: meeting the ranks, building the model (not in the times above)")
-    run_time_s: float = Field(description="the whole clock: data read, training, evaluation")
-    eval_time_s: float = Field(description="this process's time in evaluation (on the clock)")
-    train_images_per_sec: float = Field(description="training images / the slowest rank's time in training steps (evaluation excluded)")
-    curve: list[CurvePoint]
 
 
 class Throughput(_Model):
@@ -159,8 +100,11 @@ class RepeatResult(_Model):
     step_time_s: StatsRecord
     input_wait_s: StatsRecord
     input_wait_fraction: float = Field(description="sum of input waits / wall time")
-    joules: Optional[float] = Field(default=None, description="energy of this timed loop, summed over ranks (energy.source); null where not measured (1.9)")
-    device_state: Optional["DeviceState"] = Field(default=None, description="GPU temperature, SM clock, power and power limit while this loop ran, min/max over the NVML samples of every rank; null without NVML (1.9)")
+    joules: Optional[float] = Field(default=None, description="energy of this timed loop, summed over ranks (energy.source); "
+                                                              "null where not measured (1.9)")
+    device_state: Optional["DeviceState"] = Field(default=None, description="GPU temperature, SM clock, power and power limit "
+                                                                            "while this loop ran, min/max over the NVML samples "
+                                                                            "of every rank; null without NVML (1.9)")
 
 
 class Range(_Model):
@@ -176,8 +120,10 @@ class DeviceState(_Model):
 
 
 class EnergyInfo(_Model):
-    source: Optional[Literal["nvml-energy-counter", "nvml-power-sampling", "rapl"]] = Field(description="what measured it; null when nothing could")
-    scope: Optional[Literal["gpus", "cpu-packages"]] = Field(description="gpus: the GPUs the ranks trained on; cpu-packages: every CPU package of each host (counted once per host)")
+    source: Optional[Literal["nvml-energy-counter", "nvml-power-sampling", "rapl"]] = Field(description="what measured it; null "
+                                                                                                        "when nothing could")
+    scope: Optional[Literal["gpus", "cpu-packages"]] = Field(description="gpus: the GPUs the ranks trained on; cpu-packages: "
+                                                                         "every CPU package of each host (counted once per host)")
     joules: Optional[float] = Field(description="energy of all timed loops, summed over ranks; null (never 0) where not measured")
     average_watts: Optional[float] = Field(description="joules / throughput.total_wall_time_s")
     images_per_joule: Optional[float] = Field(description="throughput.total_images / joules")
@@ -192,7 +138,8 @@ class Memory(_Model):
     device_peak_bytes: Optional[int] = Field(description="NVML used-memory peak of the device since warmup")
     device_total_bytes: Optional[int]
     device_unavailable_reason: Optional[str] = Field(
-        default=None, description="why device_peak_bytes / device_total_bytes are null on a GPU run (NVML's error); null when measured and on a CPU (1.12)")
+        default=None, description="why device_peak_bytes / device_total_bytes are null on a GPU run (NVML's error); null when "
+                                  "measured and on a CPU (1.12)")
     host_rss_peak_bytes: Optional[int] = Field(description="resident set high-water mark of the benchmark process")
     host_rss_peak_since: Literal["process_start", "warmup_end"]
 
@@ -203,7 +150,8 @@ class WorldInfo(_Model):
     workers: int = Field(description="processes that train (the ranks whose images are counted)")
     num_ps: int
     strategy: str
-    launcher: str = Field(description="what started the ranks: none, env, torchrun, mpirun, mpich, srun, horovodrun, benchrun-local")
+    launcher: str = Field(description="what started the ranks: none, env, torchrun, mpirun, mpich, srun, horovodrun, "
+                                      "benchrun-local")
     nodes: int
     processes_per_node: int
     hosts: list[str]
@@ -243,7 +191,8 @@ class SkippedImage(_Model):
 
 class DataInfo(_Model):
     images: int = Field(description="image files found in --data-dir (this rank's view, before sharding)")
-    skipped_images: int = Field(description="files skipped because they cannot be decoded (scan before the run + decode failures during it)")
+    skipped_images: int = Field(description="files skipped because they cannot be decoded (scan before the run + decode failures "
+                                            "during it)")
     skipped_examples: list[SkippedImage] = Field(description="the first 10 skipped files and why")
 
 
@@ -260,19 +209,26 @@ class PrecisionInfo(_Model):
 
 
 class CompileInfo(_Model):
-    mode: Literal[(*choices_of("compile"), "xla", "graph")] = Field(description="torch.compile mode, or TensorFlow's xla / graph (tf.function)")
+    mode: Literal[(*choices_of("compile"), "xla", "graph")] = Field(description="torch.compile mode, or TensorFlow's xla / graph "
+                                                                                "(tf.function)")
     backend: Literal["inductor", "xla", "tf.function"]
-    compile_time_s: float = Field(description="the first step, synchronised and timed on its own before warmup: tracing + compilation + one step")
+    compile_time_s: float = Field(description="the first step, synchronised and timed on its own before warmup: tracing + "
+                                              "compilation + one step")
     fell_back_to_eager: bool = Field(description="compilation failed and the run trained eager (torch)")
     fallback_reason: Optional[str]
     graph_breaks: Optional[int] = Field(description="torch dynamo graph breaks in the first step; null where not counted")
     graphs: Optional[int] = Field(description="graphs compiled by the first step (torch dynamo); null where not counted")
-    graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it recompiled during warmup or timing")
+    graphs_at_end: Optional[int] = Field(description="graphs compiled by the end of the run: more than `graphs` means it "
+                                                     "recompiled during warmup or timing")
 
 
 class StepTimingInfo(_Model):
-    clock: Literal[tuple(step_timing.CLOCKS.values())] = Field(description="what timed each step: host = the host clock after a device sync at every step; cuda-events = CUDA events recorded after every step, the device synchronised at the loop's ends only")
-    cudnn_benchmark: Optional[bool] = Field(description="torch.backends.cudnn.benchmark read back on a GPU; null on a CPU and under TensorFlow")
+    clock: Literal[tuple(step_timing.CLOCKS.values())] = Field(description="what timed each step: host = the host clock after a "
+                                                                           "device sync at every step; cuda-events = CUDA events "
+                                                                           "recorded after every step, the device synchronised "
+                                                                           "at the loop's ends only")
+    cudnn_benchmark: Optional[bool] = Field(description="torch.backends.cudnn.benchmark read back on a GPU; null on a CPU and "
+                                                        "under TensorFlow")
 
 
 class TraceStep(_Model):
@@ -289,7 +245,9 @@ class TraceRank(_Model):
     rank: int
     trace_file: Optional[str] = Field(default=None, description="the profiler's trace, in trace.dir")
     summary_file: Optional[str] = Field(default=None, description="this entry as JSON, in trace.dir")
-    source: Optional[Literal["profiler-events", "hta"]] = Field(default=None, description="who split the time: the profiler's CPU events (benchmarks/trace.py) or HolisticTraceAnalysis (GPU)")
+    source: Optional[Literal["profiler-events", "hta"]] = Field(default=None, description="who split the time: the profiler's "
+                                                                                          "CPU events (benchmarks/trace.py) or "
+                                                                                          "HolisticTraceAnalysis (GPU)")
     note: Optional[str] = None
     error: Optional[str] = Field(default=None, description="why this rank has no trace (the measurement stands)")
     steps: list[TraceStep] = Field(default_factory=list, description="per profiled step")
@@ -304,14 +262,19 @@ class TraceInfo(_Model):
 
 
 class FlopsInfo(_Model):
-    forward_per_image: Optional[float] = Field(description="FLOPs of one forward pass per image at image_size, counted by the framework (convolutions and matrix products, 2 per multiply-add)")
-    training_step_per_image: Optional[float] = Field(description="forward + backward FLOPs per image of one training step, counted (torch); null where the framework counts the forward only")
+    forward_per_image: Optional[float] = Field(description="FLOPs of one forward pass per image at image_size, counted by the "
+                                                           "framework (convolutions and matrix products, 2 per multiply-add)")
+    training_step_per_image: Optional[float] = Field(description="forward + backward FLOPs per image of one training step, "
+                                                                 "counted (torch); null where the framework counts the forward "
+                                                                 "only")
     counted_by: Optional[str] = Field(description="how the framework counted")
     count_failed_reason: Optional[str] = Field(description="why there is no count; null when counted")
     image_size: int
     basis: Literal["3 x forward"] = Field(description="achieved FLOP/s = 3 x forward_per_image x images/sec")
-    achieved_flops_per_sec: Optional[float] = Field(description="model FLOP/s of the whole run (all workers), from throughput.images_per_sec")
-    math: Optional[Literal["fp32", "tf32", "fp16", "bf16"]] = Field(description="the units the matmuls ran on (GPU): tf32 only where really in effect")
+    achieved_flops_per_sec: Optional[float] = Field(description="model FLOP/s of the whole run (all workers), from "
+                                                                "throughput.images_per_sec")
+    math: Optional[Literal["fp32", "tf32", "fp16", "bf16"]] = Field(description="the units the matmuls ran on (GPU): tf32 only "
+                                                                                "where really in effect")
     peak_flops_per_sec: Optional[float] = Field(description="dense datasheet peak of one device for `math`; null when not known")
     peak_source: Optional[str] = Field(description="the datasheet the peak comes from")
     devices: int = Field(description="devices the workers trained on; MFU divides by all their peaks")
@@ -334,8 +297,10 @@ class BatchSearch(_Model):
     largest_fit: Optional[int] = Field(description="largest batch that ran ok so far (this probe included)")
     smallest_oom: Optional[int] = Field(description="smallest batch that ran out of memory so far")
     final: bool = Field(description="this probe ended the search")
-    max_batch: Optional[int] = Field(description="the answer, on the final probe: largest_fit; null elsewhere and when nothing fits")
-    stop_reason: Optional[str] = Field(description="why the search ended (bracket closed, limit, time budget, a failed probe); null unless final")
+    max_batch: Optional[int] = Field(description="the answer, on the final probe: largest_fit; null elsewhere and when nothing "
+                                                 "fits")
+    stop_reason: Optional[str] = Field(description="why the search ended (bracket closed, limit, time budget, a failed probe); "
+                                                   "null unless final")
     time_budget_s: float = Field(description="--max-batch-budget")
 
 
@@ -379,7 +344,8 @@ class Provenance(_Model):
 
 class ErrorInfo(_Model):
     kind: Literal["oom", "crash", "timeout", "interrupted", "environment"] = Field(
-        description="environment (1.6): a fault outside the run ended it (container daemon gone, node failed); benchrun writes it")
+        description="environment (1.6): a fault outside the run ended it (container daemon gone, node failed); "
+                    "benchrun writes it")
     message: str
     exit_code: Optional[int] = None
     signal: Optional[str] = None
@@ -404,10 +370,14 @@ class ResultRecord(_Model):
     replicas: Optional[Replicas]
     placement: Optional[list[PsLoad]] = Field(description="variables and bytes per parameter server (--strategy ps)")
     data: Optional[DataInfo] = Field(default=None, description="--data-dir only: images found and skipped as undecodable (1.2)")
-    precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died before setup (1.3)")
-    compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager (1.5)")
-    energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed (1.9)")
-    flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run completed (1.7)")
+    precision: Optional[PrecisionInfo] = Field(default=None, description="precision really in effect; null when the run died "
+                                                                         "before setup (1.3)")
+    compile: Optional[CompileInfo] = Field(default=None, description="graph compilation of the first step; null for torch eager "
+                                                                     "(1.5)")
+    energy: Optional[EnergyInfo] = Field(default=None, description="energy of the timed loops; null unless the run completed "
+                                                                   "(1.9)")
+    flops: Optional[FlopsInfo] = Field(default=None, description="model FLOPs, achieved FLOP/s and MFU; null unless the run "
+                                                                 "completed (1.7)")
     ceiling: Optional[CeilingInfo] = Field(
         default=None, description="process 0's measured GEMM ceiling (--ceiling); null when off, for "
         "time-to-accuracy runs and unless the run completed (1.19)")
@@ -416,11 +386,17 @@ class ResultRecord(_Model):
         "it; null unless a throughput run completed (1.19)")
     batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
     trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
-    accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to target (1.13)")
-    step_timing: Optional[StepTimingInfo] = Field(default=None, description="how the steps were timed (--step-timing); null when the run died before setup (1.14)")
-    comparison: Optional[ComparisonInfo] = Field(default=None, description="a run of `benchrun compare-runtimes`: its round and position (1.18)")
-    path: Optional[PathInfo] = Field(default=None, description="the communication path and the limits each rank ran with, taken inside its container; null when the run died before its ranks met (1.18)")
-    preflight: Optional[PreflightInfo] = Field(default=None, description="what each rank checked before the timed loop against those limits; null when the run died before (1.18)")
+    accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to "
+                                                                       "target (1.13)")
+    step_timing: Optional[StepTimingInfo] = Field(default=None, description="how the steps were timed (--step-timing); null when "
+                                                                            "the run died before setup (1.14)")
+    comparison: Optional[ComparisonInfo] = Field(default=None, description="a run of `benchrun compare-runtimes`: its round and "
+                                                                           "position (1.18)")
+    path: Optional[PathInfo] = Field(default=None, description="the communication path and the limits each rank ran with, taken "
+                                                               "inside its container; null when the run died before its ranks "
+                                                               "met (1.18)")
+    preflight: Optional[PreflightInfo] = Field(default=None, description="what each rank checked before the timed loop against "
+                                                                         "those limits; null when the run died before (1.18)")
     duration_s: float = Field(description="whole run, model build and warmup included")
     provenance: Provenance
 

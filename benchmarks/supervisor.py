@@ -25,10 +25,10 @@ from .config import BenchConfig
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
-from .memory import PeakSampler, address_space_limit, gib
-from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group, take_early
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
+from .memory import PeakSampler, address_space_limit, gib
+from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group, take_early
 from .worker import BOUNDARY_SIGNAL, STACKS_SIGNAL
 
 STDERR_TAIL_LINES = 200
@@ -191,8 +191,8 @@ def training_job(config: BenchConfig, base: dict, *, mllog: bool, mllog_submissi
                  data_scan: dict | None = None, display_every: int = 0, trace: dict | None = None) -> Job:
     kind = "benchmarks.accuracy:AccuracyMeasurement" if config.accuracy_mode else "benchmarks.measurement:Measurement"
     spec = {"measurement": kind, "config": {k: v for k, v in config.as_dict().items() if k != "data"}, "base": base,
-            "mllog": mllog, "mllog_submission": mllog_submission, "tensorboard": tensorboard, "data_scan": data_scan, "display_every": display_every,
-            "trace": trace}
+            "mllog": mllog, "mllog_submission": mllog_submission, "tensorboard": tensorboard, "data_scan": data_scan,
+            "display_every": display_every, "trace": trace}
     return Job(spec, config.rendezvous_port, lambda status, error, duration: record.build(config, base, status, error, duration))
 
 

@@ -33,7 +33,6 @@ class Writer:
             self._writer = importlib.import_module(self.name).SummaryWriter(str(logdir))
         elif self.name == "tf.summary":
             import tensorflow as tf
-
             from tensorflow.core.framework import summary_pb2
 
             # tf.summary.scalar needs the tensorboard package; the core op tf.summary.write does

@@ -109,7 +109,7 @@ def event_steps(events: list[dict]) -> list[dict]:
     if not steps:
         raise ValueError(f"no {STEP_NAME} regions in the trace")
     main = steps[0]["tid"]  # the training thread
-    span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731
+    span = lambda e: (float(e["ts"]), float(e["ts"]) + float(e["dur"]))  # noqa: E731 - a one-line view of an event, local here
     comm = [span(e) for e in events if is_comm(e["name"])]
     compute = [span(e) for e in events if e.get("cat") == "cpu_op" and (e.get("tid") == main or e.get("any_thread"))
                and not is_comm(e["name"])]
@@ -176,7 +176,7 @@ def stamp_events(stamps: list[list[float]]) -> list[dict]:
     on the worker's wall clock): step i from step i-1's end to its own, its input fetch, and the push of
     step i-1's gradients at its head. The first stamped step is the lead-in: it only says where the
     second begins, so len(stamps) - 1 steps come out."""
-    span = lambda name, start, end: {"name": name, "ph": "X", "tid": "stamps", "cat": "user_annotation",  # noqa: E731
+    span = lambda name, start, end: {"name": name, "ph": "X", "tid": "stamps", "cat": "user_annotation",  # noqa: E731 - a one-line event builder, local here
                                      "ts": start * 1e6, "dur": max(end - start, 0.0) * 1e6}
     events = []
     for index in range(1, len(stamps)):

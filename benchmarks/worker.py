@@ -16,8 +16,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
 from .distributed import world as worlds
+from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
 from .processes import STOP_SIGNALS, StopScope, die_with_parent, fast_exit
 from .registry import load_target
 from .timing import boundary
@@ -41,11 +41,11 @@ def first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
-    if lines[-1] != lines[0] and any(l.startswith("Original Traceback") for l in lines):
+    if lines[-1] != lines[0] and any(text.startswith("Original Traceback") for text in lines):
         return lines[-1][:500]  # torch re-raises a DataLoader worker's error: its last line is the cause
     line = lines[0]
     if line.endswith(":") and len(lines) > 1:
-        line = next((l for l in reversed(lines) if not l.startswith("File ")), lines[-1])
+        line = next((text for text in reversed(lines) if not text.startswith("File ")), lines[-1])
     return f"{type(error).__name__}: {line[:500]}"
 
 

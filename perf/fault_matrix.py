@@ -37,9 +37,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.distributed.rendezvous import SILENT_AFTER_S  # noqa: E402
-from benchmarks.options import RENDEZVOUS_TIMEOUT_S  # noqa: E402
-from benchmarks.processes import STOP_GRACE_S  # noqa: E402
+from benchmarks.distributed.rendezvous import SILENT_AFTER_S
+from benchmarks.options import RENDEZVOUS_TIMEOUT_S
+from benchmarks.processes import STOP_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_KILL_S = 30.0
@@ -91,7 +91,8 @@ def fault_rows(case: str, long: bool, stop_timeout_s: float = STOP_TIMEOUT_S) ->
     phases = ("comm",) if case == "comm" else ("startup", "warmup", loop, "gather")
     rows = [{"fault": f"kill-rank-{phase}", "phase": phase, "rank": rank, "signal": "KILL", "timeout_s": None,
              "bound_s": BOUND_STARTUP_S if phase == "startup" else BOUND_KILL_S} for phase in phases]
-    rows.append({"fault": "kill-chief", "phase": loop, "rank": chief, "signal": "KILL", "timeout_s": None, "bound_s": BOUND_KILL_S})
+    rows.append({"fault": "kill-chief", "phase": loop, "rank": chief, "signal": "KILL", "timeout_s": None,
+                 "bound_s": BOUND_KILL_S})
     if ps is not None:
         rows.append({"fault": "kill-ps", "phase": loop, "rank": ps, "signal": "KILL", "timeout_s": None, "bound_s": BOUND_KILL_S})
     rows.append({"fault": "stop-rank-timeout", "phase": loop, "rank": rank, "signal": "STOP",
@@ -241,7 +242,8 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
     return {**result, "victims": len(victims), "ended_s": round(ended_s, 1), "exit": proc.returncode,
             "status": (record or {}).get("status"), "message": message[:240], "left": len(left),
             "total_s": round(time.monotonic() - started, 1), "verdict": verdict,
-            "why": "; ".join(problems) or harness, "stderr_tail": "".join(stderr_lines[-4:])[-600:] if problems or harness else ""}
+            "why": "; ".join(problems) or harness,
+            "stderr_tail": "".join(stderr_lines[-4:])[-600:] if problems or harness else ""}
 
 
 def main(argv=None) -> int:

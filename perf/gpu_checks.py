@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpu_plan import Step
 
 OUT_MAX_FILES = 8  # the device tool brings back at most 8 files, 2 folders down, named [A-Za-z0-9._-]
 OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -55,7 +59,8 @@ def check_record(record: dict, step: Step, on_gpu: bool) -> tuple[list[str], lis
             problems.append(f"GPU memory fields on a CPU run: {memory}")
         flops = record.get("flops") or {}
         if flops.get("mfu") is not None or "CPU" not in (flops.get("mfu_unavailable_reason") or ""):
-            problems.append(f"a CPU run must have no MFU, with the reason: {flops.get('mfu')}, {flops.get('mfu_unavailable_reason')}")
+            problems.append(f"a CPU run must have no MFU, with the reason: {flops.get('mfu')}, "
+                            f"{flops.get('mfu_unavailable_reason')}")
         energy = record.get("energy") or {}
         if energy.get("joules") is None and not energy.get("unavailable_reason"):
             problems.append("energy null without a reason")

@@ -170,7 +170,8 @@ class Plan:
                  for timing in p.speed_timings}
         bare = [str(PROBE), "bare", "--device", p.probe_device, "--model", s["model"], "--batch-size", str(s["batch"]),
                 "--image-size", str(s["image_size"]), "--precision", s["precision"], "--data-format", s["data_format"],
-                "--warmup", str(s["warmup"]), "--steps", str(s["steps"])] + (["--num-threads", str(p.threads)] if p.threads else [])
+                "--warmup", str(s["warmup"]), "--steps", str(s["steps"])]
+        bare += ["--num-threads", str(p.threads)] if p.threads else []
         sides["bare-sync"] = Step("B", "speed-bare-sync", "probe", [*bare, "--mode", "sync"], estimate_s=SPEED_SIDE_S)
         sides["bare-fast"] = Step("B", "speed-bare-fast", "probe", [*bare, "--mode", "fast"], estimate_s=SPEED_SIDE_S)
         if self.timm:

@@ -46,13 +46,17 @@ def report(folders: list[Path]) -> str:
     out = []
     preflight = next((s.get("facts") for s in steps if s["step"] == "preflight" and s.get("facts")), None)
     if preflight:
-        out += ["### Machine", "", "| GPU | driver | CUDA | cuDNN | torch | torchvision | Python | bf16 matmul TFLOP/s | copy GB/s (read+write) |",
+        matmul, copy = preflight.get("matmul") or {}, preflight.get("copy") or {}
+        cells = [f"{preflight.get('gpu', 'CPU')} ({_gib(preflight.get('total_bytes'))} GiB)", preflight.get("driver", "n/a"),
+                 preflight.get("cuda_runtime"), preflight.get("cudnn", "n/a"), preflight.get("torch"),
+                 preflight.get("torchvision"), preflight.get("python"), f"{_num(matmul.get('tflops'))} ({matmul.get('dtype')})",
+                 _num(copy.get("gb_per_s_read_plus_write"))]
+        out += ["### Machine", "",
+                "| GPU | driver | CUDA | cuDNN | torch | torchvision | Python | bf16 matmul TFLOP/s | copy GB/s (read+write) |",
                 "|---|---|---|---|---|---|---|---|---|",
-                f"| {preflight.get('gpu', 'CPU')} ({_gib(preflight.get('total_bytes'))} GiB) | {preflight.get('driver', 'n/a')} | "
-                f"{preflight.get('cuda_runtime')} | {preflight.get('cudnn', 'n/a')} | {preflight.get('torch')} | "
-                f"{preflight.get('torchvision')} | {preflight.get('python')} | {_num((preflight.get('matmul') or {}).get('tflops'))} "
-                f"({(preflight.get('matmul') or {}).get('dtype')}) | {_num((preflight.get('copy') or {}).get('gb_per_s_read_plus_write'))} |", ""]
-    out += ["### Steps", "", "| call | phase | step | status | s | images/s | MFU | allocator / reserved / device peak / total GiB | J, W | problems and notes |",
+                "| " + " | ".join(str(cell) for cell in cells) + " |", ""]
+    out += ["### Steps", "", "| call | phase | step | status | s | images/s | MFU | allocator / reserved / device peak / total "
+                             "GiB | J, W | problems and notes |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in steps:
         first = (s.get("summary") or [{}])[-1] if isinstance(s.get("summary"), list) else {}
@@ -75,7 +79,8 @@ def report(folders: list[Path]) -> str:
             r = s["summary"][-1]
             out.append(f"| {r['model']} | {r['precision']} | {r['data_format']} | {_num(r['images_per_sec'])} | "
                        f"{'n/a' if r['mfu'] is None else format(r['mfu'], '.3f')} | {_tflops(r.get('ceiling_flops_per_sec'))}"
-                       f" {r.get('ceiling_math') or ''} | {_num(r.get('mfu_vs_achievable'), 3)} | {_gib(r['allocator_peak_bytes'])} | "
+                       f" {r.get('ceiling_math') or ''} | {_num(r.get('mfu_vs_achievable'), 3)} | "
+                       f"{_gib(r['allocator_peak_bytes'])} | "
                        f"{_gib(r['device_peak_bytes'])} | {r['tf32_in_effect']} | {_num(r['final_loss'], 3)} |")
         out.append("")
     for s in steps:

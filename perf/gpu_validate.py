@@ -52,9 +52,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules beside it, also when loaded by path
-from gpu_checks import check_out_dir, check_record, check_search  # noqa: E402
-from gpu_plan import CALLS, CPU_SMOKE, DEADLINE_S, GPU, Plan, Step, _value  # noqa: E402
-from gpu_report import _json_lines, report  # noqa: E402
+from gpu_checks import check_out_dir, check_record, check_search
+from gpu_plan import CALLS, CPU_SMOKE, DEADLINE_S, GPU, Plan, Step, _value
+from gpu_report import _json_lines, report
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_FILES = ("steps.jsonl", "records.jsonl", "comm.jsonl", "log.txt")

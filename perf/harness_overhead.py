@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.stats import Stats, t_halfwidth  # noqa: E402
+from benchmarks.stats import Stats, t_halfwidth  # noqa: E402 - once the checkout is on sys.path
 
 TORCH_MODELS = {"resnet50": "resnet50", "alexnet": "alexnet", "resnet101": "resnet101"}
 KERAS_MODELS = {"resnet50": "ResNet50", "resnet101": "ResNet101"}
@@ -175,7 +175,8 @@ def main() -> None:
 def ratio_line(name: str, ratios: list[float]) -> str:
     half = t_halfwidth(ratios)
     spread = f" ± {half:.3f}" if half is not None else ""
-    return f"{name}: {Stats.of(ratios).mean:.3f}{spread} (95% t over {len(ratios)} rounds; min {min(ratios):.3f}, max {max(ratios):.3f})"
+    return (f"{name}: {Stats.of(ratios).mean:.3f}{spread} (95% t over {len(ratios)} rounds; "
+            f"min {min(ratios):.3f}, max {max(ratios):.3f})")
 
 
 def progress_on_vs_off(args, framework: str) -> None:

@@ -24,6 +24,7 @@ Goals (issue 15): 100,000 records report < 10 s; 1,000,000 < 60 s and < 2 GB.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -33,7 +34,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import io
 import time
 from pathlib import Path
 

@@ -27,8 +27,8 @@ if HERE not in sys.path:
 import dlbench_rfm as lib  # noqa: E402 - puts the dlbench checkout on sys.path
 
 from benchmarks.config import FRAMEWORKS, MODELS  # noqa: E402 - dlbench's own axes (no framework imported)
-from benchmarks.distributed import strategies  # noqa: E402
-from runners import runtimes  # noqa: E402
+from benchmarks.distributed import strategies  # noqa: E402 - after sys.path; dlbench's own axes (no framework imported)
+from runners import runtimes  # noqa: E402 - once the checkout is on sys.path
 
 RANKS = (1, 2)
 # the site's references, checked whole before any test is made: a wrong one stops the run here

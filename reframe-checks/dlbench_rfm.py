@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dlbenc
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.framework_specs import spec_of  # noqa: E402
+from benchmarks.framework_specs import spec_of  # noqa: E402 - once the checkout is on sys.path
 
 
 def default_image(framework: str) -> str:
@@ -180,7 +180,7 @@ def _systems():
     'system:partition', 'system' (all its partitions), '*' (any)."""
     from reframe.core.runtime import runtime
 
-    systems = runtime().site_config._site_config.get('systems', [])  # every system, not only the current one
+    systems = runtime().site_config._site_config.get('systems', [])  # noqa: SLF001 - every system, not only the current one: no public accessor
     return {f"{s['name']}:{p['name']}" for s in systems for p in s.get('partitions', [])} | \
         {s['name'] for s in systems} | {'*'}
 

@@ -11,8 +11,16 @@ import importlib
 import sys
 
 from benchmarks.durable import NoRoom, OutputError
-from benchmarks.errors import (EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_OUTPUT, EXIT_USAGE, UsageError,
-                               check_working_directory, debug_enabled, report_internal_error)
+from benchmarks.errors import (
+    EXIT_ENVIRONMENT,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
+    EXIT_USAGE,
+    UsageError,
+    check_working_directory,
+    debug_enabled,
+    report_internal_error,
+)
 
 from .mlflow_export import TrackingError
 
@@ -61,7 +69,7 @@ def _main(argv: list[str]) -> int:
     except TrackingError as error:  # an MLflow tracking store unreachable or refusing a write
         print(f"benchrun: error: {error}", file=sys.stderr)
         return EXIT_ENVIRONMENT
-    except Exception as error:  # noqa: BLE001 - a bug: one line and a log, unless --debug
+    except Exception as error:  # a bug: one line and a log, unless --debug
         if debug_enabled(argv[:argv.index("--")] if "--" in argv else argv):
             raise
         return report_internal_error("benchrun", error)

@@ -17,8 +17,15 @@ import signal
 import sys
 
 from benchmarks.errors import UsageError
-from benchmarks.processes import (CLIENT_GRACE_S, ENDING_SIGNALS, StopScope, become_subreaper, die_with_parent,
-                                  kill_descendants, stop_descendants)
+from benchmarks.processes import (
+    CLIENT_GRACE_S,
+    ENDING_SIGNALS,
+    StopScope,
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    stop_descendants,
+)
 
 
 def main(argv: list[str]) -> int:

@@ -17,12 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationError,
-                      create_model)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    create_model,
+)
 
+from benchmarks import options
 from benchmarks.distributed import strategies
 from benchmarks.errors import UsageError, choices
-from benchmarks import options
 from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
 from . import dispatch, launchers, runtimes
@@ -189,7 +198,8 @@ MUST_BE = {**dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "an in
 
 
 def _message(error: dict) -> str:
-    kind, loc = error["type"], tuple(p for p in error["loc"] if isinstance(p, int) or not str(p).startswith(("function-", "constrained-")))
+    kind = error["type"]
+    loc = tuple(p for p in error["loc"] if isinstance(p, int) or not str(p).startswith(("function-", "constrained-")))
     if kind == "extra_forbidden":
         model = _MODELS_BY_KEY.get(tuple(loc[:-1]))
         valid = f" (choices: {choices(model.model_fields)})" if model else ""

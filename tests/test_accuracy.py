@@ -14,11 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from infra.helpers import ROOT, bench, benchrun, last_json_line, run, validate_record
-
 from benchmarks import convergence, labelled, lr_rules, stats
 from benchmarks.config import FASHION_MNIST_PACKAGE
 from benchmarks.errors import UsageError
+from infra.helpers import ROOT, bench, benchrun, last_json_line, run, validate_record
 
 # A run that must converge: 1,024-sample evaluations on 1,000 validation images, at most 0.1 epoch.
 FAST = ["--model", "smallcnn", "--batch-size", "32", "--base-lr", "0.02", "--eval-every", "1024", "--max-epochs", "0.1",
@@ -347,7 +346,8 @@ def assert_converged_honestly(section: dict, workers: int, val_images: int = 100
     assert section["samples_to_target"] == curve[-1]["samples"]  # stopped at the first evaluation at the target
     assert all(p["val_accuracy"] < section["target"] for p in curve[:-1])
     assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
-    assert all(p["samples"] % section["lr"]["per_update_batch"] == 0 for p in curve) and section["lr"]["global_batch"] == 32 * workers
+    assert all(p["samples"] % section["lr"]["per_update_batch"] == 0 for p in curve)
+    assert section["lr"]["global_batch"] == 32 * workers
     assert section["time_to_target_s"] == curve[-1]["wall_time_s"] <= section["run_time_s"]
     assert 0 < section["eval_time_s"] < section["run_time_s"] and section["init_time_s"] > 0
     assert section["dataset"]["val_images"] == val_images and section["dataset"]["name"] == "fashion-mnist"

@@ -39,11 +39,15 @@ FAST = ["--framework", "torch", "--model", "resnet50"]
         (["--framework", "tf", "--step-timing", "events"], {}, "TensorFlow has no per-step device events (choices for it: sync)"),
         (FAST + ["--step-timing", "async"], {}, "--step-timing 'async' is invalid (choices: sync, events)"),
         (["--framework", "tf", "--data-format", "channels_first", "--device", "cpu"], {}, "support only channels_last"),
-        (["--framework", "tf", "--strategy", "ddp"], {}, "--strategy ddp is not available for tensorflow (choices: none, horovod, allreduce, ps)"),
+        (["--framework", "tf", "--strategy", "ddp"], {}, "--strategy ddp is not available for tensorflow (choices: none, "
+                                                         "horovod, allreduce, ps)"),
         (["--framework", "tf", "--strategy", "ps"], {}, "--strategy ps needs --num-ps 1 or more"),
-        (["--framework", "tf", "--strategy", "gossip"], {}, "unknown strategy 'gossip' (choices: none, ddp, horovod, allreduce, ps, fsdp)"),
-        (["--framework", "tf", "--strategy", "fsdp"], {}, "--strategy fsdp is not available for tensorflow (choices: none, horovod, allreduce, ps)"),
-        (["--framework", "tf", "--strategy", "ps", "--num-ps", "1", "--ps-placement", "random"], {}, "(choices: round-robin, greedy)"),
+        (["--framework", "tf", "--strategy", "gossip"], {}, "unknown strategy 'gossip' (choices: none, ddp, horovod, allreduce, "
+                                                            "ps, fsdp)"),
+        (["--framework", "tf", "--strategy", "fsdp"], {}, "--strategy fsdp is not available for tensorflow (choices: none, "
+                                                          "horovod, allreduce, ps)"),
+        (["--framework", "tf", "--strategy", "ps", "--num-ps", "1", "--ps-placement", "random"], {}, "(choices: round-robin, "
+                                                                                                     "greedy)"),
         (FAST + ["--timeout", "0"], {}, "--timeout must be positive"),
         (FAST + ["--data-dir", "/nonexistent/imagenet"], {}, "--data-dir '/nonexistent/imagenet' does not exist"),
         (FAST + ["--no-such-flag"], {}, "unrecognized arguments: --no-such-flag"),

@@ -189,8 +189,8 @@ def test_reports_keep_comm_and_training_records_apart(tmp_path):
 def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
     """benchrun's record of a `bench comm` run whose process 0 was killed (runners.faults) is a comm
     record with the run's world; before, there was none ("no record could be made")."""
-    from benchmarks.record import utc_now
     from benchmarks.distributed.cluster import run_ports
+    from benchmarks.record import utc_now
     from runners import faults
     from runners.dispatch import RunRequest
 

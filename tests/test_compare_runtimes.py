@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import benchrun
-
 from benchmarks.errors import UsageError
+from infra.helpers import benchrun
 from runners.commands.compare_runtimes import Comparison, open_comparison, save_comparison
 
 NAMES = ("local", "docker", "apptainer")

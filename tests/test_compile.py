@@ -76,7 +76,8 @@ def test_tensorflow_first_step_is_timed_apart():
     "args, message",
     [
         (["--framework", "tensorflow", "--compile"], "--compile applies to --framework torch only"),
-        (["--framework", "torch", "--compile", "fast"], "--compile 'fast' is invalid (choices: default, reduce-overhead, max-autotune)"),
+        (["--framework", "torch", "--compile", "fast"], "--compile 'fast' is invalid (choices: default, reduce-overhead, "
+                                                        "max-autotune)"),
     ],
 )
 def test_compile_bad_input_is_one_line_exit_2(args, message):

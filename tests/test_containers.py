@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from containers_recipes import DOCKERFILES, ROOT, parse_dockerfile
+
 from infra.docker import derived_image, one_file_image
 from infra.helpers import run
 from infra.images import BASE_IMAGE, IMAGES, VERSION

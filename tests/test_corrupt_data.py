@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.dataset import image_folder, image_problem, scan_images
 from benchmarks.record import SCHEMA_VERSION
-from infra.helpers import SMALL, bench, last_json_line, validate_record
+from infra.helpers import bench, last_json_line, validate_record
 
 RUN = ["--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1",
        "--num-batches", "4", "--num-threads", "2", "--num-data-workers", "1", "--json"]

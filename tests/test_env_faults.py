@@ -16,13 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import durable
+from benchmarks.processes import parent
 from infra.helpers import ROOT, last_json_line, validate_record
 from infra.slurm import start_cluster, stop_cluster
 from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 from infra.tmpfs import fill, small_fs
-
-from benchmarks import durable
-from benchmarks.processes import parent
 from runners.commands.sweep import pending_name
 
 pytestmark = pytest.mark.slow
@@ -183,7 +182,8 @@ def test_docker_daemon_killed_mid_run(private_dockerd, dlbench_images):
     """dockerd crashes (SIGKILL) while bench trains in its container: benchrun ends with the record
     (failed, error kind environment, 'docker daemon went away'), one line, exit 6."""
     marker = uuid.uuid4().hex
-    argv = [sys.executable, "-m", "runners", "run", "--runtime", "docker", "--image", dlbench_images["tensorflow"], "--", *LONG_TF]
+    argv = [sys.executable, "-m", "runners", "run", "--runtime", "docker", "--image", dlbench_images["tensorflow"], "--",
+            *LONG_TF]
     run = subprocess.Popen(argv, env=docker_env(private_dockerd, marker), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

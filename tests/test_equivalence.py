@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from infra.helpers import ROOT
-
 from benchmarks import record as record_model
 from benchmarks.errors import UsageError
+from infra.helpers import ROOT
 from runners.commands import compare_runtimes, report
 from runners.reporting import aggregate, equivalence
 from runners.reporting.render import Document

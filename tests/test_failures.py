@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from infra.helpers import ROOT, SMALL, bench, hanging_shutdown, last_json_line, validate_record
 from benchmarks.supervisor import classify_exit
+from infra.helpers import ROOT, SMALL, bench, hanging_shutdown, last_json_line, validate_record
 
 AS_LIMIT = 8 * 2**30  # enough to import a framework and build ResNet-50, not to train it at batch 256
 

@@ -15,7 +15,7 @@ import pytest
 from infra.helpers import ROOT, WORKER
 
 sys.path.insert(0, str(ROOT / "perf"))
-import fault_matrix  # noqa: E402
+import fault_matrix
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ MOUNTINFO = """\
 1077 1067 8:1 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05 ro - ext4 /dev/sda1 rw
 1078 1067 8:1 /opt/with\\040space /opt/with\\040space rw,relatime - ext4 /dev/sda1 rw
 1080 1067 0:30 / /sys/fs/cgroup/cpu,cpuacct ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu,cpuacct
-"""
+"""  # noqa: E501 - real mountinfo lines, kept whole
 
 MAPS = """\
 7f1c2a000000-7f1c2a021000 r--p 00000000 00:00 0

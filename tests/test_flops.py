@@ -39,7 +39,8 @@ TF_COUNT = """
 import json, sys
 from benchmarks.frameworks import keras_models, tf_backend
 sizes = json.loads(sys.argv[1])
-print(json.dumps({m: tf_backend.count_forward_flops(keras_models.build(m, (s, s, 3), 1000, m == "inception3"), (s, s, 3)).forward_per_image
+count = tf_backend.count_forward_flops
+print(json.dumps({m: count(keras_models.build(m, (s, s, 3), 1000, m == "inception3"), (s, s, 3)).forward_per_image
                   for m, s in sizes.items()}))
 """
 

@@ -36,7 +36,7 @@ def load_validator():
 
 gv = load_validator()
 import gpu_checks  # noqa: E402  beside gpu_validate.py, which puts perf/ on sys.path
-import gpu_plan  # noqa: E402
+import gpu_plan  # noqa: E402 - after load_validator() put perf/ on sys.path
 
 
 def validate(*args, timeout=120):
@@ -147,7 +147,8 @@ def test_memory_check_wants_the_four_views_ordered_and_measured():
     assert gpu_checks.memory_problems(MEMORY) == []
     assert gpu_checks.memory_problems({**MEMORY, "reserved_peak_bytes": 16}) == [
         "reserved_peak_bytes 16 > device_peak_bytes 15"]
-    missing = gpu_checks.memory_problems({**MEMORY, "device_peak_bytes": None, "device_unavailable_reason": "NVML could not start: X"})
+    missing = gpu_checks.memory_problems({**MEMORY, "device_peak_bytes": None, "device_unavailable_reason": "NVML could not "
+                                                                                                            "start: X"})
     assert missing == ["memory not measured: device_peak_bytes (NVML could not start: X)"]
     assert "no reason given" in gpu_checks.memory_problems({**MEMORY, "device_total_bytes": None})[0]
 
@@ -158,7 +159,8 @@ def test_memory_check_wants_the_four_views_ordered_and_measured():
      "loss scaling False under amp-fp16"),
     ("tf32", {"effective": "tf32", "autocast_dtype": None, "loss_scaling": False, "tf32_in_effect": False},
      "TF32 in effect: False under tf32"),
-    ("fp32", {"effective": "fp32", "autocast_dtype": None, "loss_scaling": False, "tf32_in_effect": True}, "TF32 in effect: True"),
+    ("fp32", {"effective": "fp32", "autocast_dtype": None, "loss_scaling": False, "tf32_in_effect": True},
+     "TF32 in effect: True"),
     ("amp", {"effective": "amp-bf16", "autocast_dtype": "bfloat16", "loss_scaling": False, "tf32_in_effect": False},
      "precision amp-bf16 in effect, asked amp"),
 ])
@@ -238,9 +240,11 @@ def test_out_dir_rules_of_the_device_tool(tmp_path):
 
 def test_bench_options_override_keeps_one_value_per_flag():
     base = ["--model", "resnet50", "--precision", "amp-bf16", "--num-batches", "60"]
-    assert gpu_plan._override(base, ("--precision", "tf32")) == ["--model", "resnet50", "--precision", "tf32", "--num-batches", "60"]
+    tf32 = ["--model", "resnet50", "--precision", "tf32", "--num-batches", "60"]
+    assert gpu_plan._override(base, ("--precision", "tf32")) == tf32
     assert gpu_plan._override(base, ("--compile",)) == [*base, "--compile"]
-    assert gpu_plan._override(base, ("--compile", "reduce-overhead", "--seed", "3")) == [*base, "--compile", "reduce-overhead", "--seed", "3"]
+    more = ("--compile", "reduce-overhead", "--seed", "3")
+    assert gpu_plan._override(base, more) == [*base, *more]
 
 
 def test_cpu_smoke_runs_every_call_obeys_out_rules_and_reports(tmp_path):
@@ -283,4 +287,5 @@ def test_cpu_smoke_runs_every_call_obeys_out_rules_and_reports(tmp_path):
     assert report.returncode == 0, report.stderr
     for heading in ("### Machine", "### Steps", "### Speed: bench vs bare loops", "Step timing (issue 23, item 4): no decision"):
         assert heading in report.stdout
-    assert report.stdout.count("\n| 1 | A |") >= 5 and report.stdout.count("\n| 2 | C |") >= 2 and "| bare-fast |" in report.stdout
+    assert report.stdout.count("\n| 1 | A |") >= 5 and report.stdout.count("\n| 2 | C |") >= 2
+    assert "| bare-fast |" in report.stdout

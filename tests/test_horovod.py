@@ -129,7 +129,7 @@ RUNS = [  # (image, launcher, extra launcher args, framework, expected world.lau
 
 
 @pytest.mark.parametrize("mpi,launcher,extra,framework,expected", RUNS,
-                         ids=[f"{m}-{l}{'-mpi' if e else ''}-{f}" for m, l, e, f, _ in RUNS])
+                         ids=[f"{m}-{la}{'-mpi' if e else ''}-{f}" for m, la, e, f, _ in RUNS])
 def test_two_rank_horovod_run(horovod_images, mpi, launcher, extra, framework, expected):
     image = horovod_images[mpi]
     argv = ["launch", "--launcher", launcher, "-n", "2", "--bench-command", "bench", "--timeout", "240", *extra,

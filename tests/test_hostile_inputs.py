@@ -65,12 +65,17 @@ def hostile(tmp_path_factory):
 def _cases():
     """(id, tool, args builder, expected exit code). Builders get the fixture's paths."""
     r = "root"
+    few = ["--images", "2", "--classes", "1"]
+
+    def readonly_non_utf8(p):
+        return os.fsencode(p["readonly"]) + b"/" + NON_UTF8
+
     return [
         ("bench-output-proc", "bench", lambda p: [*TINY, "--output", "/proc/forbidden/x.jsonl"], 2),
         ("bench-output-is-dir", "bench", lambda p: [*TINY, "--output", str(p[r])], 2),
         ("bench-output-under-file", "bench", lambda p: [*TINY, "--output", str(p["plain_file"] / "x.jsonl")], 2),
         ("bench-output-readonly", "bench", lambda p: [*TINY, "--output", str(p["readonly"] / "x.jsonl")], 2),
-        ("bench-output-non-utf8-readonly", "bench", lambda p: [*TINY, "--output", os.fsencode(p["readonly"]) + b"/" + NON_UTF8], 2),
+        ("bench-output-non-utf8-readonly", "bench", lambda p: [*TINY, "--output", readonly_non_utf8(p)], 2),
         ("bench-data-dir-missing-non-utf8", "bench", lambda p: [*TINY, "--data-dir", b"/nonexistent/" + NON_UTF8], 2),
         ("bench-data-dir-non-utf8-empty", "bench", lambda p: [*TINY, "--data-dir", str(p["non_utf8_dir"])], 2),
         ("bench-data-dir-is-file", "bench", lambda p: [*TINY, "--data-dir", str(p["plain_file"])], 2),
@@ -78,9 +83,10 @@ def _cases():
         ("bench-tensorboard-is-file", "bench", lambda p: [*TINY, "--tensorboard", str(p["plain_file"])], 2),
         ("bench-bad-utf8-flag-value", "bench", lambda p: [*TINY, "--batch-size", NON_UTF8], 2),
         ("bench-display-every-negative", "bench", lambda p: [*TINY, "--display-every", "-1"], 2),
-        ("make-dataset-in-proc", "bench", lambda p: ["make-dataset", "/proc/forbidden/data", "--images", "2", "--classes", "1"], 2),
-        ("make-dataset-readonly", "bench", lambda p: ["make-dataset", str(p["readonly"] / "d"), "--images", "2", "--classes", "1"], 2),
-        ("report-missing-non-utf8", "benchrun", lambda p: ["report", b"/nonexistent/" + NON_UTF8, "--out", str(p[r] / "rep")], 2),
+        ("make-dataset-in-proc", "bench", lambda p: ["make-dataset", "/proc/forbidden/data", *few], 2),
+        ("make-dataset-readonly", "bench", lambda p: ["make-dataset", str(p["readonly"] / "d"), *few], 2),
+        ("report-missing-non-utf8", "benchrun",
+         lambda p: ["report", b"/nonexistent/" + NON_UTF8, "--out", str(p[r] / "rep")], 2),
         ("report-empty-store", "benchrun", lambda p: ["report", str(p["empty_store"]), "--out", str(p[r] / "rep")], 2),
         ("report-corrupt-store", "benchrun", lambda p: ["report", str(p["corrupt_store"]), "--out", str(p[r] / "rep")], 2),
         ("report-binary-store", "benchrun", lambda p: ["report", str(p["binary_store"]), "--out", str(p[r] / "rep")], 2),
@@ -88,9 +94,11 @@ def _cases():
         ("report-huge-torn-store", "benchrun", lambda p: ["report", str(p["huge_store"]), "--out", str(p[r] / "rep")], 2),
         ("report-torn-only-store", "benchrun", lambda p: ["report", str(p["torn_only"]), "--out", str(p[r] / "rep")], 2),
         ("report-store-is-dir", "benchrun", lambda p: ["report", str(p[r]), "--out", str(p[r] / "rep")], 2),
-        ("report-out-readonly", "benchrun", lambda p: ["report", str(p["corrupt_store"]), "--out", str(p["readonly"] / "rep")], 2),
+        ("report-out-readonly", "benchrun",
+         lambda p: ["report", str(p["corrupt_store"]), "--out", str(p["readonly"] / "rep")], 2),
         ("export-binary-store", "benchrun", lambda p: ["export", str(p["binary_store"]), "--csv", str(p[r] / "x.csv")], 2),
-        ("export-csv-non-utf8-readonly", "benchrun", lambda p: ["export", str(p["corrupt_store"]), "--csv", os.fsencode(p["readonly"]) + b"/" + NON_UTF8], 2),
+        ("export-csv-non-utf8-readonly", "benchrun",
+         lambda p: ["export", str(p["corrupt_store"]), "--csv", readonly_non_utf8(p)], 2),
         ("compare-corrupt-stores", "benchrun", lambda p: ["compare", str(p["corrupt_store"]), str(p["binary_store"])], 2),
         ("compare-empty-stores", "benchrun", lambda p: ["compare", str(p["empty_store"]), str(p["empty_store"])], 2),
         ("sweep-plan-missing-non-utf8", "benchrun", lambda p: ["sweep", b"/nonexistent/" + NON_UTF8 + b".yaml"], 2),
@@ -98,7 +106,8 @@ def _cases():
         ("sweep-plan-is-dir", "benchrun", lambda p: ["sweep", str(p[r])], 2),
         ("run-data-dir-non-utf8", "benchrun", lambda p: ["run", "--data-dir", b"/nonexistent/" + NON_UTF8, "--", *TINY], 2),
         ("run-results-readonly", "benchrun", lambda p: ["run", "--results", str(p["readonly"] / "r"), "--", *TINY], 2),
-        ("run-docker-data-dir-with-colon", "benchrun", lambda p: ["run", "--runtime", "docker", "--data-dir", str(p["colon_dir"]), "--", *TINY], 2),
+        ("run-docker-data-dir-with-colon", "benchrun",
+         lambda p: ["run", "--runtime", "docker", "--data-dir", str(p["colon_dir"]), "--", *TINY], 2),
         ("run-unknown-runtime", "benchrun", lambda p: ["run", "--runtime", "lxc", "--", *TINY], 2),
         ("launch-bad-count", "benchrun", lambda p: ["launch", "-n", "zero", "--", *TINY], 2),
         ("benchrun-no-command", "benchrun", lambda p: [], 2),
@@ -264,7 +273,7 @@ def test_a_deleted_working_directory_is_one_line(tmp_path, tool):
     gone.mkdir()
     module = {"bench": "benchmarks", "benchrun": "runners"}[tool]
     args = [*TINY, *SMALL] if tool == "bench" else ["run", "--", *TINY, *SMALL]
-    script = f'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
     result = subprocess.run(["sh", "-c", script, "sh", str(gone), sys.executable, "-m", module, *args],
                             capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 2, result.stderr

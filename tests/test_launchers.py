@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from benchmarks.errors import UsageError
 from infra.helpers import ROOT
 from infra.slurm import require_mpich
-from benchmarks.errors import UsageError
 from runners import launchers
 from runners.cli import main
 
@@ -77,7 +77,8 @@ def test_benchrun_dry_run_counts_chief_and_ps(capsys):
     assert main(["launch", "--launcher", "mpich", "-n", "2", "--num-ps", "1", "--bench-command", "bench", "--dry-run",
                  "--", "--framework", "tf", "--strategy", "ps"]) == 0
     out = capsys.readouterr().out.strip()
-    assert re.match(r"DLBENCH_RUN_TOKEN=[0-9a-f]{16} mpirun\.mpich -n 4 ", out) and out.endswith("bench --framework tf --strategy ps --num-ps 1")
+    assert re.match(r"DLBENCH_RUN_TOKEN=[0-9a-f]{16} mpirun\.mpich -n 4 ", out) and out.endswith("bench --framework tf "
+                                                                                                 "--strategy ps --num-ps 1")
 
 
 def test_every_launcher_s_dry_run_shows_the_run_token(capsys, monkeypatch, tmp_path):
@@ -99,7 +100,8 @@ def test_every_launcher_s_dry_run_shows_the_run_token(capsys, monkeypatch, tmp_p
         assert first.startswith("DLBENCH_RUN_TOKEN="), out
         tokens[name] = first.removeprefix("DLBENCH_RUN_TOKEN=")
         passed_on = " ".join(rest).count("DLBENCH_RUN_TOKEN")  # mpirun's -x, mpich's -genv: the same token
-        assert passed_on == (name in ("mpirun", "mpich")) == " ".join(rest).count(f"DLBENCH_RUN_TOKEN{'=' if name == 'mpirun' else ' '}{tokens[name]}")
+        separator = "=" if name == "mpirun" else " "
+        assert passed_on == (name in ("mpirun", "mpich")) == " ".join(rest).count(f"DLBENCH_RUN_TOKEN{separator}{tokens[name]}")
     assert set(tokens) == {"local", "srun", "torchrun", "horovodrun", "mpirun", "mpich"}
     assert len(set(tokens.values())) == len(tokens) and all(len(t) == 16 for t in tokens.values())  # one per run
 
@@ -161,6 +163,7 @@ def test_a_rank_dying_while_process_0_waits_is_named_after_process_0_is_stopped(
 def test_process_0_killed_is_said_and_a_clean_end_says_nothing():
     from runners.launchers import base
 
-    assert base.wait_ranks(ranks(KILL_SELF, SLEEP), timeout_s=30) == (137, "process 0 was killed by SIGKILL before it wrote a record")
+    assert base.wait_ranks(ranks(KILL_SELF, SLEEP), timeout_s=30) == (137, "process 0 was killed by SIGKILL before it wrote a "
+                                                                           "record")
     assert base.wait_ranks(ranks("pass", "pass"), timeout_s=30) == (0, None)
     assert base.wait_ranks(ranks("raise SystemExit(1)", "pass"), timeout_s=30) == (1, None)  # its record says why

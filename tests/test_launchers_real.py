@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from infra.helpers import ROOT, benchrun, validate_record
-from infra.slurm import clean_env, require_mpich, require_openmpi
+from infra.slurm import require_mpich, require_openmpi
 from runners.reporting import load, why
 
 pytestmark = pytest.mark.slow

@@ -20,6 +20,7 @@ from infra.mlflow import complete_run_ids, mlflow_env, mlflow_server, runs, serv
 from infra.records import RecordFactory
 from runners import mlflow_export
 
+
 @pytest.fixture(scope="module")
 def store(real_record, tmp_path_factory):
     """A plain store with two ok records (one of two repeats) and a failed one, and a sweep store

@@ -184,7 +184,8 @@ def test_each_framework_fact_is_stated_once_and_names_real_options():
     for name, spec in specs.items():
         assert spec.data_format in layouts and set(spec.cpu_data_formats) <= set(layouts)
         assert all(flag in OPTIONS for flag in spec.own_flags)
-        assert spec.step_timings[0] == OPTIONS["step_timing"].default and set(spec.step_timings) <= set(OPTIONS["step_timing"].choices)
+        assert spec.step_timings[0] == OPTIONS["step_timing"].default
+        assert set(spec.step_timings) <= set(OPTIONS["step_timing"].choices)
         assert BACKENDS[name] == spec.backend and spec.backend.startswith("benchmarks.frameworks.")
         for alias in (name, *spec.aliases):
             assert OPTIONS["framework"].resolved(alias) == name

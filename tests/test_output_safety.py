@@ -399,8 +399,8 @@ def test_an_export_beside_an_append_in_progress_waits_for_the_whole_line(tmp_pat
                               stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert writer.stdout.readline().strip() == "half"
-        export = subprocess.Popen([sys.executable, "-m", "runners", "export", str(store_path), "--csv", str(tmp_path / "out.csv")],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        argv = [sys.executable, "-m", "runners", "export", str(store_path), "--csv", str(tmp_path / "out.csv")]
+        export = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
         deadline = time.monotonic() + 60
         while not waits_for_lock(export.pid, store_path):
             assert export.poll() is None, f"the export read the store during the append: {export.communicate()}"

@@ -69,7 +69,8 @@ def test_cpu_refusal_after_device_auto_is_exit_2_nothing_written(tmp_path, asked
     assert not out.exists()
 
 
-@pytest.mark.parametrize("framework, requested", [("torch", "amp-bf16"), ("torch", "amp"), ("tensorflow", "amp-bf16"), ("tensorflow", "fp32")])
+@pytest.mark.parametrize("framework, requested",
+                         [("torch", "amp-bf16"), ("torch", "amp"), ("tensorflow", "amp-bf16"), ("tensorflow", "fp32")])
 def test_record_says_what_was_in_effect(framework, requested):
     result = bench("--framework", framework, "--model", "alexnet", "--image-size", "64", *SMALL,
                    "--precision", requested, "--json", "--display-every", "0", "--device", "cpu")

@@ -17,10 +17,9 @@ import sys
 import jsonschema
 import pytest
 
+from benchmarks.comm import record as comm_record
 from infra.helpers import ROOT, SMALL, bench, last_json_line, python_env, validate_record
 from infra.slurm import skip_loudly
-
-from benchmarks.comm import record as comm_record
 
 CHECKS = ROOT / "reframe-checks"  # the folder, as a site points -c at it
 SETTINGS = ROOT / "reframe-checks" / "site" / "settings.py"
@@ -161,8 +160,8 @@ def test_docker_through_reframes_container_platform_and_overhead(reframe_path, t
     [ranks] = [script for script in scripts if "run --runtime docker --launcher local -n 2 -- --framework torch" in script]
     assert "--strategy ddp" in ranks, ranks
     assert any("compare-runtimes --runtimes local,docker --rounds 2" in script for script in scripts)
-    assert re.search(r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch %model=alexnet %strategy=ddp %ranks=2 %runtime=docker", out), \
-        out[-3000:]
+    passed = r"\[\s*OK\s*\] .*DlbenchTrain %framework=torch %model=alexnet %strategy=ddp %ranks=2 %runtime=docker"
+    assert re.search(passed, out), out[-3000:]
     assert re.search(r"P: runtime_overhead: -?[0-9.]+ %", out), out[-3000:]
     for name in ("runtime_ratio", "runtime_ratio_ci_low", "runtime_ratio_ci_high"):  # two rounds: paired
         assert re.search(rf"P: {name}: [0-9.]+ x", out), out[-3000:]
@@ -174,8 +173,9 @@ def test_docker_through_reframes_container_platform_and_overhead(reframe_path, t
 def test_apptainer_through_reframes_container_platform(reframe_path, tmp_path, dlbench_images):
     """A site's partition with Apptainer: ReFrame's own Apptainer platform runs bench in our SIF (as root here:
     `--userns`, given through dlbench_container_options)."""
-    from infra import apptainer
     from test_runtimes_apptainer import def_sif  # the SIF those tests build from Singularity.def: one build for both
+
+    from infra import apptainer
 
     bin_dir = apptainer.install()
     sif = def_sif(bin_dir, "tensorflow", dlbench_images["tensorflow"])

@@ -83,8 +83,9 @@ def test_report_files(report):
     out, md, result = report
     assert "is incomplete (torn write): skipped" in result.stderr
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "runtimes-1.png", "scaling-1.png", "scaling-2.png",
-                    "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png", *(f"why-{i}.png" for i in (1, 2, 3, 4))]
+    assert pngs == ["memory-tensorflow-resnet50.png", "memory-torch-alexnet.png", "runtimes-1.png", "scaling-1.png",
+                    "scaling-2.png", "throughput-tensorflow-resnet50.png", "throughput-torch-alexnet.png",
+                    *(f"why-{i}.png" for i in (1, 2, 3, 4))]
     for name in pngs:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({name})" in md
@@ -192,7 +193,8 @@ def test_compare_passes_and_fails(store, tmp_path):
     same = write(tmp_path / "same.jsonl", [R(97.0, ci=1.0), R(43.0, batch=4, ci=3.0), R(1.0, batch=16)], envelopes=True)
     result = benchrun("compare", base, same, "--threshold", "5%")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"batch_size=2,.*\| images_per_sec \(img/s\) \| 100\.00 ± 1\.00 \(n=1\) \| 97\.00 ± 1\.00 \(n=1\) \| -3\.0% \| ok \|",
+    assert re.search(r"batch_size=2,.*\| images_per_sec \(img/s\) \| 100\.00 ± 1\.00 \(n=1\) \| 97\.00 ± 1\.00 \(n=1\) \| -3\.0% "
+                     r"\| ok \|",
                      result.stdout)
     assert re.search(r"batch_size=4,.*\| -14\.0% \| ok \|", result.stdout)
     assert "only in base (not compared):" in result.stdout and "batch_size=8," in result.stdout
@@ -202,7 +204,8 @@ def test_compare_passes_and_fails(store, tmp_path):
     result = benchrun("compare", base, worse, "--threshold", "5%")
     assert result.returncode == 1, result.stdout + result.stderr
     assert re.search(r"batch_size=2,.*images_per_sec.*\| -10\.0% \| REGRESSION \|", result.stdout)
-    assert re.search(r"batch_size=2,.*host_rss_peak_bytes \(MiB\) \| 1000 ± n/a \(n=1\) \| 1500 ± n/a \(n=1\) \| \+50\.0% \| REGRESSION",
+    assert re.search(r"batch_size=2,.*host_rss_peak_bytes \(MiB\) \| 1000 ± n/a \(n=1\) \| 1500 ± n/a \(n=1\) \| \+50\.0% \| "
+                     r"REGRESSION",
                      result.stdout)
     assert "2 regressions" in result.stdout
     # throughput only, with a threshold above the drop: passes
@@ -305,7 +308,8 @@ def test_report_axes_precision_compile_and_flops_columns(real_record, tmp_path):
         return validate_record(r)
 
     # eager fp32: 2.0 and 4.0 GFLOP/s -> 3.0 ± 12.706 * 1.414 / sqrt(2) = 12.7; compiled and bf16 single records
-    store = write(tmp_path / "axes.jsonl", [with_axes(10.0, 2.0), with_axes(12.0, 4.0), with_axes(20.0, 6.0, compile="default", per_joule=0.25),
+    store = write(tmp_path / "axes.jsonl", [with_axes(10.0, 2.0), with_axes(12.0, 4.0),
+                                             with_axes(20.0, 6.0, compile="default", per_joule=0.25),
                                              with_axes(15.0, None, precision="amp-bf16")])
     out = tmp_path / "report"
     result = benchrun("report", store, "--out", out)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ def test_columnar_reader_gives_the_python_readers_tables_on_the_case_study(tmp_p
     # the gate, on the same records in another order
     def gate(records):
         rows, only_base, only_new = compare.compare(records, records[::-1], 0.05, list(compare.METRICS))
-        summary = lambda s: None if s is None else (s.values, s.ci, s.method, s.ids)  # noqa: E731
+        summary = lambda s: None if s is None else (s.values, s.ci, s.method, s.ids)  # noqa: E731 - a one-line view, local to the gate
         return [(key, [(v.metric, summary(v.base), summary(v.new), v.change, v.verdict) for v in vs]) for key, vs in rows]
 
     assert gate(new) == gate(old) and len(gate(old)) == 20  # every run its own configuration

@@ -107,7 +107,7 @@ def test_duckdb_records_give_the_python_readers_report_and_gate(varied, tmp_path
     half = len(found) // 2
     def gate(base, new):
         rows, only_base, only_new = compare.compare(base, new, 0.05, list(compare.METRICS))
-        summary = lambda s: None if s is None else (s.values, s.ci, s.method, s.ids)  # noqa: E731
+        summary = lambda s: None if s is None else (s.values, s.ci, s.method, s.ids)  # noqa: E731 - a one-line view, local to the gate
         return ([(key, [(v.metric, summary(v.base), summary(v.new), v.change, v.verdict) for v in vs]) for key, vs in rows],
                 [(k, keys.ids(rs)) for k, rs in only_base], [(k, keys.ids(rs)) for k, rs in only_new])
 

@@ -15,11 +15,10 @@ import tempfile
 
 import pytest
 
-from infra.helpers import benchrun
-from infra.records import RecordFactory
-
 from benchmarks.errors import UsageError
 from benchmarks.options import FASHION_MNIST_DIR
+from infra.helpers import benchrun
+from infra.records import RecordFactory
 from runners import dispatch, runtimes
 from runners.commands import compare_runtimes
 from runners.runtimes import singularity
@@ -332,7 +331,8 @@ def test_sif_build_needs_three_times_the_image_on_disk(tmp_path, monkeypatch):
     The sizes keep a factor of two from the limit: other workers write to the same disk meanwhile."""
     free = __import__("shutil").disk_usage(tmp_path).free
     for size, refused in ((free // (2 * singularity.BUILD_ROOM), False), (2 * free // singularity.BUILD_ROOM, True)):
-        monkeypatch.setattr(singularity, "run_quiet", lambda argv, size=size: subprocess.CompletedProcess(argv, 0, f"{size}\n", ""))
+        monkeypatch.setattr(singularity, "run_quiet",
+                            lambda argv, size=size: subprocess.CompletedProcess(argv, 0, f"{size}\n", ""))
         monkeypatch.setenv("APPTAINER_TMPDIR", str(tmp_path))
         if refused:
             with pytest.raises(UsageError, match=r"making a SIF of img:1 .* needs about \d+ GB free under"):

@@ -19,16 +19,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_runtimes_real import DDP, TINY_TF, public_dataset, validate_in_image  # noqa: F401 (a fixture)
 
+from benchmarks.errors import UsageError
 from infra import apptainer
 from infra.cache import CACHE, inputs_key, once
 from infra.helpers import ROOT, SCHEMA, Started, last_json_line, python_env
 from infra.images import BASE_IMAGE
 from infra.slurm import skip_loudly
 from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
-from test_runtimes_real import DDP, TINY_TF, public_dataset, validate_in_image  # noqa: F401 (a fixture)
-
-from benchmarks.errors import UsageError
 from runners import runtimes
 from runners.runtimes import singularity
 from runners.runtimes.base import Mount

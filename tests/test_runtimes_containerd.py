@@ -12,13 +12,19 @@ import time
 from pathlib import Path
 
 import pytest
+from test_runtimes_real import (  # noqa: F401 (a fixture)
+    TF_IMAGE,
+    TINY_TF,
+    check_ok,
+    docker_up,
+    public_dataset,
+    timeout_and_sigint_leave_no_container,
+)
 
+from benchmarks.errors import UsageError
 from infra.cache import CACHE
 from infra.helpers import benchrun, benchrun_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly
-from test_runtimes_real import TF_IMAGE, TINY_TF, check_ok, docker_up, public_dataset, timeout_and_sigint_leave_no_container  # noqa: F401 (a fixture)
-
-from benchmarks.errors import UsageError
 from runners import runtimes
 from runners.runtimes import containerd
 from runners.runtimes.base import Mount
@@ -121,7 +127,8 @@ def test_silent_daemon_is_one_line(tmp_path):
     result, record = benchrun_record("run", "--runtime", "containerd", "--", *TINY_TF,
                                      env={"CONTAINERD_ADDRESS": str(tmp_path / "none.sock")})
     assert result.returncode == 6 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert result.stderr.startswith(f'benchrun: error: the run failed: containerd does not answer (ctr: failed to dial "{tmp_path}/none.sock"')
+    assert result.stderr.startswith(f'benchrun: error: the run failed: containerd does not answer (ctr: failed to dial '
+                                    f'"{tmp_path}/none.sock"')
     assert record["status"] == "failed" and record["error"]["kind"] == "environment"
 
 

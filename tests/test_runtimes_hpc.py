@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import helpers
-from infra.helpers import ROOT
-
 from benchmarks.errors import UsageError
+from infra import helpers
 from runners import runtimes
 from runners.runtimes import cscs_ce, enroot, shifter, singularity
 from runners.runtimes.base import Mount
@@ -169,7 +167,8 @@ def test_cscs_ce_gpus_enable_the_nccl_hook_and_annotations_override(dirs):
 
 
 @pytest.mark.parametrize("annotations, message", [
-    ({"com.hooks.nccl.enabled": "true"}, "unknown EDF annotation 'com.hooks.nccl.enabled' (choices: com.hooks.aws_ofi_nccl.enabled,"),
+    ({"com.hooks.nccl.enabled": "true"}, "unknown EDF annotation 'com.hooks.nccl.enabled' (choices: "
+                                         "com.hooks.aws_ofi_nccl.enabled,"),
     ({"com.hooks.cxi.enabled": "yes"}, "expected one of true, false"),
     ({"com.hooks.ssh.authorize_ssh_key": "a\nb"}, "control characters"),
 ])

@@ -13,9 +13,8 @@ import subprocess
 
 import pytest
 
-from infra.helpers import ROOT, benchrun_record
+from infra.helpers import benchrun_record
 from infra.slurm import skip_loudly
-
 from runners.runtimes import slurm_plugin
 
 pytestmark = pytest.mark.slow

@@ -18,18 +18,18 @@ import time
 from pathlib import Path
 
 import pytest
+from test_reframe import SYSTEM as REFRAME_SYSTEM
+from test_reframe import reframe, site_settings
+from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
+from benchmarks.processes import descendants
 from infra import podman_hpc
 from infra.docker import derived_image, one_file_image
 from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record
-
-from benchmarks.processes import descendants
 from runners import runtimes
 from runners.runtimes.base import Mount
 from runners.runtimes.container import ContainerSpec
 from runners.runtimes.podman_hpc import LABEL, SquashSnapshot, exec_session_processes, squash_dir
-from test_reframe import SYSTEM as REFRAME_SYSTEM, reframe, reframe_path, site_settings  # noqa: F401 (a fixture)
-from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
 IMAGE = "dlbench-tensorflow:podman-hpc-test"
 TINY = ["--framework", "tensorflow", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
@@ -53,7 +53,8 @@ def test_podman_hpc_mpi_is_a_shared_run_labelled_with_the_run(dirs):
     r, d = dirs
     spec = ContainerSpec(runtime="podman-hpc", image="dlbench-torch:latest", name="dlbench-abc", mounts=mounts(dirs),
                          workdir="/results", mpi=True)
-    cmd, name = spec.command(runtimes.get(spec.runtime), ["bench", "--model", "resnet50"], environ={"SLURM_PROCID": "1", "RANK": "1"})
+    cmd, name = spec.command(runtimes.get(spec.runtime), ["bench", "--model", "resnet50"],
+                             environ={"SLURM_PROCID": "1", "RANK": "1"})
     # No --name (podman-hpc names the node's container), no ENTRYPOINT (it runs `sleep infinity`,
     # each rank is `podman exec`'d), no --network (the MPI module's own): the run's name is a label.
     assert name == "dlbench-abc" and "--name" not in cmd
@@ -119,7 +120,8 @@ def test_dry_run_shows_podman_hpc_under_srun(tmp_path):
     assert out.returncode == 0, out.stderr
     token, *argv = out.stdout.split()
     start = argv.index("podman-hpc")
-    assert token.startswith("DLBENCH_RUN_TOKEN=") and argv[0] == "srun" and argv[start:start + 6] == ["podman-hpc", "run", "--rm", "--gpu", "--nccl", "--mpi"]
+    assert token.startswith("DLBENCH_RUN_TOKEN=") and argv[0] == "srun"
+    assert argv[start:start + 6] == ["podman-hpc", "run", "--rm", "--gpu", "--nccl", "--mpi"]
     assert "--entrypoint=" in argv and "runners.runtimes" not in out.stdout
 
 

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record
 from infra.cache import CACHE
 from infra.docker import derived_image
+from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record
 from infra.images import BASE_IMAGE
 from infra.slurm import ensure_packages_or_skip, skip_loudly
-
 from runners import runtimes
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("dlbench_images")]  # built once per run (tests/infra/images.py)

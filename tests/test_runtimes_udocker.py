@@ -12,13 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_runtimes import dirs  # noqa: F401 (a fixture)
+from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave_no_container, validate_in_image  # noqa: F401 - fixtures, requested by name
 
 from infra.cache import CACHE, inputs_key, once
 from infra.helpers import ROOT, benchrun, benchrun_record, last_json_line, run
 from infra.unprivileged import UNPRIVILEGED_HOME, as_nobody, unprivileged_user
-from test_runtimes import dirs  # noqa: F401 (a fixture)
-from test_runtimes_real import TINY_TF, public_dataset, timeout_and_sigint_leave_no_container, validate_in_image  # noqa: F401
-
 from runners import runtimes
 from runners.runtimes import udocker
 from runners.runtimes.base import Mount

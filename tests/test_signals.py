@@ -16,13 +16,12 @@ import uuid
 import psutil
 import pytest
 
-from infra.helpers import ROOT, Started, validate_record
-from infra.sweeps import lines, marked, tiny_plan, write_plan
-from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
-
 from benchmarks import processes, timing
 from benchmarks.errors import EXIT_INTERRUPTED, Stopped
 from benchmarks.supervisor import classify_exit
+from infra.helpers import ROOT, Started, validate_record
+from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
+from infra.sweeps import lines, marked, tiny_plan, write_plan
 
 RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
        "--num-warmup-batches", "1", "--num-threads", "1", "--display-every", "1"]

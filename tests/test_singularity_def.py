@@ -17,7 +17,7 @@ import pytest
 
 spython_parsers = pytest.importorskip("spython.main.parse.parsers", reason="spython not installed (pip install spython)")
 
-from containers_recipes import DOCKER_ONLY_ENV, DOCKERFILES, SINGULARITY_DEF, parse_dockerfile, render_def  # noqa: E402
+from containers_recipes import DOCKER_ONLY_ENV, DOCKERFILES, SINGULARITY_DEF, parse_dockerfile, render_def  # noqa: E402 - only once spython is known to be there
 
 FRAMEWORKS = sorted(DOCKERFILES)
 

@@ -45,7 +45,7 @@ def traced(record: dict, step_s: float, computes: list[list[float]], ceilings: l
 
 
 @pytest.fixture
-def R(real_record):
+def R(real_record):  # noqa: N802 - R(...) reads as "a record with" in every assertion below
     return RecordFactory(real_record)
 
 

@@ -16,10 +16,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from benchmarks.record import SCHEMA_FILE
 from infra.helpers import ROOT, benchrun, last_json_line
 from infra.sweeps import cmdline, lines, marked, measured, tiny_plan, write_plan
-
-from benchmarks.record import SCHEMA_FILE
 from runners import cli, store, sweep
 from runners.sweep import PlanError, expand, parse_plan
 
@@ -445,8 +444,8 @@ def test_kill_9_mid_sweep_then_rerun_loses_and_duplicates_nothing(tmp_path):
         deadline = time.monotonic() + 120
         ranks = []
         while len(ranks) < 2 and time.monotonic() < deadline:
-            ranks = [p for p in marked(marker)
-                     if "--output" in cmdline(p) and b"DLBENCH_LAUNCHER=benchrun-local" in Path(f"/proc/{p}/environ").read_bytes()]
+            local = b"DLBENCH_LAUNCHER=benchrun-local"
+            ranks = [p for p in marked(marker) if "--output" in cmdline(p) and local in Path(f"/proc/{p}/environ").read_bytes()]
             time.sleep(0.05)
         assert len(ranks) >= 2, "the 2-rank point never started"
         sweep.send_signal(signal.SIGKILL)

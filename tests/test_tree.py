@@ -1,10 +1,14 @@
 """The product tree's own rules (issue 25): the README's map names every module, no file is over
-500 lines, and no two modules import each other at load time."""
+500 lines, and no two modules import each other at load time; and the linter's (issue 45): `make test`
+runs it first, and every `# noqa` names a rule it runs and says why."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import tokenize
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,3 +107,44 @@ def test_no_two_product_modules_import_each_other_at_load_time():
     graph = {module_name(p): load_time_imports(p, modules) for p in files}
     assert any(graph.values()), "the import graph came out empty: the reader is broken"
     assert import_circles(graph) == []
+
+
+NOQA = re.compile(r"#\s*noqa\b(?P<colon>:?)\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(?P<why>.*)")
+
+
+def noqa_problems(path: Path, selected: list[str]) -> list[str]:
+    """Each `# noqa` comment that names no rule, a rule the linter does not run, or no reason."""
+    problems = []
+    with path.open("rb") as source:
+        for token in tokenize.tokenize(source.readline):
+            if token.type != tokenize.COMMENT or not (found := NOQA.search(token.string)):
+                continue
+            where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{token.start[0]}"
+            codes = re.split(r"\s*,\s*", found["codes"] or "")
+            if not found["colon"] or not found["codes"]:
+                problems.append(f"{where}: a bare noqa silences every rule")
+            elif unknown := [c for c in codes if not c.startswith(tuple(selected))]:
+                problems.append(f"{where}: {', '.join(unknown)} is not a rule the linter runs")
+            elif len(found["why"].strip(" -:()")) < 8:
+                problems.append(f"{where}: says no why")
+    return problems
+
+
+def test_every_noqa_names_a_rule_the_linter_runs_and_says_why(tmp_path):
+    selected = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]["select"]
+    sources = [p for p in ROOT.rglob("*.py") if not {"wheelhouse", "wheelhouse-late", ".venv", "build"} & set(p.parts)]
+    assert len(sources) > 100, "the source scan came out short: the reader is broken"
+    assert [p for path in sources for p in noqa_problems(path, selected)] == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("import os  # noqa\nimport re  # noqa: Q000 - not run\nimport sys  # noqa: F401\n"
+                       "import io  # noqa: F401 - re-exported for the callers\n")
+    assert [p.split(": ", 1)[1] for p in noqa_problems(planted, selected)] == [
+        "a bare noqa silences every rule", "Q000 is not a rule the linter runs", "says no why"]
+
+
+def test_make_test_runs_the_linter_before_the_tests():
+    planned = subprocess.run(["make", "-n", "-C", str(ROOT), "test"], capture_output=True, text=True, check=True).stdout
+    lines = planned.splitlines()
+    lint = next(i for i, line in enumerate(lines) if "ruff check" in line)
+    tests = next(i for i, line in enumerate(lines) if "pytest" in line)
+    assert lint < tests, planned

@@ -10,8 +10,8 @@ from benchmarks.distributed import cluster, strategies
 from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
 from benchmarks.errors import UsageError
-from benchmarks.measurement import aggregate
 from benchmarks.options import SEED_000_PORTS, TOKEN_PORTS
+from benchmarks.totals import aggregate
 
 
 def test_single_process_without_launcher():
@@ -202,11 +202,10 @@ def test_a_rank_of_another_run_is_refused_at_once_and_the_run_goes_on(unused_por
 def test_a_rank_that_goes_silent_is_reported_for_it(unused_port, monkeypatch):
     """A rank whose connection closes before "done" (killed with its supervisor: nobody reports) is
     reported to process 0 for it; one that closes after "done" left as it should."""
+    import socket
     import time
 
     from benchmarks.distributed import rendezvous
-
-    import socket
 
     monkeypatch.setattr(rendezvous, "LOST_REPORT_WAIT_S", 0.2)
     reports = []

@@ -37,7 +37,8 @@ class CommConfig(_Model):
     warmup_iters: int
     iters: int
     model: str = Field(description="model whose gradient buckets / variables are communicated")
-    image_size: Optional[int] = Field(default=None, description="input size the model's variables were built for (TensorFlow; 1.2)")
+    image_size: Optional[int] = Field(default=None, description="input size the model's variables were built for (TensorFlow; "
+                                                                "1.2)")
     device: Literal[choices_of("device")]
     strategy: Literal[strategies.COMM_NAMES]
     num_ps: int
@@ -64,12 +65,14 @@ class CommRow(_Model):
     wrong: int = Field(description="elements that differed from the expected result, summed over ranks")
     ranks: int = Field(description="ranks taking part in this operation")
     buckets: Optional[list[int]] = Field(default=None, description="gradients/ps_step: the byte sizes communicated")
-    peer: Optional[str] = Field(default=None, description="pingpong: 'RANK<->RANK'; pull/push: 'N worker(s) <-> ps P'; ps_step: 'N worker(s) <-> P PS'")
+    peer: Optional[str] = Field(default=None, description="pingpong: 'RANK<->RANK'; pull/push: 'N worker(s) <-> ps P'; ps_step: "
+                                                          "'N worker(s) <-> P PS'")
 
 
 class Gradients(_Model):
     model: str
-    rule: str = Field(description="how gradients are grouped into the buckets all-reduced (--strategy ps: which variables are sent)")
+    rule: str = Field(description="how gradients are grouped into the buckets all-reduced (--strategy ps: which variables are "
+                                  "sent)")
     bucket_bytes: list[int]
     total_bytes: int
 
@@ -92,7 +95,8 @@ class CommRecord(_Model):
     world: WorldInfo
     results: list[CommRow] = Field(description="one row per operation and message size, in the order measured")
     gradients: Optional[Gradients]
-    placement: Optional[list[PsLoad]] = Field(default=None, description="--strategy ps: variables and bytes per parameter server, read back from where TensorFlow put them (1.2)")
+    placement: Optional[list[PsLoad]] = Field(default=None, description="--strategy ps: variables and bytes per parameter "
+                                                                        "server, read back from where TensorFlow put them (1.2)")
     correct: bool = Field(description="every checked result held the expected values on every rank")
     duration_s: float
     provenance: Provenance

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from ..frameworks.tf_backend import all_reduce_strategy  # first: it quiets TensorFlow's C++ logging before the import
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+# isort: split
 
-from ..errors import UsageError  # noqa: E402
-from ..frameworks.base import DeviceInfo  # noqa: E402
-from .base import CommBackend  # noqa: E402
+import numpy as np
+import tensorflow as tf
+
+from ..errors import UsageError
+from ..frameworks.base import DeviceInfo
+from .base import CommBackend
 
 
 def model_gradient_bytes(model: str, image_size: int) -> list[int]:

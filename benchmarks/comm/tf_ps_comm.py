@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from ..frameworks import tf_ps  # first: it quiets TensorFlow's C++ logging before the import
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+# isort: split
 
-from ..distributed import strategies  # noqa: E402
-from ..frameworks.base import DeviceInfo, has_aux_head  # noqa: E402
-from .base import CommBackend  # noqa: E402
+import numpy as np
+import tensorflow as tf
+
+from ..distributed import strategies
+from ..frameworks.base import DeviceInfo, has_aux_head
+from .base import CommBackend
 
 PULL, PUSH, STEP = "pull", "push", "ps_step"
 

@@ -20,7 +20,6 @@ from ..distributed import strategies
 from ..distributed.strategies import Role
 from ..distributed.world import World
 
-
 INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
 AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
 
@@ -143,7 +142,8 @@ class Framework(ABC):
     def profile_steps(self, batches: Iterator, num_steps: int, path) -> None:
         """Run `num_steps` steps under the framework's own profiler (bench --trace, after the timed
         loops), marked with timing.run_steps' `annotate`, and write its trace to `path`."""
-        raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this version")
+        raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this "
+                                  f"version")
 
     def start_profiler(self, path) -> object:
         """Start the profiler in a process whose steps someone else schedules (a PS-mode worker or

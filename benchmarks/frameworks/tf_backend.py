@@ -15,15 +15,17 @@ from pathlib import Path
 
 from . import tf_setup  # noqa: F401 - before TensorFlow
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+# isort: split
 
-from .. import compilation, lr_rules, precision, step_timing  # noqa: E402
-from ..dataset import image_folder  # noqa: E402
-from ..errors import UsageError  # noqa: E402
-from . import gemm, keras_models  # noqa: E402
-from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+
+from .. import compilation, lr_rules, precision, step_timing
+from ..dataset import image_folder
+from ..errors import UsageError
+from . import gemm, keras_models
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
@@ -214,7 +216,8 @@ class TensorFlowFramework(Framework):
         if self.fp16:
             reference = [g / self.optimizer.dynamic_scale for g in reference]
         lr = tf.cast(self.optimizer.learning_rate, tf.float32)
-        return [g * lr_rules.lars_factor(tf.norm(v), tf.norm(r), lr, tf.minimum, tf.where) if lr_rules.lars_applies(v.shape) else g
+        return [g * lr_rules.lars_factor(tf.norm(v), tf.norm(r), lr, tf.minimum, tf.where)
+                if lr_rules.lars_applies(v.shape) else g
                 for g, r, v in zip(gradients, reference, variables)]
 
     def _lars_reference(self, gradients) -> list:

@@ -18,13 +18,15 @@ import contextlib
 
 from .tf_backend import TensorFlowFramework  # first: it quiets TensorFlow's C++ logging before the import
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+# isort: split
 
-from .. import timing  # noqa: E402
-from ..distributed.cluster import GreedyPlacer  # noqa: E402
-from ..distributed.strategies.ps import PS  # noqa: E402
-from ..trace import PUSHED  # noqa: E402
+import numpy as np
+import tensorflow as tf
+
+from .. import timing
+from ..distributed.cluster import GreedyPlacer
+from ..distributed.strategies.ps import PS
+from ..trace import PUSHED
 
 
 def start_server() -> tf.distribute.Server:

@@ -16,8 +16,8 @@ from PIL import Image
 from .. import compilation, lr_rules, precision, step_timing, timing
 from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
-from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 from . import gemm
+from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
 TORCHVISION_NAMES = {"inception3": "inception_v3"}  # the other --model names are torchvision's own
 
@@ -348,7 +348,7 @@ class TorchFramework(Framework):
         start = timing.clock()
         try:
             seconds, fell_back, reason = self.timed_loop(batches, 1).wall_time_s, False, None
-        except Exception as error:  # noqa: BLE001 - any compiler failure; OOM is still an OOM
+        except Exception as error:  # any compiler failure; OOM is still an OOM
             if self.is_out_of_memory(error):
                 raise
             lines = [line for line in str(error).splitlines() if line.strip()]
@@ -416,7 +416,8 @@ class TorchFramework(Framework):
     def close(self) -> None:
         loader = getattr(self, "loader", None)
         if loader is not None and getattr(loader, "_iterator", None) is not None:
-            loader._iterator._shutdown_workers()
+            # torch has no public call that stops a DataLoader's workers now rather than when it is collected
+            loader._iterator._shutdown_workers()  # noqa: SLF001 - see the line above
         self._close_distributed()
 
     def _close_distributed(self) -> None:

@@ -119,7 +119,8 @@ def run(args) -> int:
             unit = METRICS[v.metric][2]
             change = "n/a" if v.change is None else f"{100 * v.change:+.1f}%"
             print(f"| {keys.describe(dict(zip(keys.KEY_FIELDS, key)))} | {v.metric} ({unit}) | "
-                  f"{_text(v.base, v.metric)} | {_text(v.new, v.metric)} | {change} | {v.verdict.upper() if v.verdict == 'regression' else v.verdict} | "
+                  f"{_text(v.base, v.metric)} | {_text(v.new, v.metric)} | {change} | "
+                  f"{v.verdict.upper() if v.verdict == 'regression' else v.verdict} | "
                   f"{v.base.ids if v.base else '-'} | {v.new.ids if v.new else '-'} |")
     for title, items in (("only in base (not compared)", only_base), ("only in new (not compared)", only_new)):
         if items:

@@ -194,7 +194,7 @@ def verdict_rows(groups: list[aggregate.RuntimeGroup], launches: list[LaunchVerd
     def row(configuration, measure, runtime, reference, verdict, margin_text, text, path) -> dict:
         ci = verdict.ci()
         found = verdict.interval
-        number = lambda v: "" if v is None else f"{v:.6g}"  # noqa: E731
+        number = lambda v: "" if v is None else f"{v:.6g}"  # noqa: E731 - a one-line format, local here
         return dict(zip(VERDICT_COLUMNS, [configuration, measure, runtime, reference, number(verdict.estimate),
                                           number(ci and ci[0]), number(ci and ci[1]), found.method if found else "",
                                           found.n if found else 0, margin_text, text, path]))

@@ -25,6 +25,7 @@ from ..reporting import aggregate, equivalence, keys, load, network, why
 from ..reporting.render import Document
 from ..reporting.scan import timestamp
 
+
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="write report.md, report.html and PNG plots from result stores",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,7 +207,7 @@ def section_why(doc: Document, records: list[dict], comm_records: list[dict], ou
     if not losses:
         doc.para("No multi-worker configuration has its 1-worker twin in these stores.")
         return
-    ms = lambda v: "n/a" if v is None else f"{1e3 * v:.1f}"  # noqa: E731
+    ms = lambda v: "n/a" if v is None else f"{1e3 * v:.1f}"  # noqa: E731 - a one-line format, local here
     families: dict[tuple, list[why.ScalingLoss]] = defaultdict(list)
     for loss in losses:
         families[tuple((f, loss.key[f]) for f in keys.without("workers"))].append(loss)
@@ -248,7 +249,8 @@ def section_network(doc: Document, comm_records: list[dict], out: Path, link_gbp
     allreduce = [(label, rows) for (op, label), rows in series.items() if op == "allreduce"]
     everything = [(label, rows) for (_, label), rows in series.items()]
     if allreduce:
-        doc.image(plots.network(allreduce, "busbw_gbps", out / "network-busbw.png", link_gbps), "all-reduce busbw vs message size")
+        doc.image(plots.network(allreduce, "busbw_gbps", out / "network-busbw.png", link_gbps),
+                  "all-reduce busbw vs message size")
     doc.image(plots.network(everything, "time_s", out / "network-latency.png"), "time per operation vs message size")
     doc.table(["series", "bytes", "time µs", "algbw GB/s", "busbw GB/s"],
               [[label, row["bytes"], f"{1e6 * row['time_s']:.1f}", f"{row['algbw_gbps']:.3f}", f"{row['busbw_gbps']:.3f}"]
@@ -341,7 +343,8 @@ def section_accuracy(doc: Document, records, out: Path) -> None:
              "dropped; a run that did not converge counts as infinitely slow). Speed-up = reference time / time = "
              "statistical efficiency (reference samples to target / samples to target) x hardware efficiency "
              "(images/sec / reference images/sec); the reference is the 1-worker arm of the same framework, model, "
-             "batch per worker, data, evaluation points, base LR and target (up to evaluation and start-up, the product equals the speed-up). "
+             "batch per worker, data, evaluation points, base LR and target (up to evaluation and start-up, the product equals "
+             "the speed-up). "
              f"Flags: {accuracy.FAST_BUT_WRONG} (more images/sec than the reference but a best accuracy lower by more "
              "than the seed spread, or the target missed in most runs); "
              f"{accuracy.SUSPICIOUSLY_FAST} (significantly fewer samples to target than the reference, one-sided Welch "

@@ -47,7 +47,8 @@ def add_runtime_options(p) -> None:
     p.add_argument("--data-dir", help="host ImageFolder directory, mounted read-only; bench gets --data-dir")
     p.add_argument("--timeout", type=float, help="seconds; bench stops itself, the host removes what is left")
     p.add_argument("--gpus", action="store_true", help="give the container the GPUs (--gpus all, --nv, ...)")
-    p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter --module=mpich, podman-hpc --mpi: one shared container per node)")
+    p.add_argument("--mpi", action="store_true", help="the runtime's host-MPI hook (sarus/shifter-ng --mpi, shifter "
+                                                      "--module=mpich, podman-hpc --mpi: one shared container per node)")
     p.add_argument("--container-option", action="append", default=[], metavar="[RUNTIME:]--FLAG[=VALUE]",
                    help="an option for the runtime's own command line (docker, podman, podman-hpc), e.g. "
                         "--container-option=--shm-size=64m or docker:--cpus=1 for one runtime of a comparison; "

@@ -52,8 +52,19 @@ from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPU
 from benchmarks.processes import ENDING_SIGNALS, StopScope, sweep_deadline
 
 from .. import dispatch, mlflow_export, store
-from ..sweep import (MAX_POINTS, Plan, PlanError, Point, check_point, check_size, combinations, expand, factors,
-                     load_plan, request_for)
+from ..sweep import (
+    MAX_POINTS,
+    Plan,
+    PlanError,
+    Point,
+    check_point,
+    check_size,
+    combinations,
+    expand,
+    factors,
+    load_plan,
+    request_for,
+)
 
 DEFAULT_STORE = "results/sweep.jsonl"
 DONE = ("ok", "oom")  # results: never re-run
@@ -68,7 +79,8 @@ def add_parser(sub) -> None:
     p.add_argument("plan", help="YAML plan file (docs/sweeps.md)")
     p.add_argument("--store", default=DEFAULT_STORE, help=f"append-only JSONL store (default: {DEFAULT_STORE})")
     p.add_argument("--retries", type=int, default=0, help="re-run a failed or timed-out point up to N more times (default: 0)")
-    p.add_argument("--timeout", type=float, help="seconds per run, recorded as 'timeout' (default: the plan's timeout, else none)")
+    p.add_argument("--timeout", type=float,
+                   help="seconds per run, recorded as 'timeout' (default: the plan's timeout, else none)")
     p.add_argument("--max-points", type=int, default=MAX_POINTS, metavar="N",
                    help=f"refuse a plan of more than N combinations, counted before any is built "
                         f"(default: {MAX_POINTS:,})")
@@ -419,8 +431,15 @@ class MlflowLog:
 
 def _sweep(console, todo, timeout_s, attempts, final, store_path, log_dir, plan_path, retries, deadline, stop,
            logged) -> None:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.registry import Registry
 
-from .base import LaunchSpec, Launcher, launch_spec
+from .base import Launcher, LaunchSpec, launch_spec
 
 LAUNCHERS = Registry("launcher", {
     "local": "runners.launchers.local:LocalLauncher",

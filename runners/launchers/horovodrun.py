@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import socket
 
-from .base import LaunchSpec, Launcher, how_it_ended
+from .base import Launcher, LaunchSpec, how_it_ended
 
 # horovodrun ends every rank once one exits non-zero and names it. A rank killed by a signal reports nothing
 # and process 0, stopped by horovodrun, can only record SIGTERM: this names it.

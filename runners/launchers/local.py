@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from .base import LaunchSpec, Launcher, wait_ranks
+from .base import Launcher, LaunchSpec, wait_ranks
 
 
 class LocalLauncher(Launcher):

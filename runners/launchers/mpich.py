@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import LaunchSpec, Launcher
+from .base import Launcher, LaunchSpec
 
 
 class MpichLauncher(Launcher):

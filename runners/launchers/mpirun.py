@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .base import LaunchSpec, Launcher
+from .base import Launcher, LaunchSpec
 
 
 class OpenMpiLauncher(Launcher):

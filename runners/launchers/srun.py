@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .base import LaunchSpec, Launcher
+from .base import Launcher, LaunchSpec
 
 NODE_FAILURE = re.compile(r"Node failure on ([A-Za-z0-9_.-]+)")  # not "STEP ... ON node1 CANCELLED": that is a survivor
 

@@ -6,7 +6,7 @@ import sys
 
 from benchmarks.errors import UsageError
 
-from .base import LaunchSpec, Launcher
+from .base import Launcher, LaunchSpec
 
 
 class TorchrunLauncher(Launcher):

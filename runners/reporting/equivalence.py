@@ -250,7 +250,7 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
 def _position_text(effects, p: float | None) -> str:
     """Resolved when the F-test of all positions rejects at 5%; otherwise the widest interval bounds
     what is excluded ("within ±X%"), never "no effect"."""
-    pct = lambda v: 100 * math.expm1(v)  # noqa: E731
+    pct = lambda v: 100 * math.expm1(v)  # noqa: E731 - a one-line unit change, local here
     each = "; ".join(f"position {pos} vs 1: {pct(v):+.1f}% [{pct(lo):+.1f}, {pct(hi):+.1f}]"
                      for pos, v, lo, hi in effects)
     p_text = "n/a" if p is None else f"{p:.2g}"

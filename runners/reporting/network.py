@@ -47,7 +47,7 @@ def predicted_transfer(record: dict, comm_records: list[dict]) -> Predicted | No
                 and c["config"]["framework"] == cfg["framework"] and device_kind(c) == kind]
     if nbytes is None or strategy.exchange_op is None:
         return None
-    same_ps = lambda c: all(c["config"].get(f) == cfg[f] for f in ("model", "image_size", "num_ps", "ps_placement"))  # noqa: E731
+    same_ps = lambda c: all(c["config"].get(f) == cfg[f] for f in ("model", "image_size", "num_ps", "ps_placement"))  # noqa: E731 - a one-line filter, local here
     for comm in sorted(matching, key=lambda c: c["timestamp_utc"], reverse=True):
         rows = [row for row in comm["results"] if row["backend"] == backend and row["ranks"] == workers]
         run = comm["run_id"][:ID_PREFIX]

@@ -15,8 +15,8 @@ import os
 import shutil
 import tempfile
 import warnings
-from contextlib import contextmanager
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -233,7 +233,8 @@ def _expected(node: dict, tree: dict, where: str) -> dict[str, tuple[str, dict]]
 def check_types(path: Path, paths: list[str]) -> None:
     """Refuse a store holding a record whose field (among those read) is not of the schema's type,
     in one line naming the line and the field, as runners.store refuses a line that is not JSON."""
-    expected = _expected({"type": "object", "properties": _schema()["properties"]}, _tree(p for p in paths if p not in EXTRA_TYPES), "")
+    tree = _tree(p for p in paths if p not in EXTRA_TYPES)
+    expected = _expected({"type": "object", "properties": _schema()["properties"]}, tree, "")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", store.StoreWarning)
         for number, record in store.iter_numbered_records(path):

@@ -230,7 +230,8 @@ def verdict(loss: ScalingLoss) -> str:
         return (f"{where} a step takes no longer than at 1 worker ({1e3 * loss.t_n:.1f} vs {1e3 * loss.t_1:.1f} ms): "
                 f"nothing is lost (parts: {parts}).")
     if not loss.traced:
-        return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input wait "
+        return (f"{where} {1e3 * loss.loss:.1f} ms/step is lost; {100 * measured['input_wait'] / loss.loss:.0f}% of it is input "
+                f"wait "
                 f"and the rest is not split (no --trace records on both sides).")
     name = max(measured, key=lambda n: measured[n])
     strategy = strategies.get(loss.key["strategy"])

@@ -42,4 +42,5 @@ def available() -> list[str]:
     return [name for name in RUNTIMES if get(name).available()]
 
 
-__all__ = ["BARE", "DEFAULT", "RUNTIMES", "DockerCliRuntime", "Mount", "Runtime", "available", "forwarded_names", "get", "uses_image"]
+__all__ = ["BARE", "DEFAULT", "RUNTIMES", "DockerCliRuntime", "Mount", "Runtime", "available", "forwarded_names", "get",
+           "uses_image"]

@@ -55,7 +55,7 @@ def toml_string(value: str) -> str:
 
 def edf_text(image: str, mounts, workdir: str | None, env: Mapping[str, str], annotations: Mapping[str, str]) -> str:
     """The EDF for one run: image, mounts (data read-only), workdir, no entrypoint, [env], [annotations]."""
-    lines = [f"# dlbench run environment for the CSCS Container Engine (srun --environment=THIS_FILE)",
+    lines = ["# dlbench run environment for the CSCS Container Engine (srun --environment=THIS_FILE)",
              f"image = {toml_string(image)}"]
     specs = [f"{m.source}:{m.target}" + (":ro" if m.readonly else "") for m in (check_mount(m) for m in mounts)]
     lines.append("mounts = [" + ", ".join(toml_string(s) for s in specs) + "]")

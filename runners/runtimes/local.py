@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .base import Command, Invocation, Runtime, RunPlan
+from .base import Command, Invocation, RunPlan, Runtime
 
 BENCH = [sys.executable, "-m", "benchmarks"]  # `bench` of this Python
 

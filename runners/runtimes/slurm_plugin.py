@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmarks.errors import UsageError
 
-from .base import Command, Invocation, Runtime, RunPlan, env_and_argv
+from .base import Command, Invocation, RunPlan, Runtime, env_and_argv
 
 
 @functools.lru_cache(maxsize=None)

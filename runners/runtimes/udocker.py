@@ -23,7 +23,18 @@ from pathlib import Path
 from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
 from benchmarks.processes import group_members
 
-from .base import Client, Command, Invocation, Mount, Runtime, docker_image_id, last_line, launcher_fds, run_quiet, safe_name
+from .base import (
+    Client,
+    Command,
+    Invocation,
+    Mount,
+    Runtime,
+    docker_image_id,
+    last_line,
+    launcher_fds,
+    run_quiet,
+    safe_name,
+)
 from .image_store import Copy, ImageStore
 
 STORE_ENV = "DLBENCH_UDOCKER_STORE"  # image-id stamps and docker save's temporary tarball
