@@ -35,6 +35,12 @@ Measure training throughput (images/sec) and peak memory of one CNN on one
 framework. Warmup is excluded; the device is synchronised at every timing
 boundary; images/sec = images in the timed loop / its wall time.
 
+Examples:
+  bench --framework torch --model resnet50 --batch-size 32 --repeats 5 --output results.jsonl
+  bench --framework tensorflow --model inception3 --precision amp-bf16 --device gpu
+  bench --framework torch --model resnet50 --data-dir /data/imagenet/train --num-data-workers 8
+  bench --framework torch --model smallcnn --target-accuracy 0.85     time to 85% on Fashion-MNIST
+
 Other commands:
   bench make-dataset DIR --images N --classes C   write a small JPEG ImageFolder for --data-dir
   bench [--framework F] comm [...]                communication microbenchmark (bench comm --help)

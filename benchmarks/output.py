@@ -37,6 +37,19 @@ def headline(record: dict) -> str:
     )
 
 
+# Below this many repeats a t-interval has under 3 degrees of freedom: its t (12.7 at 2 repeats, 4.3 at 3)
+# makes it wide whatever the spread, so the line says so instead of leaving a user to read "we don't know".
+FEW_REPEATS = 4
+
+
+def interval_line(method: str, repeats: int) -> str:
+    text = f"interval: 95% {method}"
+    if 1 < repeats < FEW_REPEATS:  # more than one repeat: the t-interval over them (totals.aggregate)
+        text += (f" ({repeats} repeats: {repeats - 1} degree{'s' if repeats > 2 else ''} of freedom, so wide whatever the "
+                 f"spread; --repeats 5 or more narrows it)")
+    return text
+
+
 def throughput_line(record: dict) -> str:
     throughput = record["throughput"]
     if record["status"] != "ok" or throughput is None:
@@ -168,7 +181,7 @@ def render(record: dict, stream: TextIO) -> None:
             first = f" (first: {data['skipped_examples'][0]['path']})" if data["skipped_examples"] else ""
             console.print(f"data: {data['images']} images, {data['skipped_images']} skipped as undecodable{first}")
         if throughput["ci_method"]:
-            console.print(f"interval: 95% {throughput['ci_method']}")
+            console.print(interval_line(throughput["ci_method"], len(record["repeats"])))
         if record.get("accuracy"):
             console.print(accuracy_line(record["accuracy"]))
     console.print(throughput_line(record))

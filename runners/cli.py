@@ -1,4 +1,5 @@
-"""`benchrun`: host-side dispatch of `bench` (launchers, runtimes, sweeps, reports).
+"""`benchrun`: host-side dispatch of `bench` (launchers, runtimes, sweeps, reports). Its user text,
+the `--help`, is DESCRIPTION below.
 
 Each subcommand is one module in runners/commands with `add_parser(sub)`. They are imported with this
 module, which benchmarks.entry loads while a Ctrl-C is only noted (entry.py says why).
@@ -24,8 +25,22 @@ from benchmarks.errors import (
 
 from .mlflow_export import TrackingError
 
+DESCRIPTION = """\
+Run bench on this machine's container runtimes and launchers, sweep configurations, and turn the
+records into reports.
+
+  benchrun run --runtime docker -- --framework tensorflow --model resnet50    one run in a container
+  benchrun launch --launcher srun -n 4 -- --framework torch --strategy ddp    N ranks through a launcher
+  benchrun compare-runtimes --runtimes local,docker,apptainer --rounds 5 --out DIR -- --model resnet50
+                                                                             what each runtime costs, with verdicts
+  benchrun sweep plan.yaml                                                   a resumable grid into one store
+  benchrun report results/*.jsonl --out report/                              tables and plots
+
+`benchrun COMMAND --help` says more about each; the docs list every flag and record field.
+"""
+
 COMMANDS = {name: importlib.import_module(f"runners.commands.{name.replace('-', '_')}")
-            for name in ["launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]}
+            for name in ["info", "launch", "run", "sweep", "compare-runtimes", "report", "compare", "export"]}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="benchrun", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="benchrun", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS.values():

@@ -3,6 +3,7 @@
 import inspect
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -161,3 +162,33 @@ def test_help_and_version_are_fast():
                  "--data-dir", "--output", "--json", "--mllog", "--seed", "--version", "--xla", "--timeout",
                  "make-dataset"):
         assert flag in help_text
+
+
+HELPS = [["bench"], ["bench", "comm"], ["benchrun"]] + [
+    ["benchrun", c] for c in ("launch", "run", "sweep", "compare-runtimes", "report", "compare", "export")]
+DEVELOPER_NOTES = re.compile(r"\b(?:runners|benchmarks)\.[a-z_]+|\bissue \d+|\badd_parser\b|\bimported with\b")
+
+
+@pytest.mark.parametrize("command", HELPS, ids=" ".join)
+def test_every_help_is_a_user_text_with_an_example(command):
+    """What the command does and how to call it, for a user: no module paths or project history
+    (those live in the docstrings), and at least one indented example that calls it."""
+    package = {"bench": "benchmarks", "benchrun": "runners"}[command[0]]
+    shown = subprocess.run([sys.executable, "-m", package, *command[1:], "--help"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout.split("\noptions:", 1)[0].split("\npositional arguments:", 1)[0]
+    assert not DEVELOPER_NOTES.findall(text), text
+    example = rf"^ {{2,}}{command[0]} " if len(command) == 1 else rf"^ {{2,}}(?:bench|benchrun) .*\b{command[-1]}\b"
+    assert re.search(example, text, re.MULTILINE), text
+
+
+def test_an_interval_over_too_few_repeats_says_why_it_is_wide():
+    from benchmarks.output import interval_line
+
+    assert interval_line("t-interval over repeats", 2) == (
+        "interval: 95% t-interval over repeats (2 repeats: 1 degree of freedom, so wide whatever the spread; "
+        "--repeats 5 or more narrows it)")
+    assert "3 repeats: 2 degrees of freedom" in interval_line("t-interval over repeats", 3)
+    assert interval_line("t-interval over repeats", 5) == "interval: 95% t-interval over repeats"
+    assert interval_line("delta method on step times", 1) == "interval: 95% delta method on step times"

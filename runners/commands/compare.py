@@ -1,22 +1,29 @@
-"""`benchrun compare`: regression gate between two result stores.
-
-    benchrun compare BASE.jsonl NEW.jsonl [--threshold 5%] [--metrics images_per_sec,...]
-
-Configurations are matched on runners.reporting.keys.KEY_FIELDS. Per metric a
-configuration regresses only when the change is beyond the threshold AND the
-two 95% intervals do not overlap (docs/reports.md has the exact rule). Exit 0:
-no regression; 1: at least one; 2: bad input.
-"""
+"""`benchrun compare`: regression gate between two result stores (the user's text is DESCRIPTION;
+configurations are matched on runners.reporting.keys.KEY_FIELDS, which it names)."""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 from dataclasses import dataclass
 
 from benchmarks.errors import UsageError, choices
 
 from ..reporting import aggregate, keys, load
 from .report import add_selection, selection
+
+DESCRIPTION = f"""\
+Regression gate between two result stores: exit 1 when NEW is worse than BASE.
+
+    benchrun compare BASE.jsonl NEW.jsonl [--threshold 5%] [--metrics images_per_sec,...]
+    benchrun compare nightly/last-week.jsonl nightly/today.jsonl --where runtime=apptainer
+
+Records are matched on the fields that define a configuration:
+{textwrap.fill(", ".join(keys.KEY_FIELDS), 76, initial_indent="    ", subsequent_indent="    ")}
+Per metric a configuration regresses only when the change is beyond the threshold AND the
+two 95% intervals do not overlap (docs/reports.md has the exact rule). Exit 0:
+no regression; 1: at least one; 2: bad input.
+"""
 
 # metric -> (higher is better, unit scale, unit)
 METRICS = {
@@ -28,7 +35,7 @@ METRICS = {
 
 def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="regression gate: compare NEW against BASE, exit 1 on a regression",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("base", help="baseline store (bench JSONL, sweep store, or a directory of them)")
     p.add_argument("new", help="store to check (the same kinds)")
     p.add_argument("--threshold", default="5%", help="allowed change, e.g. 5%% or 0.5%% (default: 5%%)")

@@ -3,11 +3,10 @@
     benchrun export RESULTS.jsonl [MORE.jsonl DIR ...] --csv OUT.csv [--parquet OUT.parquet]
     benchrun export RESULTS.jsonl [MORE.jsonl DIR ...] --mlflow [TRACKING_URI] [--mlflow-experiment NAME]
 
-Columns are fixed and documented in docs/reports.md (COLUMNS below); a value
-that does not apply is an empty cell (CSV) or null (Parquet), never 0. Rows
-come from DuckDB (runners.reporting.scan) and stream to the file: memory does not
-grow with the store. Each file is written beside its target and renamed into
-place once complete.
+Columns are fixed and documented in docs/reports.md; a value that does not
+apply is an empty cell (CSV) or null (Parquet), never 0. Rows stream to the
+file (DuckDB reads the stores): memory does not grow with the store. Each file
+is written beside its target and renamed into place once complete.
 
 --mlflow logs one MLflow run per record (training and `bench comm` records), to
 TRACKING_URI or else $MLFLOW_TRACKING_URI (docs/mlflow.md: every param, metric

@@ -1,10 +1,6 @@
-"""`benchrun launch`: start N ranks of bench through a launcher.
+"""`benchrun launch`: start N ranks of bench through a launcher (the user's text is DESCRIPTION).
 
-    benchrun launch --launcher local -n 2 [--num-ps 1] -- --framework tf --strategy ps --model resnet50
-
-`-n` counts training ranks; under `--strategy ps` the chief and the `--num-ps`
-parameter servers are extra processes on the same nodes. A thin CLI over
-runners.launchers.launch_spec and Launcher.run, which `benchrun run` and sweeps
+A thin CLI over runners.launchers.launch_spec and Launcher.run, which `benchrun run` and sweeps
 call in process.
 """
 
@@ -19,9 +15,21 @@ from benchmarks.processes import host_deadline
 
 from .. import launchers
 
+DESCRIPTION = """\
+Start N ranks of bench through a launcher, without a container (benchrun run adds one).
+
+    benchrun launch --launcher local -n 2 -- --framework torch --strategy ddp --model resnet50
+    benchrun launch --launcher local -n 2 --num-ps 1 -- --framework tf --strategy ps --model resnet50
+    benchrun launch --launcher srun -n 8 -- --framework torch --strategy ddp   (inside an allocation)
+
+`-n` counts training ranks; under `--strategy ps` the chief and the `--num-ps`
+parameter servers are extra processes on the same nodes. `--dry-run` prints the
+command line and starts nothing.
+"""
+
 
 def add_parser(sub) -> None:
-    launch = sub.add_parser("launch", help="start N ranks of bench through a launcher", description=__doc__,
+    launch = sub.add_parser("launch", help="start N ranks of bench through a launcher", description=DESCRIPTION,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     launch.add_argument("--launcher", default="local", help=f"{choices(launchers.LAUNCHERS)} (default: local)")
     launch.add_argument("-n", "--num-workers", type=int, default=1, help="training ranks (default: 1)")

@@ -83,6 +83,7 @@ def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, n
 class Launcher(ABC):
     name: str
     binary: str | None = None
+    install_hint: str = ""  # the one line that gets the binary, as `benchrun info` tells a user
     said: collections.deque | tuple = ()  # the launcher's last stderr lines, once run() has run it
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:

@@ -15,6 +15,7 @@ FIRST_FAILED = re.compile(r"Process name: (\d+)\s+Exit code: (-?\d+)")
 class HorovodrunLauncher(Launcher):
     name = "horovodrun"
     binary = "horovodrun"
+    install_hint = "make images-horovod (horovodrun is in the Horovod images, not on the host)"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.executable(), "-np", str(spec.processes), "-H", spec.host_slots(spec.hosts or ["localhost"])]

@@ -8,6 +8,7 @@ from .base import Launcher, LaunchSpec
 class MpichLauncher(Launcher):
     name = "mpich"
     binary = "mpirun.mpich"
+    install_hint = "scripts/ensure-packages.sh mpich"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "-n", str(spec.processes)]

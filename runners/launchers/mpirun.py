@@ -10,6 +10,7 @@ from .base import Launcher, LaunchSpec
 class OpenMpiLauncher(Launcher):
     name = "mpirun"
     binary = "mpirun"
+    install_hint = "scripts/ensure-packages.sh openmpi-bin"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "-np", str(spec.processes), "--bind-to", "none", "--oversubscribe"]

@@ -15,6 +15,7 @@ NODE_FAILURE = re.compile(r"Node failure on ([A-Za-z0-9_.-]+)")  # not "STEP ...
 class SrunLauncher(Launcher):
     name = "srun"
     binary = "srun"
+    install_hint = "scripts/local-slurm.sh start (a one-node Slurm on this machine), or the site's Slurm"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic"]

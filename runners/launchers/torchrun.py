@@ -12,6 +12,7 @@ from .base import Launcher, LaunchSpec
 class TorchrunLauncher(Launcher):
     name = "torchrun"
     binary = "torchrun"
+    install_hint = "make venv (torch brings torchrun)"
 
     def command(self, spec: LaunchSpec) -> list[str]:
         if spec.hosts:

@@ -7,4 +7,5 @@ from .singularity import SingularityRuntime
 
 class ApptainerRuntime(SingularityRuntime):
     name = "apptainer"
+    privilege = "unprivileged (user namespaces), or setuid where the site installs it so"
     binary = "apptainer"

@@ -186,6 +186,7 @@ class Runtime:
     launcher: str | None = None  # a launcher's plugin (pyxis, cscs-ce: srun's) runs every run through that launcher
     legacy: str | None = None  # why a runtime is legacy (retired where it came from); None: current
     install_hint: str | None = None  # how to get the binary, named when it is missing
+    privilege: str | None = None  # how it runs without root, as `benchrun info` tells a user; None: the host (local)
 
     # ---- availability -------------------------------------------------------------------
     def executable(self) -> str:

@@ -24,6 +24,8 @@ DEFAULT_STORE = "/var/tmp/dlbench-charliecloud"
 
 class CharliecloudRuntime(Runtime):
     name = "charliecloud"
+    privilege = "unprivileged (user namespaces), no daemon"
+    install_hint = "scripts/ensure-packages.sh charliecloud"
     binary = "ch-run"
     passes_host_env = True
 

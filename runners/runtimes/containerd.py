@@ -40,6 +40,7 @@ def reference(image: str) -> str:
 
 class ContainerdRuntime(Runtime):
     name = "containerd"
+    privilege = "a root daemon (containerd); ctr needs its socket"
     binary = "ctr"
     subcommand = ("run", "--rm")
     removes_container = True

@@ -73,6 +73,7 @@ def edf_text(image: str, mounts, workdir: str | None, env: Mapping[str, str], an
 
 class CscsCeRuntime(SlurmPluginRuntime):
     name = "cscs-ce"
+    privilege = "a Slurm plugin running Enroot, unprivileged"
     plugin_option = "--environment"
     plugin_name = "the CSCS Container Engine (its SPANK plugin)"
 

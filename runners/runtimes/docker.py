@@ -13,6 +13,8 @@ DAEMON_PROBE_S = 15  # a daemon that does not answer `docker version` within thi
 
 class DockerRuntime(DockerCliRuntime):
     name = "docker"
+    privilege = "a root daemon (dockerd), rootless only where dockerd itself runs so"
+    install_hint = "containers/dockerd.sh --install (Debian's docker.io; starts the daemon)"
     binary = "docker"
     subcommand = ("run", "--rm", "--init")
 

@@ -56,6 +56,7 @@ def squashfs_for(image: str, enroot: str) -> Path:
 
 class EnrootRuntime(Runtime):
     name = "enroot"
+    privilege = "unprivileged (user namespaces)"
     binary = "enroot"
     subcommand = ("start",)
 

@@ -15,6 +15,8 @@ from .image_store import EngineCopy, ImageStore, tmp_lock
 
 class PodmanRuntime(DockerCliRuntime):
     name = "podman"
+    privilege = "rootless when run as a user (user namespaces), no daemon"
+    install_hint = "scripts/ensure-packages.sh podman runc"
     binary = "podman"
 
     def base_options(self, image: str) -> list[str]:

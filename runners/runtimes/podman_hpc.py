@@ -62,6 +62,7 @@ class SquashSnapshot:
 
 class PodmanHpcRuntime(DockerCliRuntime):
     name = "podman-hpc"
+    privilege = "rootless (Podman underneath)"
     binary = "podman-hpc"
     install_hint = "install it: eval \"$(scripts/install-podman-hpc.sh)\""
 

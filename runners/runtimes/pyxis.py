@@ -21,6 +21,7 @@ from .slurm_plugin import SlurmPluginRuntime
 
 class PyxisRuntime(SlurmPluginRuntime):
     name = "pyxis"
+    privilege = "a Slurm plugin running Enroot, unprivileged"
     plugin_option = "--container-image"
     plugin_name = "the Pyxis SPANK plugin"
 

@@ -8,6 +8,7 @@ from .shifter import ShifterNgRuntime
 
 class SarusRuntime(ShifterNgRuntime):
     name = "sarus"
+    privilege = "a setuid-root helper, installed by the site"
     binary = "sarus"
     legacy = "retired at CSCS, replaced by the Container Engine (--runtime cscs-ce)"
 

@@ -47,6 +47,7 @@ def job_image(environ: Mapping[str, str] = os.environ) -> str | None:
 
 class ShifterRuntime(Runtime):
     name = "shifter"
+    privilege = "a setuid-root helper, installed by the site"
     binary = "shifter"
     passes_host_env = True
 
@@ -88,6 +89,7 @@ class ShifterNgRuntime(Runtime):
 
     name = "shifter-ng"
     binary = "shifter"
+    privilege = "a setuid-root helper, installed by the site"
     subcommand = ("run",)
     passes_host_env = True
     legacy = "retired at CSCS (Sarus, then the Container Engine replaced it)"

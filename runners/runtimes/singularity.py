@@ -242,6 +242,7 @@ class NamedSif(Copy):
 
 class SingularityRuntime(Runtime):
     name = "singularity"
+    privilege = "unprivileged (user namespaces), or setuid where the site installs it so"
     binary = "singularity"
     subcommand = ("exec",)
     passes_host_env = True

@@ -138,6 +138,8 @@ class RuncClient(UdockerClient):
 
 class UdockerRuntime(Runtime):
     name = "udocker"
+    privilege = "unprivileged, in user space (PRoot traces its system calls)"
+    install_hint = 'eval "$(scripts/install-udocker.sh)"'
     binary = "udocker"
     removes_container = True
     subcommand = ("run",)  # the wrapper removes the container (clean_up), by id
@@ -258,6 +260,7 @@ class UdockerRuncRuntime(UdockerRuntime):
     """R1: runc (rootless where the caller is not root); its exit code is lost, so the record's is used."""
 
     name = "udocker-runc"
+    privilege = "rootless runc where the caller is not root"
     execmode = "R1"
 
     def client(self, spec) -> Client:
