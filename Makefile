@@ -18,8 +18,10 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 2
 # the linter `make test` runs first (pyproject.toml's [tool.ruff] says which rules), in a cached venv of its own
 RUFF_VERSION := 0.17.6
+# the documentation site (mkdocs.yml): MkDocs with the Material theme, beside the venv's packages, cached
+MKDOCS_MATERIAL_VERSION := 9.8.2
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint docs venv clean
 
 venv: $(VENV_DIR)/.complete
 	@ln -sfn $(VENV_DIR) $(VENV)
@@ -46,7 +48,12 @@ run: venv
 lint:
 	@eval "$$(scripts/pip-cached.sh venv ruff==$(RUFF_VERSION) ruff)" && ruff check --quiet . && echo "ruff: no findings"
 
-test: lint venv
+docs: venv
+	@eval "$$(scripts/pip-cached.sh target mkdocs-material==$(MKDOCS_MATERIAL_VERSION) $(VENV)/bin/python)" \
+	  && NO_MKDOCS_2_WARNING=1 $(VENV)/bin/python -m mkdocs build --strict --quiet \
+	  && echo "docs: build/site/index.html (strict: no broken link or anchor)"
+
+test: lint venv docs
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:

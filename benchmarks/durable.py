@@ -7,7 +7,7 @@ Paths are checked before anything runs by a real probe (create + remove a file),
 which root always passes. An append is one locked (flock), fsynced write, cut back when it fails
 part-way, after cutting a torn last line a killed writer left; when it still fails the record goes
 to a fallback file in the temp dir. A FIFO or terminal gets the line whole, a FIFO's reader waited for
-at most STREAM_WAIT_S. README.md (`--output`) and docs/sweeps.md (Store format) say more.
+at most STREAM_WAIT_S. docs/bench.md (`--output`) and docs/sweeps.md (Store format) say more.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Exit codes and the one exception type that means "the user asked for something invalid".
 
-Exit codes are part of the documented interface (README, "Exit codes"): runners
+Exit codes are part of the documented interface (docs/bench.md, "Exit codes"): runners
 and sweeps branch on them, so they never change meaning.
 """
 

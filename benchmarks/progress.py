@@ -1,4 +1,4 @@
-"""Progress during long runs (`--display-every N`, tf_cnn_benchmarks' flag; README.md says what it costs
+"""Progress during long runs (`--display-every N`, tf_cnn_benchmarks' flag; docs/bench.md says what it costs
 the measurement: nothing). The worker prints a plain line every N steps (`step_line`); on a terminal the
 supervisor turns those lines into a rich progress bar with an ETA (`ProgressBar`) instead.
 """

@@ -206,7 +206,7 @@ def test_a_trace_or_events_the_disk_cannot_take_are_one_line_and_leave_nothing(t
     warms up: the trace (torch's profiler loses the errno: "Failed to write to log file!") or the TensorBoard
     events (TensorFlow's writer: ResourceExhaustedError) cannot be written. One line says so; nothing of them
     is left behind, an earlier run's file there stays; the measurement is kept, and the run ends as it
-    measured: 0 (README, Exit codes)."""
+    measured: 0 (docs/bench.md, Exit codes)."""
     with small_fs(tmp_path / "fs", size="2m") as fs:
         target = fs / "out"
         target.mkdir()

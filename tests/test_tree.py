@@ -1,4 +1,4 @@
-"""The product tree's own rules (issue 25): the README's map names every module, no file is over
+"""The product tree's own rules (issue 25): docs/architecture.md's map names every module, no file is over
 500 lines, and no two modules import each other at load time; and the linter's (issue 45): `make test`
 runs it first, and every `# noqa` names a rule it runs and says why."""
 
@@ -26,9 +26,8 @@ def module_name(path: Path) -> str:
 
 
 def readme_map() -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## How it works\n", 1)[1].split("\n## ", 1)[0]
-    return section.split("```", 2)[1]
+    """The module map of docs/architecture.md (the README's "How it works" until issue 46)."""
+    return (ROOT / "docs" / "architecture.md").read_text().split("```", 2)[1]
 
 
 def test_the_readme_map_names_every_module_and_folder():
@@ -40,7 +39,7 @@ def test_the_readme_map_names_every_module_and_folder():
                and (p.parent.parent == ROOT or p.parent.name not in names)]
     missing += [str(d.relative_to(ROOT)) + "/" for package in PACKAGES for d in (ROOT / package).iterdir()
                 if d.is_dir() and d.name != "__pycache__" and d.name not in names]
-    assert not missing, f"README's 'How it works' map does not name: {missing}"
+    assert not missing, f"docs/architecture.md's map does not name: {missing}"
 
 
 def test_no_product_file_is_over_500_lines():
@@ -142,9 +141,10 @@ def test_every_noqa_names_a_rule_the_linter_runs_and_says_why(tmp_path):
         "a bare noqa silences every rule", "Q000 is not a rule the linter runs", "says no why"]
 
 
-def test_make_test_runs_the_linter_before_the_tests():
+def test_make_test_runs_the_linter_and_the_strict_docs_build_before_the_tests():
     planned = subprocess.run(["make", "-n", "-C", str(ROOT), "test"], capture_output=True, text=True, check=True).stdout
     lines = planned.splitlines()
     lint = next(i for i, line in enumerate(lines) if "ruff check" in line)
+    docs = next(i for i, line in enumerate(lines) if "mkdocs build --strict" in line)
     tests = next(i for i, line in enumerate(lines) if "pytest" in line)
-    assert lint < tests, planned
+    assert lint < docs < tests, planned
