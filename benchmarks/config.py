@@ -19,6 +19,7 @@ from .models import MODELS
 from .options import (  # noqa: F401 - re-exported: callers read these from config
     CONFIG_OPTIONS,
     DEFAULTS,
+    FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     FASHION_MNIST_PACKAGE,
     OPTIONS,
@@ -29,7 +30,6 @@ from .options import (  # noqa: F401 - re-exported: callers read these from conf
 
 FRAMEWORKS = choices_of("framework")
 NUM_CLASSES = 1000
-FASHION_MNIST_CLASSES = 10
 
 
 class RunConfiguration:

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import numpy as np
 
-from .config import FASHION_MNIST_CLASSES, FASHION_MNIST_PACKAGE
 from .errors import UsageError
+from .options import FASHION_MNIST_CLASSES, FASHION_MNIST_PACKAGE
 
 FASHION_MNIST_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),

@@ -76,8 +76,7 @@ class Measurement(RankSession):
         cfg = self.config
         self.mllog.start("init_start")
         self.mllog.run_header()
-        tf_cluster = cfg.framework == "tensorflow" and self.strategy.tf_cluster
-        dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if tf_cluster else None)
+        dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if self.strategy.tf_cluster else None)
         self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
         self.backend.keep_losses = self.tensorboard is not None
         if self.data_scan is not None:

@@ -146,6 +146,7 @@ def _shown(value) -> str:
 RENDEZVOUS_TIMEOUT_S = 300.0  # how long ranks wait for each other without --timeout
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # where Debian's package installs its IDX files
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
+FASHION_MNIST_CLASSES = 10
 BOTH = (RUN, COMM)
 
 GROUPS = {  # bench --help's headings, in order

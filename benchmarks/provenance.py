@@ -104,7 +104,7 @@ def comparison(env: Mapping[str, str] = os.environ, warn: Callable[[str], None] 
 
     from pydantic import ValidationError  # lazily: bench --help stays light
 
-    from .record import ComparisonInfo
+    from .pathrecord import ComparisonInfo
 
     try:
         value = ComparisonInfo.model_validate(json.loads(text)).model_dump()

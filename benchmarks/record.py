@@ -447,13 +447,6 @@ def validate(record: dict) -> dict:
     return ResultRecord.model_validate(record).model_dump(mode="json")
 
 
-def validate_either(record: dict) -> dict:
-    """A training or a `bench comm` record (its `kind` says which), each by its own schema."""
-    from .comm import record as comm  # comm's schema is built on this module's models
-
-    return (comm.validate if comm.is_comm(record) else validate)(record)
-
-
 def titled_schema(model: type[BaseModel], title: str) -> dict:
     """The JSON Schema of a record model, as shipped in benchmarks/schema/."""
     schema = model.model_json_schema()

@@ -16,10 +16,13 @@ def error_info(reason: str, exit_code: int) -> dict:
 
 
 def blame(record: dict, reason: str, exit_code: int) -> dict:
-    """bench's own record, ended by the environment: status failed, the fault as its error."""
-    from benchmarks.record import validate_either
+    """bench's own record, ended by the environment: status failed, the fault as its error; validated by
+    its own schema (a training or a `bench comm` record, as its `kind` says)."""
+    from benchmarks.comm import record as comm
+    from benchmarks.record import validate
 
-    return validate_either({**record, "status": "failed", "error": error_info(reason, exit_code)})
+    blamed = {**record, "status": "failed", "error": error_info(reason, exit_code)}
+    return (comm.validate if comm.is_comm(blamed) else validate)(blamed)
 
 
 def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,
