@@ -81,6 +81,9 @@ def headroom_line(record: dict, kind: str) -> str:
         achievable = (f"{counted['mfu_vs_achievable'] * 100:.1f}% of {counted['devices']} x "
                       f"{flop_math.rate_text(counted['achievable_flops_per_sec'] / counted['devices'], kind)} {unit} "
                       f"achievable ({how})")
+        if counted["mfu_vs_achievable"] > 1 and probed:  # a ceiling this run beat cannot be one
+            achievable += (f" — above 100%: the ceiling (probed {probed.get('measured_utc', 'earlier')}) is below this "
+                           f"run's own rate, so it was probed on a busy machine; --ceiling measure probes it again")
     else:
         achievable = f"n/a ({counted.get('achievable_unavailable_reason') or 'no FLOP count'})"
     datasheet = f"{counted['mfu'] * 100:.1f}%" if counted.get("mfu") is not None else \

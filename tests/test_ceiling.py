@@ -144,6 +144,11 @@ def test_the_table_line_shows_every_rung_or_why_not():
     line = output.headroom_line(record, "cpu")
     assert "MFU vs achievable 25.0% of 2 x 100.0 GFLOP/s achievable (GEMM fp32, 2 threads, cached)" in line
     assert "vs datasheet n/a (CPU: no datasheet peak)" in line and "no anchor for alexnet on X" in line
+    assert "above 100%" not in line
+    beaten = {**record, "flops": {**record["flops"], "mfu_vs_achievable": 2.68},
+              "ceiling": {**record["ceiling"], "measured_utc": "2026-12-05T07:27:18Z"}}
+    assert ("268.0% of 2 x 100.0 GFLOP/s achievable (GEMM fp32, 2 threads, cached) — above 100%: the ceiling (probed "
+            "2026-12-05T07:27:18Z) is below this run's own rate") in output.headroom_line(beaten, "cpu")
 
 
 @pytest.mark.slow

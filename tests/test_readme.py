@@ -32,9 +32,7 @@ def checked_commands(text: str) -> list[tuple[str, list[str]]]:
 def test_the_readme_is_short_and_its_links_resolve():
     assert len(README.splitlines()) < MAX_LINES
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README)
-    generated = {"docs/reference/bench.md", "docs/reference/benchrun.md"}  # built with the site (mkdocs hook)
-    missing = [link for link in links if not link.startswith("http") and link not in generated
-               and not (ROOT / link).exists()]
+    missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
     assert links and not missing, missing
 
 

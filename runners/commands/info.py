@@ -33,7 +33,9 @@ unprivileged), the frameworks in this Python and in the built images, GPUs and d
 each thing missing the one line that installs it.
 
     benchrun info
-    benchrun info --json      one JSON object per line, for scripts
+    benchrun info --json      one JSON object per row, for scripts: kind (runtime, launcher,
+                              framework, image, gpu, data), name, found (true/false), detail
+                              (version and facts, or why not), install (the line, when missing)
 
 Exit code 0 whatever is missing: the table is the answer.
 """

@@ -40,8 +40,17 @@ class CharliecloudRuntime(Runtime):
         copy = PathCopy(target, target / "ch" / "dlbench-image-id")
 
         def build() -> None:
-            result = subprocess.run(["ch-convert", "-i", "docker", image, str(copy.partial)], capture_output=True,
-                                    text=True, env={**os.environ, **self.host_env()}, stdin=subprocess.DEVNULL)
+            # ch-convert's own scratch (the image's tar, ~its size) beside the partial, not in /var/tmp: a killed
+            # conversion left 9 GB there; a leftover of one is removed by the next build, under the store's lock
+            scratch = copy.partial.with_name(copy.partial.name + "-tmp")
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            try:
+                result = subprocess.run(["ch-convert", "--tmp", str(scratch), "-i", "docker", image, str(copy.partial)],
+                                        capture_output=True, text=True, env={**os.environ, **self.host_env()},
+                                        stdin=subprocess.DEVNULL)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             if result.returncode != 0:
                 said = (result.stderr.strip().splitlines() or [""])[-1]
                 raise UsageError(f"ch-convert -i docker {image} {target} failed: {said}")
