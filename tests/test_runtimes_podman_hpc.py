@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from test_reframe import SYSTEM as REFRAME_SYSTEM
-from test_reframe import reframe, site_settings
+from test_reframe import reframe, reframe_path, site_settings  # noqa: F401 - reframe_path: a fixture, requested by name
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
 from benchmarks.processes import descendants

@@ -60,7 +60,8 @@ def test_udocker_has_no_gpu_option(dirs):
 @pytest.mark.parametrize("runtime", ["udocker", "udocker-runc"])
 def test_missing_udocker_is_one_line_exit_2(tmp_path, runtime):
     out = benchrun("run", "--runtime", runtime, "--", "--model", "resnet50", env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
-    assert out.returncode == 2 and out.stderr == f"benchrun: error: runtime {runtime!r} needs 'udocker', which is not on PATH\n"
+    assert out.returncode == 2 and out.stderr == (f"benchrun: error: runtime {runtime!r} needs 'udocker', which is not on "
+                                                  f"PATH (eval \"$(scripts/install-udocker.sh)\")\n")
 
 
 # ---- real udocker -----------------------------------------------------------------------
