@@ -40,8 +40,8 @@ class CharliecloudRuntime(Runtime):
         copy = PathCopy(target, target / "ch" / "dlbench-image-id")
 
         def build() -> None:
-            # ch-convert's own scratch (the image's tar, ~its size) beside the partial, not in /var/tmp: a killed
-            # conversion left 9 GB there; a leftover of one is removed by the next build, under the store's lock
+            # ch-convert's own scratch (the image's tar, ~its size) beside the partial, not in /var/tmp: a conversion that
+            # never finished left 9 GB there; a leftover of one is removed by the next build, under the store's lock
             scratch = copy.partial.with_name(copy.partial.name + "-tmp")
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
