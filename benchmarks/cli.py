@@ -7,14 +7,12 @@ and `bench --version` never load a framework (or numpy, pydantic, rich).
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 from pathlib import Path
 
 from . import __version__, mllog, options
 from .comm import cli as comm_cli
-from .config import build_config
 from .distributed import strategies
 from .errors import (
     EXIT_INTERRUPTED,
@@ -29,6 +27,7 @@ from .errors import (
     report_internal_error,
 )
 from .options import integer
+from .runspec import Parser, add_arguments, config_of
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -54,52 +53,19 @@ Records for 1, 3, 4 and 130 are still written to --output / --json with that sta
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, as for every other bad input
-        raise UsageError(message)
-
-
 def bench_parser(environ=os.environ, add_help: bool = True) -> argparse.ArgumentParser:
     """bench's parser, training options and the `comm` subcommand, from options.OPTIONS;
     `environ`: where defaults such as $BENCH_FRAMEWORK come from."""
-    p = _Parser(prog="bench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = Parser(prog="bench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
                 add_help=add_help)
     if add_help:
         p.add_argument("--version", action="version", version=f"bench (dlbench) {__version__}")
-    groups = {key: p.add_argument_group(title) for key, title in options.GROUPS.items()}
-    for option in options.of(options.RUN):
-        option.add_to(groups[option.group], environ)
-    comm_cli.add_parser(p.add_subparsers(dest="command", title="commands"), environ)
+    add_arguments(p, environ)
     return p
 
 
-@functools.lru_cache(maxsize=1)
-def _host_parser() -> argparse.ArgumentParser:
-    """Built once: a sweep reads every point's arguments several times, and building the parser (~100 options)
-    costs milliseconds, minutes over a large plan; parsing does not change it."""
-    return bench_parser(environ={}, add_help=False)
-
-
-def bench_arguments(argv: list[str]) -> argparse.Namespace:
-    """bench's arguments as bench will read them, read by the host that starts bench (benchrun):
-    help and version are left to bench, and $BENCH_FRAMEWORK is the image's, not this machine's."""
-    import copy
-
-    return copy.deepcopy(_host_arguments(tuple(arg for arg in argv if arg not in ("-h", "--help", "--version"))))
-
-
-@functools.lru_cache(maxsize=16)
-def _host_arguments(argv: tuple[str, ...]) -> argparse.Namespace:
-    """Kept for the few calls that read one run's arguments (planning one point reads them three times);
-    bench_arguments hands out deep copies, so no caller changes another's."""
-    try:
-        return _host_parser().parse_args(list(argv))
-    except UsageError as error:
-        raise UsageError(f"bench's arguments: {error}") from None
-
-
 def dataset_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="bench make-dataset", description="Write a small ImageFolder tree of random JPEGs.")
+    p = Parser(prog="bench make-dataset", description="Write a small ImageFolder tree of random JPEGs.")
     p.add_argument("dir", help="new or empty directory to create")
     p.add_argument("--images", type=integer, default=256, help="number of images (default: 256)")
     p.add_argument("--classes", type=integer, default=8, help="number of class directories (default: 8)")
@@ -107,14 +73,6 @@ def dataset_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-size", type=integer, default=320, help="largest image side in px (default: 320)")
     p.add_argument("--seed", type=integer, default=0)
     return p
-
-
-def config_of(args, installed_here: bool = True):
-    """The run's config from parsed bench arguments (UsageError when invalid). `installed_here=False`:
-    the framework runs elsewhere (a container), as for a record the host writes for a run it lost."""
-    values = {o.dest: getattr(args, o.dest) for o in options.CONFIG_OPTIONS}
-    return build_config(**values, rendezvous_timeout=args.timeout or options.RENDEZVOUS_TIMEOUT_S,
-                        installed_here=installed_here)
 
 
 def run_benchmark(argv: list[str]) -> int:

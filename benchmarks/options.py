@@ -336,17 +336,6 @@ def check_values(values: dict) -> None:
             OPTIONS[name].validate(value)
 
 
-def argv(values: dict) -> list[str]:
-    """bench's arguments for these option values (None: left out; a flag: given when true)."""
-    out = []
-    for name, value in values.items():
-        if OPTIONS[name].type is bool:
-            out += [OPTIONS[name].flag] if value else []
-        elif value is not None:
-            out += [OPTIONS[name].flag, str(value)]
-    return out
-
-
 def given(args, command: str, environ=os.environ) -> list[str]:
     """The flags of options that belong to `command` only and were given (differ from their default, the
     environment's where the option takes one: an exported MLPERF_SUBMISSION_ORG is not a flag given to comm)."""

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import framework_specs
-from benchmarks.cli import bench_arguments
 from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
-from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
+from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS
 from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
+from benchmarks.runspec import RunSpec
 
 from . import faults, launchers, runtimes
 from .launchers.base import wait_ranks
@@ -34,9 +34,14 @@ from .runtimes.base import RunPlan
 from .runtimes.container import ContainerSpec
 
 
+def new_run_id() -> str:
+    """A run's id on the host: names its containers (dlbench-ID), so each run, each round, gets a fresh one."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass
 class RunRequest:
-    bench_args: list[str]
+    spec: RunSpec  # what bench is asked; benchrun sets --output, --timeout, --num-ps and the mounted paths
     runtime: str = runtimes.DEFAULT
     image: str | None = None  # None: the framework's image (its FrameworkSpec's), for container runtimes
     launcher: str | None = None  # None: one process, no launcher
@@ -50,11 +55,19 @@ class RunRequest:
     edf_annotations: dict[str, str] = field(default_factory=dict)  # cscs-ce's EDF [annotations]
     env: dict[str, str] = field(default_factory=dict)  # benchrun's own variables for every rank (DLBENCH_COMPARISON)
     container_options: list[str] = field(default_factory=list)  # --container-option for this runtime
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=new_run_id)
 
     @property
     def container_name(self) -> str:
         return f"dlbench-{self.run_id}"
+
+    def to_json(self) -> dict:
+        """As a sweep hands it to its point's process (runners.pointrun)."""
+        return {**dataclasses.asdict(self), "spec": self.spec.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRequest:
+        return cls(**{**data, "spec": RunSpec.from_json(data["spec"])})
 
 
 @dataclass
@@ -68,7 +81,7 @@ class Outcome:
 
 def default_image(request: RunRequest) -> str:
     """The image of the request's framework (--image left out)."""
-    framework = bench_arguments(request.bench_args).framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
+    framework = request.spec.framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
     try:
         return framework_specs.spec_of(framework).image
     except KeyError:
@@ -81,16 +94,16 @@ def requested_image(request: RunRequest, runtime: runtimes.Runtime) -> str:
 
 
 def read_only_inputs(request: RunRequest, runtime: runtimes.Runtime) -> dict[str, str]:
-    """bench's flag -> the host directory mounted read-only for it: --data-dir, or, for a time-to-accuracy
+    """bench's option -> the host directory mounted read-only for it: --data-dir, or, for a time-to-accuracy
     run in an image, the host's Fashion-MNIST: a directory given, or Debian's where the host has it (the
     images carry Debian's package too: without the host's, bench reads the image's own)."""
     if request.data_dir:
-        return {"--data-dir": os.path.abspath(request.data_dir)}
-    args = bench_arguments(request.bench_args)
-    if runtime.uses_image and args.target_accuracy is not None and not args.data_dir:
-        host = os.path.abspath(args.fashion_mnist_dir)
-        if args.fashion_mnist_dir != FASHION_MNIST_DIR or os.path.isdir(host):
-            return {"--fashion-mnist-dir": host}
+        return {"data_dir": os.path.abspath(request.data_dir)}
+    asked = request.spec
+    if runtime.uses_image and asked.target_accuracy is not None and not asked.data_dir:
+        host = os.path.abspath(asked.fashion_mnist_dir)
+        if asked.fashion_mnist_dir != FASHION_MNIST_DIR or os.path.isdir(host):
+            return {"fashion_mnist_dir": host}
     return {}
 
 
@@ -125,13 +138,11 @@ def container_command(request: RunRequest, results: Path, image: str | None = No
     return container_spec(request, runtime, results, image).command(runtime, ["bench"], environ={})[0]
 
 
-def _bench_args(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> list[str]:
-    args = [*request.bench_args, "--output", str(Path(runtime.results_dir(str(results))) / "record.jsonl")]
-    for flag, host in read_only_inputs(request, runtime).items():
-        args += [flag, runtime.data_dir(host)]  # the last one counts: bench reads the mounted path
-    if request.timeout_s is not None and "--timeout" not in args:
-        args += ["--timeout", str(request.timeout_s)]
-    return args
+def bench_spec(request: RunRequest, runtime: runtimes.Runtime, results: Path) -> RunSpec:
+    """What each rank's bench is asked: the request's, writing its record into the results directory as the
+    runtime sees it, reading the mounted data paths (the launch adds --timeout and --num-ps)."""
+    mounted = {name: runtime.data_dir(host) for name, host in read_only_inputs(request, runtime).items()}
+    return request.spec.replace(output=str(Path(runtime.results_dir(str(results))) / "record.jsonl"), **mounted)
 
 
 def launcher_name(request: RunRequest, runtime: runtimes.Runtime) -> str | None:
@@ -146,7 +157,7 @@ def planned(request: RunRequest, runtime: runtimes.Runtime, results: Path,
     name and version, which every rank's record keeps (provenance.requested_runtime, runtime_version)."""
     plan = runtime.plan(container_spec(request, runtime, results, image), results)
     version = runtime.version()
-    return plan, launchers.launch_spec(plan.bench, _bench_args(request, runtime, results), request.num_workers,
+    return plan, launchers.launch_spec(plan.bench, bench_spec(request, runtime, results), request.num_workers,
                                        request.num_ps, request.timeout_s,
                                        extra=[*plan.launcher_options, *request.launcher_args],
                                        env={**runtime.host_env(), REQUESTED_RUNTIME_ENV: runtime.name,
@@ -160,7 +171,7 @@ def user_command(request: RunRequest, runtime: runtimes.Runtime, plan: RunPlan, 
     prefix = [f"{key}={value}" for key, value in runtime.host_env().items()]
     launcher = launcher_name(request, runtime)
     if launcher is None:
-        return [*prefix, *spec.bench, *spec.bench_args]
+        return [*prefix, *spec.bench, *spec.run.to_argv()]
     return [*prefix, *launchers.get(launcher).typed(spec)]
 
 
@@ -187,6 +198,7 @@ def components(request: RunRequest) -> list:
 def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
     """Refuse bad input before anything runs (one-line errors); the request's runtime, resolved once.
     `installed=False` (a dry run) leaves out whether the runtime and launcher are installed here: missing()."""
+    request.spec.check()  # bench's own option and strategy rules: refused here, before an image is prepared
     *_, runtime = parts = components(request)
     for part in parts if installed else ():
         part.require()
@@ -196,9 +208,10 @@ def check(request: RunRequest, installed: bool = True) -> runtimes.Runtime:
     if runtime.launcher not in (None, request.launcher) and request.launcher is not None:
         raise UsageError(f"runtime {request.runtime!r} runs through {runtime.launcher} (a Slurm plugin): "
                          f"use --launcher {runtime.launcher} or none, not {request.launcher!r}")
-    for flag, host in read_only_inputs(request, runtime).items():
+    for name, host in read_only_inputs(request, runtime).items():
+        flag = OPTIONS[name].flag
         if not os.path.isdir(host):
-            hint = "" if flag == "--data-dir" else \
+            hint = "" if name == "data_dir" else \
                 " (leave it out: the image's own Fashion-MNIST, or the host's from Debian's " \
                 f"{FASHION_MNIST_PACKAGE} where installed; or give --data-dir)"
             raise UsageError(f"{flag} {host} is not a directory{hint}")
@@ -225,7 +238,7 @@ FRAMEWORK_LABEL = "io.dlbench.framework"  # the frameworks an image holds, comma
 
 def check_image_framework(request: RunRequest, runtime: runtimes.Runtime, image: str) -> None:
     """Refuse a --framework the prepared image does not hold (a SIF of the other framework's image)."""
-    wanted = bench_arguments(request.bench_args).framework
+    wanted = request.spec.framework
     held = runtime.image_labels(image).get(FRAMEWORK_LABEL)
     if not wanted or not held:
         return
@@ -280,7 +293,7 @@ def run(request: RunRequest) -> Outcome:
         launcher, proc = None, None
         try:
             if launcher_name(request, runtime) is None:
-                argv = [*spec.bench, *spec.bench_args]
+                argv = [*spec.bench, *spec.run.to_argv()]
                 proc = subprocess.Popen(argv, env={**os.environ, **spec.env}, start_new_session=True)
                 code, _ = wait_ranks([proc], deadline, spec.stop_grace_s)
             else:

@@ -28,27 +28,23 @@ def blame(record: dict, reason: str, exit_code: int) -> dict:
 def host_record(request, launcher: str | None, reason: str, exit_code: int, started_utc: str, duration_s: float,
                 command: list[str], run_token: str | None = None) -> dict | None:
     """The record of a run (a dispatch.RunRequest) that wrote none, made from its arguments on the host
-    (None when they do not parse here); `run_token`: the one benchrun gave its ranks, which placed their ports."""
+    (None when they are not valid here); `run_token`: the one benchrun gave its ranks, which placed their ports."""
     from benchmarks import record as records
-    from benchmarks.cli import bench_arguments, config_of
     from benchmarks.comm import record as comm_records
-    from benchmarks.comm.cli import options_from
     from benchmarks.distributed import cluster, strategies
     from benchmarks.distributed.session import world_section
     from benchmarks.distributed.world import World
+    from benchmarks.options import COMM
     from benchmarks.provenance import host_provenance
 
+    asked = request.spec.replace(framework=request.spec.framework or os.environ.get("BENCH_FRAMEWORK") or "torch",
+                                 num_ps=request.spec.num_ps or request.num_ps or None)  # benchrun's, given by the launch
+    if run_token is not None:
+        asked = asked.replace(**cluster.run_ports(asked.given, run_token))
+    if asked.command != COMM:
+        asked = asked.replace(data_dir=asked.data_dir or request.data_dir)  # the host's path, not the container's
     try:
-        args = bench_arguments(request.bench_args)
-        args.framework = args.framework or os.environ.get("BENCH_FRAMEWORK") or "torch"
-        args.num_ps = args.num_ps or request.num_ps  # benchrun's option, given to bench by the launch
-        if run_token is not None:
-            vars(args).update(cluster.run_ports(vars(args), run_token))
-        if args.command == "comm":
-            config = options_from(args, installed_here=False)
-        else:
-            args.data_dir = args.data_dir or request.data_dir  # the host's path, not the container's
-            config = config_of(args, installed_here=False)
+        config = asked.config(installed_here=False)
     except UsageError:
         return None
     strategy = strategies.get(config.strategy)
@@ -59,6 +55,6 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
             "provenance": {**host_provenance(), "requested_runtime": request.runtime, "image": request.image,
                            "command": command}}
     error = error_info(reason, exit_code)
-    if args.command == "comm":
+    if asked.command == COMM:
         return comm_records.build(config, base, "failed", error, duration_s, world)
     return records.build(config, base, "failed", error, duration_s, world=world)

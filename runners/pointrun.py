@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         return 1
     from .dispatch import RunRequest, request_stop_grace_s, run
 
-    request = RunRequest(**json.load(sys.stdin))
+    request = RunRequest.from_json(json.load(sys.stdin))
     try:
         try:
             grace_s[0] = request_stop_grace_s(request)

@@ -29,10 +29,10 @@ from pydantic import (
     create_model,
 )
 
-from benchmarks import options
 from benchmarks.distributed import strategies
 from benchmarks.errors import UsageError, choices
 from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
+from benchmarks.runspec import RunSpec
 
 from . import dispatch, launchers, runtimes
 
@@ -148,9 +148,6 @@ Matrix = create_model("Matrix", __base__=_Matrix, **{o.dest: (Optional[Axis(_val
 
 
 class _BenchOptions(_Model):
-    def args(self) -> list[str]:
-        return options.argv(self.given())
-
     def given(self) -> dict:
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
@@ -321,11 +318,11 @@ class Point:
         parts += [f"{name}={self.bench[name]}" for name in self.varied]
         return " ".join(parts)
 
-    def bench_args(self) -> list[str]:
+    def spec(self) -> RunSpec:
+        """What bench is asked at this point: the matrix's options, then the plan's `bench:` ones."""
         v = self.values  # num_ps goes to the launcher (runners.launchers.launch_spec), which passes it on
-        own = {"framework": v["framework"], "model": v["model"], "batch_size": v["batch_size"], "strategy": v["strategy"],
-               "data_dir": None if v["data"] == "synthetic" else v["data"]}
-        return options.argv(own) + BenchOptions(**self.bench).args()
+        return RunSpec.of(framework=v["framework"], model=v["model"], batch_size=v["batch_size"], strategy=v["strategy"],
+                          data_dir=None if v["data"] == "synthetic" else v["data"], **self.bench)
 
 
 def config_hash(identity: dict) -> str:
@@ -426,7 +423,7 @@ def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
     """How the point runs, as `benchrun run` would run it."""
     v = point.values
     return dispatch.RunRequest(
-        bench_args=point.bench_args(),
+        spec=point.spec(),
         runtime=v["runtime"],
         image=v["image"],
         launcher=point.launcher,
@@ -440,15 +437,9 @@ def request_for(point: Point, timeout_s: float | None) -> dispatch.RunRequest:
 def check_point(point: Point, request: dispatch.RunRequest, label: str, scratch: str | None = None) -> str | None:
     """The one-line reason this point cannot run as given, or None. Uses bench's own validation.
     `scratch`: an empty directory to plan the run in (dispatch.dry_run_text)."""
-    from benchmarks.config import build_config
-
     v = point.values
-    given = {k: val for k, val in point.bench.items() if k not in ("image_size", "data_format")}
-    try:
-        build_config(framework=v["framework"], model=v["model"], image_size=point.bench.get("image_size"),
-                     data_format=point.bench.get("data_format"), batch_size=v["batch_size"], strategy=v["strategy"],
-                     num_ps=v["num_ps"], data_dir=None if v["data"] == "synthetic" else v["data"], installed_here=False,
-                     **given)
+    try:  # as bench will resolve it, with the parameter servers the launch gives it
+        request.spec.replace(num_ps=v["num_ps"] or None).config(installed_here=False)
         if not runtimes.uses_image(v["runtime"]):  # a container image brings its own framework
             _require_installed(v["framework"])
     except UsageError as error:

@@ -256,7 +256,7 @@ def test_sweep_plans_pass_the_accuracy_options():
                        "bench": {"target_accuracy": 0.8, "lr_rule": "linear", "base_lr": 0.02, "eval_every": 3000,
                                  "warmup_epochs": 0}}, "plan.yaml")
     points, _ = expand(plan)
-    args = points[1].bench_args()
+    args = points[1].spec().to_argv()
     for flag, value in (("--target-accuracy", "0.8"), ("--lr-rule", "linear"), ("--base-lr", "0.02"),
                         ("--eval-every", "3000"), ("--warmup-epochs", "0.0")):
         assert args[args.index(flag) + 1] == value, args

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.comm import metrics
 from benchmarks.comm import record as comm_record
 from benchmarks.comm.cli import default_backend
+from benchmarks.runspec import RunSpec
 from infra.helpers import ROOT, bench, last_json_line, needs_module, rank_processes
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
@@ -194,8 +195,8 @@ def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
     from runners import faults
     from runners.dispatch import RunRequest
 
-    request = RunRequest(["--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K"], launcher="local",
-                         num_workers=2)
+    asked = RunSpec.from_argv(["--framework", "torch", "comm", "--ops", "allreduce", "--max-bytes", "4K"])
+    request = RunRequest(asked, launcher="local", num_workers=2)
     reason = "process 0 was killed by SIGKILL before it wrote a record (on vm)"
     record = faults.host_record(request, "benchrun-local", reason, 6, utc_now(), 1.5, ["benchrun", "run"], "run-a")
     jsonschema.validate(record, COMM_SCHEMA)

@@ -7,13 +7,14 @@ import sys
 import pytest
 
 from benchmarks.errors import UsageError
+from benchmarks.runspec import RunSpec
 from infra.helpers import ROOT
 from infra.slurm import require_mpich
 from runners import launchers
 from runners.cli import main
 
-SPEC = dict(processes=4, bench=["bench"], bench_args=["--framework", "tf", "--strategy", "ps", "--num-ps", "1"],
-            run_token="t0k3n")
+BENCH_ARGS = ["--framework", "tf", "--strategy", "ps", "--num-ps", "1"]
+SPEC = dict(processes=4, bench=["bench"], run=RunSpec.from_argv(BENCH_ARGS), run_token="t0k3n")
 
 
 def argv(name, **overrides):
@@ -25,19 +26,19 @@ def test_open_mpi_argv():
     env = ["-x", "DLBENCH_COORDINATOR=n1", "-x", "DLBENCH_NUM_NODES=2", "-x", "DLBENCH_RUN_TOKEN=t0k3n"]
     assert argv("mpirun", hosts=["n1", "n2"]) == [
         "mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", *root, "--host", "n1:2,n2:2", *env,
-        "bench", *SPEC["bench_args"]]
+        "bench", *BENCH_ARGS]
 
 
 def test_mpich_argv():
     assert argv("mpich") == [
         "mpirun.mpich", "-n", "4", "-genv", "DLBENCH_COORDINATOR", "127.0.0.1", "-genv", "DLBENCH_NUM_NODES", "1",
-        "-genv", "DLBENCH_RUN_TOKEN", "t0k3n", "bench", *SPEC["bench_args"]]
+        "-genv", "DLBENCH_RUN_TOKEN", "t0k3n", "bench", *BENCH_ARGS]
 
 
 def test_torchrun_argv():
     assert argv("torchrun")[0].endswith("torchrun")
     assert argv("torchrun")[1:] == ["--standalone", "--nnodes", "1", "--nproc-per-node", "4", "--no-python",
-                                    "bench", *SPEC["bench_args"]]
+                                    "bench", *BENCH_ARGS]
     assert argv("torchrun", bench=[sys.executable, "-m", "benchmarks"])[6:8] == ["-m", "benchmarks"]
     with pytest.raises(UsageError, match="torchrun starts one node per invocation"):
         argv("torchrun", hosts=["a", "b"])
@@ -45,14 +46,14 @@ def test_torchrun_argv():
 
 def test_horovodrun_argv():
     assert argv("horovodrun")[0].endswith("horovodrun")
-    assert argv("horovodrun")[1:] == ["-np", "4", "-H", "localhost:4", "--gloo", "bench", *SPEC["bench_args"]]
+    assert argv("horovodrun")[1:] == ["-np", "4", "-H", "localhost:4", "--gloo", "bench", *BENCH_ARGS]
     assert "--gloo" not in argv("horovodrun", extra=["--mpi"])
 
 
 def test_srun_argv():
     assert argv("srun", extra=["--mpi=pmix"]) == [
         "srun", "--ntasks", "4", "--kill-on-bad-exit=1", "--distribution=cyclic", "--mpi=pmix",
-        "bench", *SPEC["bench_args"]]
+        "bench", *BENCH_ARGS]
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from benchmarks.distributed import cluster, strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV, run_token
 from benchmarks.errors import UsageError
 from benchmarks.options import COMM, CONFIG_OPTIONS, OPTIONS, RUN
+from benchmarks.runspec import RunSpec
 from runners import launchers
 from runners.sweep import MATRIX_OPTIONS, BenchOptions, PlanError, parse_plan
 
@@ -64,7 +65,7 @@ def test_the_record_s_choices_are_the_table_s():
 def test_sweep_options_are_the_config_options_the_matrix_does_not_own():
     assert list(BenchOptions.model_fields) == [o.dest for o in CONFIG_OPTIONS if o.dest not in MATRIX_OPTIONS]
     given = {"image_size": 64, "xla": True, "compile": "max-autotune", "worker_port": 3000, "max_epochs": 5}
-    args = BenchOptions(**given).args()
+    args = RunSpec.of(**given).to_argv()
     parsed = cli.bench_parser(environ={}).parse_args(args)  # bench reads back what the sweep writes
     assert {k: getattr(parsed, k) for k in given} == given
     for key, bad, says in (("worker_port", 70000, "must be a port between 1 and 65471"),
@@ -149,11 +150,13 @@ def test_each_strategy_checks_its_ps_count():
 
 def test_the_host_reads_bench_s_arguments_with_bench_s_parser(monkeypatch):
     monkeypatch.setenv("BENCH_FRAMEWORK", "torch")  # the host's: the image sets its own
-    assert cli.bench_arguments(["--help", "--model", "alexnet"]).framework is None
-    spec = launchers.launch_spec(["bench"], ["--framework", "tf", "comm", "--strategy", "ps", "--timeout=9"], 2, 1, 30.0)
-    assert spec.processes == 4 and spec.bench_args[-2:] == ["--num-ps", "1"]  # --timeout=9 given: not added
+    assert RunSpec.from_argv(["--help", "--model", "alexnet"]).framework is None
+    asked = RunSpec.from_argv(["--framework", "tf", "comm", "--strategy", "ps", "--timeout=9"])
+    spec = launchers.launch_spec(["bench"], asked, 2, 1, 30.0)
+    assert spec.processes == 4  # --timeout=9 given: kept where it was, not replaced by benchrun's 30
+    assert spec.run.to_argv() == ["--framework", "tf", "--strategy", "ps", "--timeout", "9.0", "--num-ps", "1", "comm"]
     with pytest.raises(UsageError, match="bench's arguments: argument --batch-size: expected an integer"):
-        launchers.launch_spec(["bench"], ["--batch-size", "two"])
+        RunSpec.from_argv(["--batch-size", "two"])
 
 
 def test_help_text_fills_defaults_and_choices_from_the_table():
@@ -189,7 +192,7 @@ def test_each_framework_fact_is_stated_once_and_names_real_options():
         assert BACKENDS[name] == spec.backend and spec.backend.startswith("benchmarks.frameworks.")
         for alias in (name, *spec.aliases):
             assert OPTIONS["framework"].resolved(alias) == name
-            assert default_image(RunRequest(["--framework", alias])) == spec.image
+            assert default_image(RunRequest(RunSpec.from_argv(["--framework", alias]))) == spec.image
     assert not set(framework_specs.ALIASES) & set(specs)
     owned = [flag for spec in specs.values() for flag in spec.own_flags]
     assert len(owned) == len(set(owned))  # a framework-only option has one owner

@@ -13,6 +13,7 @@ import pytest
 from benchmarks import frameworks
 from benchmarks.errors import UsageError
 from benchmarks.registry import Registry, load_target
+from benchmarks.runspec import RunSpec
 from infra.helpers import benchrun
 from runners import dispatch, launchers, runtimes
 from runners.runtimes import enroot, singularity
@@ -71,7 +72,8 @@ def no_runtimes(tmp_path, monkeypatch):
 
 
 def dry_run(name: str) -> str:
-    request = dispatch.RunRequest(["--model", "resnet50"], runtime=name, run_id="abc", gpus=name in GPUS, mpi=name in MPI)
+    request = dispatch.RunRequest(RunSpec.from_argv(["--model", "resnet50"]), runtime=name, run_id="abc", gpus=name in GPUS,
+                                  mpi=name in MPI)
     return dispatch.dry_run_text(request)
 
 
@@ -100,11 +102,11 @@ def test_dry_run_says_on_stderr_which_runtime_is_absent(tmp_path):
         assert out.stderr == (f"benchrun: note: runtime {name!r} needs {binary}, which is not on PATH; "
                               f"the command is shown, not run\n")
         assert "bench --model resnet50 --output /results/record.jsonl" in out.stdout
-    out = benchrun("run", "--runtime", "pyxis", "--launcher", "srun", "--dry-run", "--", "--model", "x",
+    out = benchrun("run", "--runtime", "pyxis", "--launcher", "srun", "--dry-run", "--", "--model", "alexnet",
                    env={"PATH": str(tmp_path)})
     assert out.returncode == 0 and out.stderr.count("\n") == 2 and "launcher 'srun' needs 'srun'" in out.stderr
     out = benchrun("run", "--runtime", "enroot", "--dry-run", "--edf-annotation", "com.hooks.cxi.enabled=true",
-                   "--", "--model", "x", env={"PATH": str(tmp_path)})
+                   "--", "--model", "alexnet", env={"PATH": str(tmp_path)})
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "takes no EDF annotations" in out.stderr  # bad input: refused
 
 
@@ -137,9 +139,9 @@ def test_runtime_slots_name_what_each_option_is(tmp_path):
 def test_plugin_runtimes_run_through_their_launcher_and_nothing_else(tmp_path):
     for name in runtimes.RUNTIMES:
         runtime = runtimes.get(name)
-        request = dispatch.RunRequest(["--model", "x"], runtime=name, launcher="mpirun")
+        request = dispatch.RunRequest(RunSpec.from_argv(["--model", "alexnet"]), runtime=name, launcher="mpirun")
         assert dispatch.launcher_name(request, runtime) == ("srun" if name in ("pyxis", "cscs-ce") else "mpirun")
-    request = dispatch.RunRequest(["--model", "x"], runtime="pyxis", launcher="mpirun")
+    request = dispatch.RunRequest(RunSpec.from_argv(["--model", "alexnet"]), runtime="pyxis", launcher="mpirun")
     with pytest.raises(UsageError, match="runtime 'pyxis' runs through srun .*: use --launcher srun or none, not 'mpirun'"):
         dispatch.check(request, installed=False)
 

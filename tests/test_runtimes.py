@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks.errors import UsageError
 from benchmarks.options import FASHION_MNIST_DIR
+from benchmarks.runspec import RunSpec
 from infra.helpers import benchrun
 from infra.records import RecordFactory
 from runners import dispatch, runtimes
@@ -164,8 +165,8 @@ def test_rank_environment_forwarded_and_names_unique(tmp_path):
 
 
 def test_request_default_images_and_container_command(tmp_path):
-    tf = dispatch.RunRequest(["--framework", "tensorflow"], runtime="docker", run_id="abc")
-    torch = dispatch.RunRequest(["--framework", "torch"], runtime="docker")
+    tf = dispatch.RunRequest(RunSpec.from_argv(["--framework", "tensorflow"]), runtime="docker", run_id="abc")
+    torch = dispatch.RunRequest(RunSpec.from_argv(["--framework", "torch"]), runtime="docker")
     assert dispatch.default_image(tf) == "dlbench-tensorflow:latest"
     assert dispatch.default_image(torch) == "dlbench-torch:latest"
     cmd = dispatch.container_command(tf, tmp_path)
@@ -199,17 +200,19 @@ def test_fashion_mnist_is_mounted_from_the_host_for_a_time_to_accuracy_run(tmp_p
     finally:
         os.rmdir(shared)
     assert result.returncode == 0, result.stderr
-    assert f"-v {shared}:/data:ro" in result.stdout and result.stdout.rstrip().endswith("--fashion-mnist-dir /data")
+    assert f"-v {shared}:/data:ro" in result.stdout  # bench is given the mounted path, in place of the host's
+    assert result.stdout.rstrip().endswith("--fashion-mnist-dir /data --output /results/record.jsonl")
+    assert result.stdout.count("--fashion-mnist-dir") == 1
     result = benchrun("run", "--runtime", "docker", "--", *accuracy, str(tmp_path / "none"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"--fashion-mnist-dir {tmp_path / 'none'} is not a directory (leave it out: the image's own" in result.stderr
-    default = dispatch.RunRequest(accuracy[:-1], runtime="docker")
+    default = dispatch.RunRequest(RunSpec.from_argv(accuracy[:-1]), runtime="docker")
     docker = runtimes.get("docker")
     isdir = os.path.isdir
     monkeypatch.setattr(os.path, "isdir", lambda path: path != FASHION_MNIST_DIR and isdir(path))
     assert dispatch.read_only_inputs(default, docker) == {}  # the host has none: the image's
     monkeypatch.setattr(os.path, "isdir", lambda path: path == FASHION_MNIST_DIR or isdir(path))
-    assert dispatch.read_only_inputs(default, docker) == {"--fashion-mnist-dir": FASHION_MNIST_DIR}
+    assert dispatch.read_only_inputs(default, docker) == {"fashion_mnist_dir": FASHION_MNIST_DIR}
 
 
 def test_missing_image_is_one_line_exit_2():
@@ -232,7 +235,7 @@ def test_missing_binary_in_compare_refused_before_running(tmp_path):
     empty = tmp_path / "empty-path"
     empty.mkdir()
     out = tmp_path / "out"
-    result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(out), "--", "--model", "x",
+    result = benchrun("compare-runtimes", "--runtimes", "local,apptainer", "--out", str(out), "--", "--model", "alexnet",
                       env={"PATH": str(empty)})
     assert result.returncode == 2 and "needs 'apptainer'" in result.stderr and not out.exists()
 
@@ -313,7 +316,8 @@ def test_a_docker_daemon_that_is_not_there_is_a_fault_recorded_for_the_run(tmp_p
         pytest.skip("no docker client")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/gone.sock")
     assert runtimes.get("docker").fault().startswith("docker daemon went away (Cannot connect to the Docker daemon")
-    request = dispatch.RunRequest(["--framework", "torch", "--model", "alexnet", "--image-size", "64"], runtime="docker")
+    asked = RunSpec.from_argv(["--framework", "torch", "--model", "alexnet", "--image-size", "64"])
+    request = dispatch.RunRequest(asked, runtime="docker")
     outcome = dispatch.run(request)
     assert outcome.exit_code == 6 and outcome.command == [] and outcome.fault.startswith("docker daemon went away")
     record = outcome.record
@@ -405,7 +409,7 @@ def test_a_stopped_run_gives_its_container_client_time_to_remove_its_container()
     wrapper's wait for its client plus the wrapper's own clean-up: always longer than the wrapper's wait."""
     from benchmarks.processes import STOP_GRACE_S
 
-    grace = {name: dispatch.request_stop_grace_s(dispatch.RunRequest(["--framework", "torch"], runtime=name))
+    grace = {name: dispatch.request_stop_grace_s(dispatch.RunRequest(RunSpec.from_argv(["--framework", "torch"]), runtime=name))
              for name in ("local", "docker", "udocker")}
     wrapper = {name: runtimes.get(name).client(None).stop_grace_s for name in ("docker", "udocker")}
     assert grace["local"] == 2 * STOP_GRACE_S
@@ -419,9 +423,9 @@ def test_container_options_reach_the_runtime_line_and_unsafe_ones_are_refused(tm
     without such a line (local), each in one line."""
     from runners.commands.run import container_option
 
-    bench_args = ["--framework", "torch", "--model", "alexnet"]
+    asked = RunSpec.from_argv(["--framework", "torch", "--model", "alexnet"])
     for name in ("docker", "podman"):
-        request = dispatch.RunRequest(bench_args, runtime=name, container_options=["--cpus=1", "--shm-size=64m"])
+        request = dispatch.RunRequest(asked, runtime=name, container_options=["--cpus=1", "--shm-size=64m"])
         argv = dispatch.container_command(request, tmp_path)
         assert argv[argv.index("--cpus=1") - 2:argv.index("--entrypoint")] == \
             ["-w", "/results", "--cpus=1", "--shm-size=64m"], argv
@@ -430,11 +434,11 @@ def test_container_options_reach_the_runtime_line_and_unsafe_ones_are_refused(tm
                 "--network=bridge": "is refused (benchrun sets it)", "--cpus 1": "give one --flag or --flag=value token",
                 "-v": "give one --flag or --flag=value token"}
     for option, said in refusals.items():
-        request = dispatch.RunRequest(bench_args, runtime="docker", container_options=[option])
+        request = dispatch.RunRequest(asked, runtime="docker", container_options=[option])
         with pytest.raises(UsageError, match=re.escape(said)):
             dispatch.check(request, installed=False)
     with pytest.raises(UsageError, match="runtime 'local' takes no --container-option"):
-        dispatch.check(dispatch.RunRequest(bench_args, runtime="local", container_options=["--cpus=1"]))
+        dispatch.check(dispatch.RunRequest(asked, runtime="local", container_options=["--cpus=1"]))
     assert container_option("docker:--cpus=1") == ("docker", "--cpus=1")
     assert container_option("--ipc=container:x") == ("", "--ipc=container:x")
     with pytest.raises(UsageError, match="expected --FLAG"):

@@ -117,7 +117,7 @@ def test_product_order_and_skip_rules():
     assert run[0].values == {"framework": "torch", "model": "alexnet", "batch_size": 1, "ranks": 1, "num_ps": 0,
                              "strategy": "none", "data": "synthetic", "runtime": "local", "image": None}
     assert (run[1].values["runtime"], run[1].values["image"]) == ("docker", "img:a")
-    assert run[0].bench_args() == ["--framework", "torch", "--model", "alexnet", "--batch-size", "1",
+    assert run[0].spec().to_argv() == ["--framework", "torch", "--model", "alexnet", "--batch-size", "1",
                                    "--strategy", "none"]
 
 
@@ -133,7 +133,7 @@ def test_any_bench_option_is_an_axis_the_innermost():
         (32, 1, "none"), (32, 1, "linear"), (32, 2, "none")]
     assert run[1].label() == "torch smallcnn bs=32 ranks=1 seed=1 lr_rule=linear"
     assert run[1].bench == {"target_accuracy": 0.8, "image_size": 28, "seed": 1, "lr_rule": "linear"}
-    args = run[1].bench_args()
+    args = run[1].spec().to_argv()
     assert args[args.index("--seed") + 1] == "1" and args[args.index("--lr-rule") + 1] == "linear"
     same = parse_plan({"matrix": {"framework": "torch", "model": "smallcnn", "batch_size": [32, 512]},
                        "bench": {"target_accuracy": 0.8, "image_size": 28, "seed": 1, "lr_rule": "linear"}}, "p")

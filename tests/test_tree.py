@@ -108,6 +108,31 @@ def test_no_two_product_modules_import_each_other_at_load_time():
     assert import_circles(graph) == []
 
 
+def every_import(path: Path) -> set[str]:
+    """Every module path imports, lazily in a function included (absolute names; relative ones resolved)."""
+    package = module_name(path).rpartition(".")[0] if path.name != "__init__.py" else module_name(path)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            module = ".".join(filter(None, (base if node.level else "", node.module or "")))
+            found.update([module, *(f"{module}.{alias.name}" for alias in node.names)])
+    return found
+
+
+def test_the_host_never_imports_bench_s_command_line():
+    """benchrun hands a typed RunSpec across every boundary (benchmarks/runspec.py): bench's CLI module is
+    bench's, and reading bench's argv anywhere else would be a second parse of it."""
+    importers = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "runners").rglob("*.py"))
+                 if "benchmarks.cli" in every_import(p)]
+    assert not importers, importers
+    assert "benchmarks.runspec" in every_import(ROOT / "runners" / "dispatch.py")  # the reader sees imports
+
+
 NOQA = re.compile(r"#\s*noqa\b(?P<colon>:?)\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(?P<why>.*)")
 
 

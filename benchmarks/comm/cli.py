@@ -24,13 +24,13 @@ Every size's result is checked on every rank before it is timed. Record: docs/co
 """
 
 
-def add_parser(commands, environ=os.environ) -> None:
+def add_parser(commands, environ=os.environ, given_only: bool = False) -> None:
     """`comm` on bench's subcommands; options it shares with training are bench's own (given before
-    or after the word `comm`), each held once by options.OPTIONS."""
+    or after the word `comm`), each held once by options.OPTIONS. `given_only`: as runspec.add_arguments."""
     p = commands.add_parser("comm", help="communication microbenchmark (bench comm --help)", description=DESCRIPTION,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     for option in of(COMM):
-        option.add_to(p, environ, suppress_default=RUN in option.commands)
+        option.add_to(p, environ, suppress_default=given_only or RUN in option.commands)
 
 
 def default_backend(framework: str, strategy: str, device: str, has_gpu) -> str:

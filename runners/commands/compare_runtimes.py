@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import durable
-from benchmarks.cli import bench_arguments
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import UsageError
 from benchmarks.processes import ENDING_SIGNALS, StopScope
@@ -257,7 +256,7 @@ class Comparison:
 
 
 def asked_of(req: dispatch.RunRequest) -> dict:
-    return {"bench_args": req.bench_args, "image": req.image, "launcher": req.launcher, "num_workers": req.num_workers,
+    return {"bench_args": req.spec.to_argv(), "image": req.image, "launcher": req.launcher, "num_workers": req.num_workers,
             "num_ps": req.num_ps, "launcher_args": req.launcher_args, "data_dir": req.data_dir, "gpus": req.gpus,
             "mpi": req.mpi, "timeout_s": req.timeout_s}
 
@@ -364,8 +363,7 @@ def run(args) -> int:
     for req in requests.values():
         dispatch.check(req)  # unknown or missing runtime, bad input: one line, before anything runs or is written
     for req in requests.values():
-        if not bench_arguments(req.bench_args).mllog:
-            req.bench_args = [*req.bench_args, "--mllog"]  # the launch timestamps
+        req.spec = req.spec.replace(mllog=True)  # the launch timestamps
         dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
     (out / "logs").mkdir(parents=True, exist_ok=True)
     save_comparison(out, comparison)
@@ -382,7 +380,7 @@ def run(args) -> int:
             if stop.received:  # between runs: none is started
                 interrupted = True
                 break
-            req = dataclasses.replace(requests[name], run_id=dispatch.RunRequest([]).run_id,  # a fresh container name
+            req = dataclasses.replace(requests[name], run_id=dispatch.new_run_id(),  # a fresh container name
                                       env={COMPARISON_ENV: comparison.label(round_, position, order)})
             log = out / "logs" / f"round{round_}-{name}-{req.run_id}.log"
             issued = time.time()

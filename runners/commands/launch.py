@@ -12,6 +12,7 @@ import sys
 
 from benchmarks.errors import UsageError, choices
 from benchmarks.processes import host_deadline
+from benchmarks.runspec import RunSpec
 
 from .. import launchers
 
@@ -54,7 +55,7 @@ def launch_spec(args) -> launchers.LaunchSpec:
         bench = shlex.split(args.bench_command)
     except ValueError as error:  # "No closing quotation"
         raise UsageError(f"--bench-command {args.bench_command!r}: {error}") from None
-    return launchers.launch_spec(bench, bench_args, args.num_workers, args.num_ps,
+    return launchers.launch_spec(bench, RunSpec.from_argv(bench_args), args.num_workers, args.num_ps,
                                  args.timeout, [h for h in args.hosts.split(",") if h], args.launcher_arg)
 
 

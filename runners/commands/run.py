@@ -16,10 +16,10 @@ import json
 import os
 import sys
 
-from benchmarks.cli import bench_arguments
 from benchmarks.durable import append_or_fallback, check_dir
 from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, UsageError, choices
 from benchmarks.options import OPTIONS
+from benchmarks.runspec import RunSpec
 
 from .. import dispatch, launchers, runtimes
 
@@ -57,13 +57,13 @@ def add_runtime_options(p) -> None:
                    help="cscs-ce: an [annotations] entry of the run's EDF, e.g. com.hooks.cxi.enabled=true (repeatable)")
 
 
-def bench_args(args) -> list[str]:
-    rest = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
-    given = bench_arguments(rest)
+def bench_spec(args) -> RunSpec:
+    """What the command line after `--` asks of bench (benchrun writes the record where it reads it back)."""
+    asked = RunSpec.from_argv(args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args)
     for own in ("output", "json"):
-        if getattr(given, own) not in (None, False):
+        if own in asked.given:
             raise UsageError(f"benchrun sets bench's {OPTIONS[own].flag} itself: leave it out")
-    return rest
+    return asked
 
 
 def container_option(item: str) -> tuple[str, str]:
@@ -99,7 +99,7 @@ def request(args, runtime: str) -> dispatch.RunRequest:
             raise UsageError(f"--edf-annotation {item!r}: expected KEY=VALUE")
         annotations[key] = value
     options = [option for target, option in map(container_option, args.container_option) if target in ("", runtime)]
-    return dispatch.RunRequest(bench_args(args), runtime=runtime, image=args.image, launcher=args.launcher,
+    return dispatch.RunRequest(bench_spec(args), runtime=runtime, image=args.image, launcher=args.launcher,
                                num_workers=args.num_workers, num_ps=args.num_ps, timeout_s=args.timeout,
                                launcher_args=args.launcher_arg, data_dir=args.data_dir, gpus=args.gpus, mpi=args.mpi,
                                edf_annotations=annotations, container_options=options)

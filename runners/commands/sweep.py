@@ -204,7 +204,7 @@ def run_point(request: dispatch.RunRequest, log_path: Path, stop: Stop, deadline
     read_fd, write_fd = os.pipe()
     package_root = str(Path(__file__).resolve().parents[2])  # this checkout's runners and benchmarks
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-    payload = json.dumps(request.__dict__)
+    payload = json.dumps(request.to_json())
     with open(log_path, "ab") as log:
         try:
             child = subprocess.Popen(

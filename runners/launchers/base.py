@@ -19,11 +19,11 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from benchmarks.cli import bench_arguments
 from benchmarks.distributed import strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV
 from benchmarks.errors import UsageError
 from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
+from benchmarks.runspec import RunSpec
 
 SAID_LINES = 500  # of a launcher's stderr, kept for fault()
 
@@ -32,7 +32,7 @@ SAID_LINES = 500  # of a launcher's stderr, kept for fault()
 class LaunchSpec:
     processes: int  # all processes: workers, plus PS and chief under --strategy ps
     bench: list[str]  # how to start bench: ["bench"] in images, [python, -m, benchmarks] on a host
-    bench_args: list[str]
+    run: RunSpec  # what each rank's bench is asked: rendered as its arguments in the launcher's command
     hosts: list[str] = field(default_factory=list)  # empty: this machine only
     env: dict[str, str] = field(default_factory=dict)  # extra variables for every rank
     extra: list[str] = field(default_factory=list)  # launcher options passed through verbatim
@@ -57,26 +57,23 @@ class LaunchSpec:
         return {RUN_TOKEN_ENV: self.run_token, **self.env}
 
 
-def launch_spec(bench: list[str], bench_args: list[str], num_workers: int = 1, num_ps: int = 0,
+def launch_spec(bench: list[str], run: RunSpec, num_workers: int = 1, num_ps: int = 0,
                 timeout_s: float | None = None, hosts: list[str] = (), extra: list[str] = (),
                 env: dict[str, str] | None = None) -> LaunchSpec:
     """N training ranks of bench (plus the PS and chief under --strategy ps): checked, counted,
-    with --num-ps and --timeout passed on to bench. `benchrun launch` and dispatch both use it."""
+    with --num-ps and --timeout (unless bench was given its own) passed on to bench. `benchrun launch`
+    and dispatch both use it."""
     if num_workers < 1:
         raise UsageError(f"-n must be 1 or more, got {num_workers}")
-    given = bench_arguments(bench_args)
-    if given.num_ps:
+    if run.num_ps:
         raise UsageError("give --num-ps to benchrun, not to bench (it decides how many processes to start)")
-    strategy = strategies.STRATEGIES.get(given.strategy, strategies.get(None))  # unknown: bench itself refuses it
+    strategy = strategies.STRATEGIES.get(run.strategy, strategies.get(None))  # unknown: bench itself refuses it
     problem = strategy.num_ps_problem(num_ps)
     if problem:
         raise UsageError(problem)
-    if num_ps:
-        bench_args = [*bench_args, "--num-ps", str(num_ps)]
-    if timeout_s is not None and given.timeout is None:
-        bench_args = [*bench_args, "--timeout", str(timeout_s)]
+    run = run.replace(num_ps=num_ps or None, timeout=run.timeout if run.timeout is not None else timeout_s)
     processes = strategy.processes(num_workers, num_ps)
-    return LaunchSpec(processes=processes, bench=list(bench), bench_args=list(bench_args), hosts=list(hosts),
+    return LaunchSpec(processes=processes, bench=list(bench), run=run, hosts=list(hosts),
                       env=dict(env or {}), extra=list(extra))
 
 
@@ -103,7 +100,7 @@ class Launcher(ABC):
 
     @abstractmethod
     def command(self, spec: LaunchSpec) -> list[str]:
-        """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.bench_args."""
+        """The launcher's argv; it starts spec.processes ranks of spec.bench + spec.run's arguments."""
 
     def typed(self, spec: LaunchSpec) -> list[str]:
         """The command as --dry-run shows it: after the run's token, which every rank gets (mpirun and mpich

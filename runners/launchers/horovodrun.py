@@ -21,7 +21,7 @@ class HorovodrunLauncher(Launcher):
         argv = [self.executable(), "-np", str(spec.processes), "-H", spec.host_slots(spec.hosts or ["localhost"])]
         if "--mpi" not in spec.extra:
             argv.append("--gloo")
-        return [*argv, *spec.extra, *spec.bench, *spec.bench_args]
+        return [*argv, *spec.extra, *spec.bench, *spec.run.to_argv()]
 
     def fault(self) -> str | None:
         found = FIRST_FAILED.search("\n".join(self.said))

@@ -25,7 +25,7 @@ class LocalLauncher(Launcher):
         }
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        return [*spec.bench, *spec.bench_args]
+        return [*spec.bench, *spec.run.to_argv()]
 
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
         procs = [

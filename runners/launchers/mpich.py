@@ -16,4 +16,4 @@ class MpichLauncher(Launcher):
             argv += ["-hosts", spec.host_slots(spec.hosts)]
         for name, value in self.environment(spec).items():
             argv += ["-genv", name, value]
-        return [*argv, *spec.extra, *spec.bench, *spec.bench_args]
+        return [*argv, *spec.extra, *spec.bench, *spec.run.to_argv()]

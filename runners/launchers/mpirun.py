@@ -20,4 +20,4 @@ class OpenMpiLauncher(Launcher):
             argv += ["--host", spec.host_slots(spec.hosts)]
         for name, value in self.environment(spec).items():
             argv += ["-x", f"{name}={value}"]
-        return [*argv, *spec.extra, *spec.bench, *spec.bench_args]
+        return [*argv, *spec.extra, *spec.bench, *spec.run.to_argv()]

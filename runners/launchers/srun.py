@@ -21,7 +21,7 @@ class SrunLauncher(Launcher):
         argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic"]
         if spec.hosts:
             argv += ["--nodes", str(len(spec.hosts)), "--nodelist", ",".join(spec.hosts)]
-        return [*argv, *spec.extra, *spec.bench, *spec.bench_args]
+        return [*argv, *spec.extra, *spec.bench, *spec.run.to_argv()]
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         """Without --hosts, bench finds process 0's node in Slurm's own node list."""

@@ -23,4 +23,4 @@ class TorchrunLauncher(Launcher):
             bench = ["-m", "benchmarks"]  # torchrun runs the module with its own interpreter
         else:
             argv.append("--no-python")
-        return [*argv, *bench, *spec.bench_args]
+        return [*argv, *bench, *spec.run.to_argv()]
