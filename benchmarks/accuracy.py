@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from . import convergence, labelled, lr_rules, memory, stats, tensorboard, timing
+from .frameworks import capabilities
 from .measurement import Measurement
 from .memory import memory_peaks
 from .totals import aggregate, loop_payload
@@ -23,7 +24,9 @@ EVAL_BATCH = 500  # validation images per forward pass at most
 
 class AccuracyMeasurement(Measurement):
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
-        cfg, backend = self.config, self.backend
+        cfg = self.config
+        backend = capabilities.of(self.backend, capabilities.TrainsToAccuracy,  # _evaluate's too
+                                  f"{self.backend.name} has no time-to-accuracy input")
         workers = max(1, self._num_workers())
         global_batch = cfg.batch_size * workers
         per_update = global_batch if self.strategy.synchronous else cfg.batch_size

@@ -22,14 +22,17 @@ class FrameworkSpec:
     step_timings: tuple[str, ...]  # the --step-timing choices its backend implements (step_timing.py)
     backend: str  # "module:Class" of its Framework backend
     image: str  # the Docker image `benchrun` runs it in unless --image says otherwise
+    comm_backends: tuple[str, str]  # `bench comm`'s default backend on a CPU, and on a GPU (a strategy may name its own)
+    cluster_ports: bool = False  # its ranks need every rank's ports before the framework starts (TF's cluster spec)
 
 
 FRAMEWORKS = {spec.name: spec for spec in (
     FrameworkSpec("torch", "PyTorch", ("pytorch",), ("torch", "torchvision"), "channels_first",
                   ("channels_first", "channels_last"), ("compile",), ("sync", "events"),
-                  "benchmarks.frameworks.torch_backend:TorchFramework", "dlbench-torch:latest"),
+                  "benchmarks.frameworks.torch_backend:TorchFramework", "dlbench-torch:latest", ("gloo", "nccl")),
     FrameworkSpec("tensorflow", "TensorFlow", ("tf",), ("tensorflow",), "channels_last", ("channels_last",), ("xla",), ("sync",),
-                  "benchmarks.frameworks.tf_backend:TensorFlowFramework", "dlbench-tensorflow:latest"),
+                  "benchmarks.frameworks.tf_backend:TensorFlowFramework", "dlbench-tensorflow:latest",
+                  ("collective", "collective"), cluster_ports=True),
 )}
 ALIASES = {alias: spec.name for spec in FRAMEWORKS.values() for alias in spec.aliases}
 

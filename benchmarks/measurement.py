@@ -34,6 +34,7 @@ from .config import BenchConfig
 from .distributed import strategies
 from .distributed.session import RankSession
 from .errors import Stopped, UsageError
+from .frameworks import capabilities
 from .frameworks.base import Framework, framework_section
 from .mllog import MLLogger
 from .totals import aggregate, loop_payload, rank_rows
@@ -77,11 +78,10 @@ class Measurement(RankSession):
         self.mllog.start("init_start")
         self.mllog.run_header()
         dist = self.meet(cfg.as_dict(), (cfg.worker_port, cfg.ps_port) if self.strategy.tf_cluster else None)
-        self.backend = frameworks.load(cfg.framework, self.strategy)(cfg, dist)
-        self.backend.keep_losses = self.tensorboard is not None
-        if self.data_scan is not None:
-            self.backend.skip_images = {path for path, _ in self.data_scan["skipped"]}
-            self.backend.strict_data = self.data_scan["strict"]
+        scan = self.data_scan or {"skipped": [], "strict": False}
+        self.backend = frameworks.load(cfg.framework, self.strategy)(
+            cfg, dist, keep_losses=self.tensorboard is not None, skip_images=frozenset(path for path, _ in scan["skipped"]),
+            strict_data=scan["strict"])
         self._preflight()
         self.progress(f"building {cfg.model} on {cfg.framework} ({cfg.data} data, strategy {cfg.strategy})")
         self.backend.setup()
@@ -142,7 +142,7 @@ class Measurement(RankSession):
         self.mllog.end("init_stop")
         self.mllog.event("global_batch_size", cfg.batch_size * max(1, self._num_workers()))
         self.mllog.start("run_start")
-        if backend.compiles:  # never inside warmup or a timed loop
+        if capabilities.compiles(backend):  # never inside warmup or a timed loop
             self.progress("compiling: the first step, timed on its own")
             backend.compile_step(batches)
         if cfg.num_warmup_batches:
@@ -240,7 +240,9 @@ class Measurement(RankSession):
         self.progress(f"tracing {steps} steps after the timed loops: {path}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.backend.profile_steps(batches, steps, path)
+            capabilities.of(self.backend, capabilities.ProfilesSteps, f"--trace: no step profiler for "
+                            f"{self.backend.name} under --strategy {self.config.strategy} in this version"
+                            ).profile_steps(batches, steps, path)
             return trace.write_summary(path, rank)
         except Exception as error:  # the timed loops are measured already
             if self.backend.is_out_of_memory(error):
@@ -258,7 +260,8 @@ class Measurement(RankSession):
         self.rendezvous.allgather("trace-ready", None)
         told: dict = {"stamps": None, "error": None}
         try:
-            by_worker, _ = self.backend.worker_stamps(batches, steps + 1)
+            by_worker, _ = capabilities.of(self.backend, capabilities.DrivesWorkers, f"--strategy "
+                                           f"{self.config.strategy} has no chief-driven steps").worker_stamps(batches, steps + 1)
             told["stamps"] = [by_worker.get(worker, []) for worker in range(self._num_workers())]
         except Exception as error:  # the timed loops are measured already
             if self.backend.is_out_of_memory(error):
@@ -281,7 +284,8 @@ class Measurement(RankSession):
         self.rendezvous.allgather("trace-start", None, wait_forever=True)  # the chief's timed loops come first
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            handle = self.backend.start_profiler(path)
+            handle = capabilities.of(self.backend, capabilities.ProfilesServing,
+                                     f"--trace: {self.backend.name} cannot profile a serving process").start_profiler(path)
         except Exception as failure:  # noqa: BLE001 - reported in the record; the run goes on
             error = f"{type(failure).__name__}: {failure}"
         self.rendezvous.allgather("trace-ready", None)
@@ -309,9 +313,11 @@ class Measurement(RankSession):
         key = ceiling.Key(kind, framework["device_name"], framework["name"], framework["version"], math,
                           framework["intra_op_threads"] if kind == "cpu" else None)
         try:
-            if self.config.ceiling != "off":
-                self.progress(f"ceiling ({self.config.ceiling}): {key.text()}")
-            return ceiling.ceiling(self.config.ceiling, key, self.backend.gemm_factory(math), ceiling.SIZES[kind])
+            if self.config.ceiling == "off":
+                return None
+            self.progress(f"ceiling ({self.config.ceiling}): {key.text()}")
+            probe = capabilities.of(self.backend, capabilities.ProbesGemm, f"{self.backend.name} has no GEMM probe")
+            return ceiling.ceiling(self.config.ceiling, key, probe.gemm_factory(math), ceiling.SIZES[kind])
         except Exception as error:  # noqa: BLE001 - the timed loops are measured already
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             self.progress(f"warning: no ceiling: {reason}")
@@ -338,7 +344,8 @@ class Measurement(RankSession):
         """Counted after the timed loops (never inside one); a count that fails leaves its reason."""
         counted, reason = None, None
         try:
-            counted = self.backend.count_flops()
+            counted = capabilities.of(self.backend, capabilities.CountsFlops,
+                                      f"{self.backend.name} does not count FLOPs").count_flops()
         except Exception as error:  # noqa: BLE001 - the measurement stands without a FLOP count
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             self.progress(f"warning: FLOPs not counted: {reason}")

@@ -9,6 +9,7 @@ from ..config import image_size_for, require_installed, resolve_framework
 from ..distributed import cluster, strategies
 from ..distributed.world import run_token
 from ..errors import UsageError, choices
+from ..framework_specs import FRAMEWORKS
 from ..options import COMM, RENDEZVOUS_TIMEOUT_S, RUN, check_values, given, of
 from . import BACKENDS
 
@@ -34,10 +35,13 @@ def add_parser(commands, environ=os.environ, given_only: bool = False) -> None:
 
 
 def default_backend(framework: str, strategy: str, device: str, has_gpu) -> str:
-    """The backend a training run of this framework would use on this device."""
-    if framework == "tensorflow":
-        return strategies.get(strategy).comm_backend or "collective"
-    return "nccl" if device != "cpu" and has_gpu() else "gloo"
+    """The backend a training run of this framework would use on this device: the strategy's own, else the
+    framework's for the device (`has_gpu` is asked only where that differs: it may import the framework)."""
+    own = strategies.get(strategy).comm_backend
+    if own is not None:
+        return own
+    cpu, gpu = FRAMEWORKS[framework].comm_backends
+    return gpu if cpu != gpu and device != "cpu" and has_gpu() else cpu
 
 
 def _cuda_visible() -> bool:

@@ -17,6 +17,7 @@ from ..distributed import world as worlds
 from ..distributed.session import RankSession, world_section
 from ..distributed.strategies.ps import PsStrategy
 from ..errors import Stopped
+from ..framework_specs import FRAMEWORKS
 from ..frameworks.base import framework_section
 from ..processes import StopScope, returns_within
 from ..supervisor import Job
@@ -55,7 +56,8 @@ class CommMeasurement(RankSession):
 
     def _measure(self) -> dict | None:
         opts = self.options
-        dist = self.meet(opts.as_dict(), (opts.worker_port, opts.ps_port) if opts.framework == "tensorflow" else None)
+        ports = (opts.worker_port, opts.ps_port) if FRAMEWORKS[opts.framework].cluster_ports else None
+        dist = self.meet(opts.as_dict(), ports)
         self.backend = backend = load(opts.backend)(opts, dist)
         self.progress(f"{opts.backend} on {opts.framework}: setting up")
         backend.setup()

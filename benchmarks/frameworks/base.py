@@ -1,4 +1,4 @@
-"""The one interface every framework backend implements.
+"""The one interface every framework backend implements (what it may add: frameworks/capabilities.py).
 
 A backend knows how to build a model, feed it and take a training step on its
 framework; everything about *measuring* (timing, synchronisation points,
@@ -77,17 +77,18 @@ class AllocatorPeaks:
 
 class Framework(ABC):
     name: str
-    keep_losses: bool = False  # keep every timed step's loss (--tensorboard); set by the measurement
-    skip_images: frozenset = frozenset()  # --data-dir files found undecodable before the run (dataset.scan_images)
-    strict_data: bool = False  # --strict-data: an image that fails to decode stops the run
     precision_state: dict | None = None  # the record's `precision` section, set in setup (precision.in_effect)
     compile_state: dict | None = None  # the record's `compile` section, set by compile_step (compilation.section)
     step_timing_state: dict | None = None  # the record's `step_timing` section, set in setup (step_timing.section)
     new_step_event = None  # --step-timing events: a factory of device events timing each step; None: the host clock
 
-    def __init__(self, config: BenchConfig, dist: Distributed = SINGLE):
+    def __init__(self, config: BenchConfig, dist: Distributed = SINGLE, *, keep_losses: bool = False,
+                 skip_images: frozenset = frozenset(), strict_data: bool = False):
+        """`keep_losses`: keep every timed step's loss (--tensorboard); `skip_images`: --data-dir files found
+        undecodable before the run (dataset.scan_images); `strict_data`: one that fails to decode stops the run."""
         self.config = config
         self.dist = dist
+        self.keep_losses, self.skip_images, self.strict_data = keep_losses, frozenset(skip_images), strict_data
         self.decode_failures: list[tuple[str, str]] = []  # (path, why) of images skipped while decoding
 
     def gpu_ordinal(self, visible: int) -> int:
@@ -97,27 +98,6 @@ class Framework(ABC):
     def record_sections(self) -> dict:
         """Record sections known once the backend is set up (precision, compile, flops): null before."""
         return {"precision": self.precision_state, "compile": self.compile_state, "step_timing": self.step_timing_state}
-
-    @property
-    def compiles(self) -> bool:
-        """The first step traces or compiles a graph: the measurement runs it apart (compile_step)."""
-        return False
-
-    def compile_step(self, batches: Iterator) -> None:
-        """Run the first, compiling step, synchronised and timed on its own; fill compile_state."""
-        self.compile_state = self.compile_section(self.timed_loop(batches, 1).wall_time_s)
-
-    def compile_section(self, seconds: float) -> dict:
-        raise NotImplementedError
-
-    def count_flops(self):
-        """flops.Counted for this model at the run's image size, counted by the framework without
-        real compute; called after the timed loops. Raising leaves the counts null with the reason."""
-        raise NotImplementedError(f"{self.name} does not count FLOPs")
-
-    def gemm_factory(self, math: str):
-        """The ceiling probe's GEMM on this run's device in `math` (frameworks/gemm.py; benchmarks/ceiling.py)."""
-        raise NotImplementedError(f"{self.name} has no GEMM probe")
 
     @property
     def serves_only(self) -> bool:
@@ -137,26 +117,7 @@ class Framework(ABC):
         return timing.run_steps(batches, self.train_step, self.synchronize, num_steps, self.config.batch_size,
                                 keep_losses=self.keep_losses, **options)
 
-    trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace)
-
-    def profile_steps(self, batches: Iterator, num_steps: int, path) -> None:
-        """Run `num_steps` steps under the framework's own profiler (bench --trace, after the timed
-        loops), marked with timing.run_steps' `annotate`, and write its trace to `path`."""
-        raise NotImplementedError(f"--trace: no step profiler for {self.name} under --strategy {self.config.strategy} in this "
-                                  f"version")
-
-    def start_profiler(self, path) -> object:
-        """Start the profiler in a process whose steps someone else schedules (a PS-mode worker or
-        PS, bench --trace); stop_profiler(handle, path) writes its trace to `path`."""
-        raise NotImplementedError(f"--trace: {self.name} cannot profile a serving process")
-
-    def stop_profiler(self, handle, path) -> None:
-        raise NotImplementedError(f"--trace: {self.name} cannot profile a serving process")
-
-    def worker_stamps(self, batches: Iterator, num_steps: int) -> tuple[dict[int, list[tuple]], object]:
-        """Under a strategy whose chief drives the workers: run num_steps steps per worker; each
-        worker's (fetch start, fetch end, end, pushed) stamps on its own clock, and the last loss."""
-        raise NotImplementedError(f"--strategy {self.config.strategy} has no chief-driven steps")
+    trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace: capabilities.ProfilesSteps)
 
     # -- the path (benchmarks/fingerprint.py) and the preflight (benchmarks/preflight.py) ---------------------
 
@@ -226,16 +187,6 @@ class Framework(ABC):
 
     # -- time to accuracy (benchmarks/accuracy.py) ------------------------------------------------
 
-    def labelled_batch(self, images, labels):
-        """numpy float32 N x H x W x 3 images and int64 labels -> a device batch for train_step/evaluate,
-        in the run's data format."""
-        raise NotImplementedError(f"{self.name} has no time-to-accuracy input")
-
-    def evaluate(self, batch) -> tuple[int, float]:
-        """(correct predictions, summed cross-entropy) of one batch in inference mode (BatchNorm's
-        running statistics, no dropout), on this process's replica only: no collective."""
-        raise NotImplementedError(f"{self.name} cannot evaluate")
-
     staleness: list | None = None  # per update, updates applied meanwhile by others (asynchronous strategies)
 
     def labelled_loop(self, batches: Iterator, num_updates: int, before_update) -> timing.TimedLoop:
@@ -248,10 +199,6 @@ class Framework(ABC):
 
         return timing.run_steps(batches, step, self.synchronize, num_updates, self.config.batch_size, keep_losses=True,
                                 new_event=self.new_step_event)
-
-    def set_learning_rate(self, lr: float) -> None:
-        """The LR of the following updates (lr_rules.Schedule)."""
-        raise NotImplementedError(f"{self.name} cannot change its learning rate")
 
     @property
     def uses_lars(self) -> bool:

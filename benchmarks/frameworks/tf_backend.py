@@ -103,9 +103,11 @@ class TensorFlowFramework(Framework):
     def compiles(self) -> bool:
         return True  # every step is a tf.function: the first traces it (and compiles it, with XLA)
 
-    def compile_section(self, seconds: float) -> dict:
+    def compile_step(self, batches) -> None:
+        """The first step, which traces the tf.function (and compiles it with XLA), timed on its own."""
+        seconds = self.timed_loop(batches, 1).wall_time_s
         xla = getattr(self._step, "_jit_compile", None) is True  # what the step was really built with
-        return compilation.section("xla" if xla else "graph", "xla" if xla else "tf.function", seconds)
+        self.compile_state = compilation.section("xla" if xla else "graph", "xla" if xla else "tf.function", seconds)
 
     def _make_step(self):
         return tf.function(self._train_step, jit_compile=self.config.xla, reduce_retracing=True)
