@@ -128,3 +128,19 @@ def test_benchrun_refuses_bench_s_bad_options_before_it_prepares_anything():
     request = dispatch.RunRequest(RunSpec.from_argv(["--model", "nonet"]), runtime="apptainer", image="no/such:image")
     with pytest.raises(UsageError, match=r"^unknown model 'nonet' \(choices: "):
         dispatch.check(request, installed=False)
+
+
+def test_benchrun_reads_bench_s_arguments_once(monkeypatch, capsys):
+    """Planning a run used to re-parse bench's argv nine times; the RunSpec is read once, then handed on."""
+    from benchmarks import runspec
+    from runners.cli import main
+
+    parses = []
+    real = runspec.RunSpec.from_argv.__func__
+    monkeypatch.setattr(runspec.RunSpec, "from_argv", classmethod(lambda cls, argv: parses.append(argv) or real(cls, argv)))
+    argv = ["--framework", "tf", "--strategy", "ps", "--model", "alexnet", "--timeout", "9"]
+    assert main(["run", "--runtime", "docker", "--launcher", "local", "-n", "2", "--num-ps", "1", "--dry-run",
+                 "--", *argv]) == 0
+    assert parses == [argv]
+    assert capsys.readouterr().out.rstrip().endswith("--framework tf --strategy ps --model alexnet --timeout 9.0 "
+                                                     "--output /results/record.jsonl --num-ps 1")
