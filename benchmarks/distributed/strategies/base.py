@@ -71,9 +71,7 @@ class Strategy:
         if self.uses_ps and num_ps < 1:
             return f"{name('strategy')} {self.name} needs {name('num_ps')} 1 or more"
         if not self.uses_ps and num_ps:
-            from . import STRATEGIES
-
-            takers = " or ".join(s.name for s in STRATEGIES.values() if s.uses_ps)
+            takers = " or ".join(kind.name for kind in _defined(Strategy) if kind.uses_ps)
             return f"{name('num_ps')} {num_ps} needs {name('strategy')} {takers}"
         return None
 
@@ -86,3 +84,12 @@ class Strategy:
         """Refuse a world too small for this strategy (one line)."""
         if self.workers(size, num_ps) < 1:
             raise UsageError(f"--strategy {self.name} needs at least {self.processes(1, num_ps)} processes, got {size}")
+
+
+def _defined(cls: type) -> list[type]:
+    """Every subclass of `cls` defined so far, in definition order: the strategies the package's registry
+    imports, known here without importing the registry (which imports this module)."""
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_defined(sub)]
+    return found
