@@ -27,6 +27,7 @@ from . import (
     limits,
     memory,
     preflight,
+    processes,
     record,
     tensorboard,
     timing,
@@ -151,6 +152,7 @@ class Measurement(RankSession):
         if cfg.num_warmup_batches:
             self.progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
+        processes.retake_stop_signals()  # the framework's setup and first steps may have taken them (TensorFlow's)
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()

@@ -130,6 +130,7 @@ class StopScope:
 
 
 _WAKEUP: list = []  # on_stop_in_thread's sockets: they live as long as the process
+_TAKEN: list[int] = []  # on_stop_in_thread's signals
 
 
 def on_stop_in_thread(signals, action: Callable[[int], None]) -> None:
@@ -140,8 +141,8 @@ def on_stop_in_thread(signals, action: Callable[[int], None]) -> None:
     the thread waits on. The main thread's own handler only notes the signal. Call from the main thread."""
     reader, writer = socket.socketpair()
     writer.setblocking(False)
-    for signum in signals:
-        signal.signal(signum, lambda received, frame: None)
+    _TAKEN.extend(signals)
+    retake_stop_signals()
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
 
     def wait() -> None:
@@ -155,6 +156,15 @@ def on_stop_in_thread(signals, action: Callable[[int], None]) -> None:
 
     threading.Thread(target=wait, name="stop", daemon=True).start()
     _WAKEUP.append((reader, writer))
+
+
+def retake_stop_signals() -> None:
+    """Put on_stop_in_thread's signals back under Python's handler (the one that writes the wakeup fd) where a
+    library took them below Python since: TensorFlow's coordination service (MultiWorkerMirroredStrategy) sets a
+    SIGTERM handler of its own in C++ for its preemption notifier, and the rank then trained on, its stop unseen,
+    until it was killed with nothing kept. A no-op before on_stop_in_thread. Call from the main thread."""
+    for signum in _TAKEN:
+        signal.signal(signum, lambda received, frame: None)  # the stop's thread acts; the main thread only notes
 
 
 def die_of(signum: int) -> NoReturn:

@@ -20,7 +20,7 @@ import pytest
 from benchmarks import processes, timing
 from benchmarks.errors import EXIT_INTERRUPTED, Stopped
 from benchmarks.supervisor import classify_exit
-from infra.helpers import ROOT, Started, rank_processes, validate_record
+from infra.helpers import ROOT, Started, needs_module, rank_processes, validate_record
 from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
 from infra.sweeps import lines, marked, tiny_plan, write_plan
 
@@ -164,12 +164,19 @@ def test_slurms_warning_during_warmup_measures_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_stopped_run_of_two_ranks_keeps_the_steps_every_rank_timed(tmp_path):
-    """A 2-rank DDP run stopped by SIGTERM in the timed loop (benchrun stops every rank at once, as torchrun, srun and
+@pytest.mark.parametrize("framework", [
+    ["--strategy", "ddp"],
+    # TensorFlow's coordination service takes SIGTERM below Python (processes.retake_stop_signals)
+    ["--framework", "tf", "--strategy", "allreduce", "--model", "resnet50"],
+], ids=["torch-ddp", "tf-allreduce"])
+def test_a_stopped_run_of_two_ranks_keeps_the_steps_every_rank_timed(tmp_path, framework):
+    """A 2-rank run stopped by SIGTERM in the timed loop (benchrun stops every rank at once, as torchrun, srun and
     mpirun do): each rank's worker writes the steps it timed, process 0's record totals them over both ranks (over the
     steps both completed), exit 130, nothing left."""
+    if "tf" in framework:
+        needs_module("tensorflow")
     started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2",
-                       "--", "--strategy", "ddp", *RUN, *LONG], env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       "--", *RUN, *framework, *LONG], env={**os.environ, "PYTHONPATH": str(ROOT)})
     started.wait_for("step 3/100000 (repeat 1)", 300)  # process 0's third timed step: DDP ranks step together
     descendants = processes.descendants(started.proc.pid)
     started.proc.send_signal(signal.SIGTERM)
