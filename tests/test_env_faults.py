@@ -210,6 +210,20 @@ def test_compare_runtimes_appends_what_was_kept_once_after_a_run_killed_before_i
             path.unlink(missing_ok=True)
 
 
+def test_a_second_compare_runtimes_on_one_out_is_refused_in_one_line(tmp_path, capsys):
+    """Two invocations on one --out would both append what was kept and number the same round: the second is
+    refused in one line naming the first, before it runs or appends anything."""
+    from runners import cli
+
+    out = tmp_path / "cmp"
+    with durable.sole_writer(out / "comparison.json", "--out", "compare-runtimes of local"):
+        code = cli.main(["compare-runtimes", "--runtimes", "local", "--out", str(out), "--", "--framework", "torch",
+                         "--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-batches", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is being written by compare-runtimes of local (pid" in err, err
+    assert not (out / "records.jsonl").exists() and not (out / "runs.jsonl").exists()
+
+
 # --- a Slurm node dies mid-run ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
