@@ -6,7 +6,8 @@ place, put there once complete, removed when the file system takes no more (NoRo
 Paths are checked before anything runs by a real probe (create + remove a file), not `os.access`,
 which root always passes. An append is one locked (flock), fsynced write, cut back when it fails
 part-way, after cutting a torn last line a killed writer left; when it still fails the record goes
-to a fallback file in the temp dir. A FIFO or terminal gets the line whole, a FIFO's reader waited for
+to a fallback file in the temp dir (for a store a later run writes again, its pending file: appended by
+that run first, append_pending). A FIFO or terminal gets the line whole, a FIFO's reader waited for
 at most STREAM_WAIT_S. docs/bench.md (`--output`) and docs/sweeps.md (Store format) say more.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Hashable, Iterable
 
 from .errors import UsageError
 
@@ -260,6 +263,52 @@ def append_or_fallback(path: str | os.PathLike, obj: dict, fallback_name: str) -
         append_jsonl(path, obj)
     except OSError as error:
         raise OutputError(path, error, fallback(obj, fallback_name)) from None
+
+
+def pending_path(target: str | os.PathLike, kind: str) -> Path:
+    """The temp-dir file holding the entries meant for `target` that could not be appended to it (its file system
+    full or read-only): named after `target`'s absolute path, so the next run that writes `target` finds them
+    (`kind` names the writer, for whoever lists the temp dir: sweep, compare-records, ...)."""
+    digest = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:12]
+    return fallback_dir() / f"dlbench-{kind}-pending-{digest}.jsonl"
+
+
+def read_jsonl(path: Path) -> Iterable[dict]:
+    """The JSON objects of a JSONL file, one at a time; a line a killed writer left torn is skipped."""
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                yield entry
+
+
+def append_pending(target: str | os.PathLike, kind: str, key: Callable[[dict], Hashable | None],
+                   read: Callable[[Path], Iterable[dict]] = read_jsonl) -> tuple[int, Path] | None:
+    """Append to `target` what earlier runs kept in its pending file (append_or_fallback to pending_path), each
+    entry once, then remove the file: (entries appended, the file's path), or None when there was none.
+
+    Once, whatever happened before: an entry whose key (`key(entry)`; None: no key, never appended) `target`
+    already holds is skipped, so a run killed between an append and the removal, or half-way through the file,
+    leaves the next run to append only what is still missing, and an entry saved twice is appended once. An
+    append that fails raises OSError and keeps the file for the run after (its entries appended so far are found
+    by key then). The caller holds `target` (sole_writer): no one appends beside it meanwhile."""
+    pending = pending_path(target, kind)
+    if not pending.exists():
+        return None
+    held = {key(entry) for entry in read(Path(target))} if Path(target).exists() else set()
+    appended = 0
+    for entry in read(pending):
+        found = key(entry)
+        if found is None or found in held:
+            continue
+        append_jsonl(target, entry)
+        held.add(found)
+        appended += 1
+    pending.unlink()
+    return appended, pending
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from . import (
     limits,
     memory,
     preflight,
+    processes,
     record,
     tensorboard,
     timing,
@@ -61,6 +63,8 @@ class Measurement(RankSession):
         self.probe: fingerprint.Probe | None = None  # this rank's path, taken after the timed loops
         self.preflight: dict | None = None  # the record's `preflight`, once every rank has checked
         self.timed: list[dict] = []  # this rank's timed loops so far (loop_payload): what a stopped run keeps
+        self._repeat: int | None = None  # the timed repeat in progress (its steps are in timing.running), else None
+        self._timed_lock = threading.Lock()  # `timed` and `_repeat` change together: steps_so_far reads both
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
@@ -148,6 +152,7 @@ class Measurement(RankSession):
         if cfg.num_warmup_batches:
             self.progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
+        processes.retake_stop_signals()  # the framework's setup and first steps may have taken them (TensorFlow's)
         backend.reset_peak_memory()
         monitor.reset()
         rss_reset = memory.reset_host_rss_peak()
@@ -159,6 +164,8 @@ class Measurement(RankSession):
             self.mllog.start("epoch_start", index, repeat=index)
             monitor.begin_repeat()
             meter.start()  # at the ends of the timed loop, which synchronises the device at both
+            timing.running.clear()
+            self._repeat = index
             try:
                 loop = backend.timed_loop(batches, cfg.num_batches,
                                           **self._display(f"repeat {index + 1}", cfg.num_batches))
@@ -170,7 +177,10 @@ class Measurement(RankSession):
             reading = {**dataclasses.asdict(meter.stop()), "host": self.host}
             if not loop.step_times_s:  # the warning came before this loop's first step
                 break
-            self.timed.append({**loop_payload(loop), "energy": reading, "device_state": monitor.repeat_state()})
+            payload = {**loop_payload(loop), "energy": reading, "device_state": monitor.repeat_state()}
+            with self._timed_lock:
+                self.timed.append(payload)
+                self._repeat = None
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
@@ -224,6 +234,17 @@ class Measurement(RankSession):
         self.mllog.end("run_stop", status="aborted" if timing.boundary.requested else "success")
         return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), ceilings,
                               **sections)
+
+    def steps_so_far(self) -> list[dict]:
+        """This rank's timed loops (loop_payload) so far, the steps of the repeat in progress included: what a rank
+        of several processes keeps when it is stopped (rank_steps.keep), read from another thread than the loop's."""
+        with self._timed_lock:
+            loops, repeat = list(self.timed), self._repeat
+        cut = timing.running.steps() if repeat is not None else None
+        if cut is not None:
+            loops.append({**loop_payload(cut), "device_state": None,
+                          "energy": {"joules": None, "reason": "the loop was stopped: not read"}})
+        return loops
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -407,8 +428,8 @@ class Measurement(RankSession):
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
         """The record; a failed run's memory is the host's alone. A run stopped from outside (a signal, --timeout)
-        keeps the steps this process had timed, measured over those steps alone (warmup excluded); a run of
-        several processes keeps none: the others' steps are not gathered once the run is being stopped."""
+        keeps the steps this process had timed, measured over those steps alone (warmup excluded); in a run of
+        several processes each rank writes its steps instead (steps_so_far), which process 0's supervisor totals."""
         from .dataset import skipped_section
 
         if status != "ok":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -126,6 +127,60 @@ class StopScope:
         if self.received and self.raise_as is not None:
             raise self.raise_as(self.received[0])
         self.armed = True
+
+
+_WAKEUP: list = []  # on_stop_in_thread's sockets: they live as long as the process
+_TAKEN: list[int] = []  # on_stop_in_thread's signals
+
+
+def on_stop_in_thread(signals, action: Callable[[int], None]) -> None:
+    """Each of `signals` runs action(signum) in a thread of its own at once, then the process dies of the signal
+    (die_of). Python runs a signal's handler in the main thread only, once it is between bytecodes; a rank of
+    several processes is often blocked in a collective that will never return (its peers are being stopped too),
+    so its handler would never run. The C-level handler still writes the signal's number to the wakeup fd, which
+    the thread waits on. The main thread's own handler only notes the signal. Call from the main thread."""
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    _TAKEN.extend(signals)
+    retake_stop_signals()
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+
+    def wait() -> None:
+        while True:
+            signum = reader.recv(1)[0]
+            if signum in signals:  # the wakeup fd hears of every signal with a Python handler (SIGINT's too)
+                try:
+                    action(signum)
+                finally:
+                    die_of(signum)
+
+    threading.Thread(target=wait, name="stop", daemon=True).start()
+    _WAKEUP.append((reader, writer))
+
+
+def retake_stop_signals() -> None:
+    """Put on_stop_in_thread's signals back under Python's handler (the one that writes the wakeup fd) where a
+    library took them below Python since: TensorFlow's coordination service (MultiWorkerMirroredStrategy) sets a
+    SIGTERM handler of its own in C++ for its preemption notifier, and the rank then trained on, its stop unseen,
+    until it was killed with nothing kept. A no-op before on_stop_in_thread. Call from the main thread."""
+    for signum in _TAKEN:
+        signal.signal(signum, lambda received, frame: None)  # the stop's thread acts; the main thread only notes
+
+
+def die_of(signum: int) -> NoReturn:
+    """End this process as `signum` ends it by default, from any thread (signal.signal is the main thread's only:
+    libc's signal() is called instead): its supervisor sees a death by that signal, as if nothing had caught it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal(ctypes.c_int(signum), ctypes.c_void_p(0))  # SIG_DFL
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # delivered at once to a thread that does not block it
+    except (OSError, AttributeError):
+        pass
+    os._exit(128 + signum)
 
 
 _EARLY: list[int] = []  # signals noted before a run could take them (note_early)

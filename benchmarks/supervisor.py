@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
-from . import record
+from . import rank_steps, record
 from .config import BenchConfig
+from .distributed import strategies
 from .distributed import world as worlds
 from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
@@ -184,6 +186,7 @@ class Job:
     spec: dict  # the worker's: "measurement" ("module:Class", whose from_spec reads the rest) and its inputs
     rendezvous_port: int  # where a rank that failed tells process 0
     record: Callable[[str, dict, float], dict]  # (status, error, duration_s) -> the record the supervisor writes
+    ended: Callable[[], None] = lambda: None  # once the run's record is known, however it ended: what to remove
 
 
 def training_job(config: BenchConfig, base: dict, *, mllog: bool, mllog_submission: dict | None = None,
@@ -193,7 +196,27 @@ def training_job(config: BenchConfig, base: dict, *, mllog: bool, mllog_submissi
     spec = {"measurement": kind, "config": {k: v for k, v in config.as_dict().items() if k != "data"}, "base": base,
             "mllog": mllog, "mllog_submission": mllog_submission, "tensorboard": tensorboard, "data_scan": data_scan,
             "display_every": display_every, "trace": trace}
-    return Job(spec, config.rendezvous_port, lambda status, error, duration: record.build(config, base, status, error, duration))
+    world, since = worlds.detect(), time.time()
+    keeps = world.size > 1 and not config.accuracy_mode and not strategies.get(config.strategy).gathers_at_chief
+    directory = rank_steps.steps_dir(worlds.run_token(), config.rendezvous_port) if keeps else None
+    if directory is not None:  # where this rank's worker writes its steps when stopped
+        spec["steps_path"] = str(rank_steps.rank_file(directory, world.rank))
+
+    def stopped(status: str, error: dict, duration: float) -> dict:
+        """The record of a run whose worker wrote none; a stopped run of several processes keeps what every rank
+        timed (rank_steps), read by process 0 once the ranks have written it."""
+        sections = {}
+        if directory is not None and world.rank == 0 and status in rank_steps.STOPPED:
+            sections, said = rank_steps.kept(rank_steps.collect(directory, world.size, since), world.size,
+                                             config.batch_size)
+            error = {**error, "message": error["message"] + said}
+        return record.build(config, base, status, error, duration, **sections)
+
+    def ended() -> None:  # a rank stopped alone leaves its steps, which process 0 (the worker's record won) never read
+        if directory is not None and world.rank == 0:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    return Job(spec, config.rendezvous_port, stopped, ended)
 
 
 def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_every: int = 0) -> tuple[dict | None, int]:
@@ -280,6 +303,7 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
                 status, error = classify_exit(proc.returncode, list(tail), vm_peak, as_limit, during)
             error.setdefault("exit_code", None)
             result = job.record(status, error, time.monotonic() - started)
+        job.ended()
         if result is None:
             return None, 0
         if result["status"] != "ok" and world.rank != 0:

@@ -37,6 +37,29 @@ class StepBoundary:
 boundary = StepBoundary()  # the process's one: the worker's handler sets it, every timed loop reads it
 
 
+class Running:
+    """The timed loop running now, readable from another thread: a rank of several processes stopped by a signal
+    keeps its steps from a thread of its own (processes.on_stop_in_thread), while the main thread may be blocked in
+    a collective that will never return. Set once per loop, outside the steps: nothing is added to a timed step."""
+
+    def __init__(self):
+        self._steps: Callable[[], TimedLoop | None] = lambda: None
+
+    def start(self, steps: Callable[[], TimedLoop | None]) -> None:
+        self._steps = steps
+
+    def clear(self) -> None:
+        """Before a loop whose steps a stop would keep: until it starts, the last loop's (warmup's) are not its."""
+        self._steps = lambda: None
+
+    def steps(self) -> TimedLoop | None:
+        """The steps the loop now running (or the last one, once it returned) has timed; None before any."""
+        return self._steps()
+
+
+running = Running()  # the process's one: set by run_steps, read by the measurement (Measurement.steps_so_far)
+
+
 @dataclass
 class TimedLoop:
     images: int
@@ -151,6 +174,13 @@ def run_steps(
 
     def steps_so_far() -> list[tuple]:
         return stamps if events is None else event_stamps(start, stamps, events, resumed)
+
+    def taken_now() -> TimedLoop | None:  # from another thread: the steps stamped by now, the list being appended
+        now = stamps[:]
+        return _timed_before_stop(start, now, lambda: now if events is None else event_stamps(start, now, events, resumed),
+                                  images_per_step, events)
+
+    running.start(taken_now)
 
     try:
         for index in range(num_steps):

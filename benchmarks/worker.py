@@ -13,12 +13,14 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
+from . import rank_steps
 from .distributed import world as worlds
 from .errors import EXIT_CODE_BY_STATUS, EXIT_USAGE, Stopped, UsageError, debug_enabled
-from .processes import STOP_SIGNALS, StopScope, die_with_parent, fast_exit
+from .processes import STOP_SIGNALS, StopScope, die_with_parent, fast_exit, on_stop_in_thread
 from .registry import load_target
 from .timing import boundary
 
@@ -85,16 +87,20 @@ def main(spec_path: str) -> int:
     # A run of one process keeps what it has timed: a stop signal (the supervisor's SIGTERM, which says why in its
     # stop file; SIGXCPU at this process's own CPU limit) is raised as Stopped once the measurement can keep it,
     # noted until then, and only noted after the first, so that the record is written whole. A rank of several
-    # keeps nothing (process 0 cannot gather the others' steps once they stop): it ends as the signal says, at once,
-    # even inside a collective, and the supervisor records it (supervisor.classify_exit).
-    single = worlds.detect().size == 1
+    # cannot unwind (it may be blocked in a collective its stopped peers never join): it writes the steps it has
+    # timed from a thread of its own, for process 0's supervisor to total (rank_steps), and ends as the signal says.
+    world = worlds.detect()
+    single = world.size == 1
     stop = StopScope(Stopped.by, signals=STOP_SIGNALS if single else (), once=True, armed=False).install()
     if single:
         StopScope(signals=(BOUNDARY_SIGNAL,), then=lambda signum: boundary.request(_warned_by(spec, signum))).install()
+    stopping = threading.Event()  # a rank of several: its stop has come; the outcome is its supervisor's now
 
     def peer_failed(record: dict) -> None:
         # Called from the rendezvous thread while the main thread may be stuck in a
         # collective with the dead rank: write the record and leave at once.
+        if stopping.is_set():  # a peer stopped with this run: process 0's supervisor records the stop itself
+            return
         write_json(spec["result_path"], {"record": record})
         sys.stderr.write(f"bench: {record['error']['message']}\n")
         fast_exit(EXIT_CODE_BY_STATUS[record["status"]])
@@ -106,6 +112,15 @@ def main(spec_path: str) -> int:
             pass  # only a hint for the supervisor's message if it stops the run: the run goes on
 
     measurement = kind.from_spec(spec, peer_failed, ranks_silent)
+    if not single and spec.get("steps_path"):
+        def keep_steps(signum: int) -> None:
+            stopping.set()
+            me = measurement.peers[world.rank] if world.rank < len(measurement.peers) else {}
+            rank_steps.keep(spec["steps_path"], world.rank, measurement.host,
+                            me.get("role", {"kind": "worker", "index": world.rank}), measurement.steps_so_far(),
+                            signal.Signals(signum).name)
+
+        on_stop_in_thread(STOP_SIGNALS, keep_steps)
     try:
         stop.arm()
         result = measurement.run()
@@ -113,6 +128,8 @@ def main(spec_path: str) -> int:
         print(f"bench: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except BaseException as error:  # noqa: BLE001 - every failure must become a record
+        if stopping.is_set():  # what the stop caused (a peer gone from the collective): the stop's thread ends this
+            threading.Event().wait()  # process once its steps are written, and the supervisor records the stop
         backend = measurement.backend
         if stop.received or isinstance(error, Stopped):  # also what the stop caused first (a DataLoader's worker gone)
             stopped = Path(spec["stop_path"])  # the supervisor's says why (the signal it got, or --timeout)

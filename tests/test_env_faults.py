@@ -18,11 +18,10 @@ import pytest
 
 from benchmarks import durable
 from benchmarks.processes import parent
-from infra.helpers import ROOT, last_json_line, validate_record
+from infra.helpers import ROOT, Started, last_json_line, validate_record
 from infra.slurm import start_cluster, stop_cluster
 from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan
 from infra.tmpfs import fill, small_fs
-from runners.commands.sweep import pending_name
 
 pytestmark = pytest.mark.slow
 # Long enough to be killed mid-run whatever the machine's load: the kill waits for the first
@@ -78,7 +77,7 @@ def test_store_file_system_full_mid_sweep_stops_cleanly_and_resumes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DLBENCH_TEST_MARK": marker}
     with small_fs(tmp_path / "fs", size="2m") as fs:
         store_path = fs / "sweep.jsonl"
-        pending = durable.fallback_dir() / pending_name(store_path)
+        pending = durable.pending_path(store_path, "sweep")
         pending.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "runners", "sweep", str(plan), "--store", str(store_path)]
         sweep = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -110,6 +109,119 @@ def test_store_file_system_full_mid_sweep_stops_cleanly_and_resumes(tmp_path):
         assert [e["sweep"]["point"]["batch_size"] for e in after] == [1, 2, 3]
         assert len({e["sweep"]["config_hash"] for e in after}) == 3  # nothing run twice
         assert all(e["record"]["status"] == "ok" and e["sweep"]["attempt"] == 1 for e in after)
+
+
+def test_compare_runtimes_out_full_mid_comparison_keeps_the_run_and_the_next_run_appends_it_once(tmp_path):
+    """The disk fills while round 2's run runs: exit 5, one line naming the pending file(s) and that the next run
+    appends them; records.jsonl holds round 1 only. After freeing space the next run appends round 2's record (and
+    its row, where that did not fit either) first, one line says so, exactly once, removes the pending files and
+    adds round 3."""
+    run = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
+           "--num-warmup-batches", "1", "--num-batches", "3", "--num-threads", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with small_fs(tmp_path / "fs", size="2m") as fs:
+        out = fs / "cmp"
+        pending = [durable.pending_path(out / "records.jsonl", "compare-records"),
+                   durable.pending_path(out / "runs.jsonl", "compare-runs")]
+        for path in pending:
+            path.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "runners", "compare-runtimes", "--runtimes", "local", "--out", out]
+        started = Started([*argv, "--rounds", "2", "--", *run], env=env)
+        try:
+            wait_for(lambda: any("round 1 (1/2), 1/1 local" in line for line in list(started.out)), 300,
+                     "round 1's run", seen=lambda: "".join(started.err)[-3000:])
+            filler = fill(fs)  # round 2's run is starting: its record and row will find no room
+            stdout, err = started.communicate(timeout=300)
+            assert started.proc.returncode == 5, err[-3000:]
+            (line,) = error_lines(err)
+            assert line.startswith("benchrun: error: compare-runtimes stopped: could not write to ") and \
+                "No space left on device" in line, line
+            assert str(pending[0]) in line and "is appended by the next run on this --out" in line, line
+            before = lines(out / "records.jsonl")
+            assert [r["comparison"]["round"] for r in before] == [1]
+            (kept,) = lines(pending[0])
+            assert kept["comparison"]["round"] == 2 and kept["status"] == "ok"
+            # The row is small: it may still fit in the last page runs.jsonl has; else it is kept beside the record.
+            rows = lines(out / "runs.jsonl") + (lines(pending[1]) if pending[1].exists() else [])
+            assert [row["round"] for row in rows] == [1, 2] and rows[1]["run_id"] == kept["run_id"]
+            assert pending[1].exists() == (str(pending[1]) in line), line
+            filler.unlink()  # space is back
+            rerun = subprocess.run([str(a) for a in [*argv, "--rounds", "1", "--", *run]], env=env,
+                                   capture_output=True, text=True, timeout=300, cwd=ROOT)
+        finally:
+            started.proc.kill()
+            for path in pending:
+                path.unlink(missing_ok=True)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        said = [text for text in rerun.stdout.splitlines() if "measured while it was not writable" in text]
+        assert len(said) == 1 and f"1 to records.jsonl (from {pending[0]})" in said[0], rerun.stdout
+        records = lines(out / "records.jsonl")
+        assert records[:2] == [*before, kept]  # the measurement taken while --out was full is the one kept
+        assert [r["run_id"] for r in records].count(kept["run_id"]) == 1
+        assert [r["comparison"]["round"] for r in records] == [1, 2, 3]  # round 2 counted: the next run added 3
+        assert [row["round"] for row in lines(out / "runs.jsonl")] == [1, 2, 3]
+        assert not any(path.exists() for path in pending)
+
+
+def test_appending_what_was_kept_is_once_even_after_a_run_killed_half_way(tmp_path):
+    """durable.append_pending, the sweep's and compare-runtimes' one way back from a full disk: an entry the
+    target already holds (appended by a run killed before it removed the pending file) is not appended again,
+    one saved twice is appended once, and one without a key is never appended."""
+    target = tmp_path / "records.jsonl"
+    pending = durable.pending_path(target, "test")
+    try:
+        for entry in ({"id": "a"}, {"id": "b"}, {"id": "b"}, {"nothing": 1}, {"id": "c"}):
+            durable.append_jsonl(pending, entry)
+        durable.append_jsonl(target, {"id": "a"})  # appended, then killed before the pending file was removed
+        assert durable.append_pending(target, "test", lambda e: e.get("id")) == (2, pending)
+        assert lines(target) == [{"id": "a"}, {"id": "b"}, {"id": "c"}] and not pending.exists()
+        assert durable.append_pending(target, "test", lambda e: e.get("id")) is None
+    finally:
+        pending.unlink(missing_ok=True)
+
+
+def test_compare_runtimes_appends_what_was_kept_once_after_a_run_killed_before_it_removed_the_file(tmp_path, capsys):
+    """compare-runtimes' keys: a record already in records.jsonl (appended by a run killed before it removed the
+    pending file) is found by its run id and not appended again; its row, not yet appended, is (by comparison,
+    round and position); one line says what was appended; both files are gone."""
+    from runners.commands import compare_runtimes
+
+    out = tmp_path / "cmp"
+    record = {"run_id": "r2", "status": "ok", "comparison": {"id": "c", "round": 2}}
+    row = {"comparison_id": "c", "round": 2, "position": 1, "runtime": "local", "run_id": "r2"}
+    pending = [durable.pending_path(out / "records.jsonl", "compare-records"),
+               durable.pending_path(out / "runs.jsonl", "compare-runs")]
+    try:
+        durable.append_jsonl(out / "records.jsonl", {"run_id": "r1"})
+        durable.append_jsonl(out / "records.jsonl", record)  # appended; killed before the pending file was removed
+        durable.append_jsonl(out / "runs.jsonl", {**row, "round": 1, "run_id": "r1"})
+        durable.append_jsonl(pending[0], record)
+        durable.append_jsonl(pending[1], row)
+        compare_runtimes.recover_pending(out)
+        assert [r["run_id"] for r in lines(out / "records.jsonl")] == ["r1", "r2"]
+        assert [r["round"] for r in lines(out / "runs.jsonl")] == [1, 2]
+        assert not any(path.exists() for path in pending)
+        (said,) = capsys.readouterr().out.splitlines()
+        assert f"0 to records.jsonl (from {pending[0]}); 1 to runs.jsonl (from {pending[1]})" in said, said
+        compare_runtimes.recover_pending(out)  # nothing left: nothing said
+        assert capsys.readouterr().out == ""
+    finally:
+        for path in pending:
+            path.unlink(missing_ok=True)
+
+
+def test_a_second_compare_runtimes_on_one_out_is_refused_in_one_line(tmp_path, capsys):
+    """Two invocations on one --out would both append what was kept and number the same round: the second is
+    refused in one line naming the first, before it runs or appends anything."""
+    from runners import cli
+
+    out = tmp_path / "cmp"
+    with durable.sole_writer(out / "comparison.json", "--out", "compare-runtimes of local"):
+        code = cli.main(["compare-runtimes", "--runtimes", "local", "--out", str(out), "--", "--framework", "torch",
+                         "--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-batches", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is being written by compare-runtimes of local (pid" in err, err
+    assert not (out / "records.jsonl").exists() and not (out / "runs.jsonl").exists()
 
 
 # --- a Slurm node dies mid-run ------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 from benchmarks import processes, timing
 from benchmarks.errors import EXIT_INTERRUPTED, Stopped
 from benchmarks.supervisor import classify_exit
-from infra.helpers import ROOT, Started, validate_record
+from infra.helpers import ROOT, Started, needs_module, rank_processes, validate_record
 from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
 from infra.sweeps import lines, marked, tiny_plan, write_plan
 
@@ -160,6 +161,89 @@ def test_slurms_warning_during_warmup_measures_nothing(tmp_path):
     record = _ended(started, out, "SIGUSR1")
     assert record["throughput"] is None and record["repeats"] == []
     assert "0 of 5 timed steps measured" in record["error"]["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [
+    ["--strategy", "ddp"],
+    # TensorFlow's coordination service takes SIGTERM below Python (processes.retake_stop_signals)
+    ["--framework", "tf", "--strategy", "allreduce", "--model", "resnet50"],
+], ids=["torch-ddp", "tf-allreduce"])
+def test_a_stopped_run_of_two_ranks_keeps_the_steps_every_rank_timed(tmp_path, framework):
+    """A 2-rank run stopped by SIGTERM in the timed loop (benchrun stops every rank at once, as torchrun, srun and
+    mpirun do): each rank's worker writes the steps it timed, process 0's record totals them over both ranks (over the
+    steps both completed), exit 130, nothing left."""
+    if "tf" in framework:
+        needs_module("tensorflow")
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2",
+                       "--", *RUN, *framework, *LONG], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started.wait_for("step 3/100000 (repeat 1)", 300)  # process 0's third timed step: DDP ranks step together
+    descendants = processes.descendants(started.proc.pid)
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGTERM", record["error"]
+    message = record["error"]["message"]
+    counts = {int(rank): int(n) for rank, n in re.findall(r"rank (\d+) (\d+)", message.split("steps timed: ", 1)[1])}
+    assert set(counts) == {0, 1} and min(counts.values()) >= 2, message
+    every = min(counts.values())
+    assert f"totals over the {every} steps every rank completed" in message, message
+    assert [row["rank"] for row in record["ranks"]] == [0, 1]
+    assert all(row["images"] == 2 * every for row in record["ranks"])  # --batch-size 2, cut to the common steps
+    assert record["throughput"]["total_images"] == 2 * 2 * every and record["throughput"]["images_per_sec"] > 0
+    assert record["throughput"]["images_per_sec"] == pytest.approx(
+        record["throughput"]["total_images"] / record["throughput"]["total_wall_time_s"])
+    deadline = time.monotonic() + 10
+    while [pid for pid in descendants if processes.alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in descendants if processes.alive(pid)]
+
+
+@pytest.mark.slow
+def test_a_rank_whose_steps_never_come_is_named_and_no_total_is_kept(tmp_path):
+    """Rank 1's worker SIGSTOPped in the timed loop (it cannot write its steps when the stop comes; its supervisor
+    kills it 10 s later), then the run stopped: process 0's worker, blocked in the collective rank 1 never joins,
+    still writes its own steps; the record names rank 1 as missing and keeps no total rather than half of one."""
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2",
+                       "--", "--strategy", "ddp", *RUN, *LONG], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started.wait_for("step 3/100000 (repeat 1)", 300)
+    _, worker = rank_processes(psutil.Process(started.proc.pid), 1)
+    worker.suspend()
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    message = record["error"]["message"]
+    assert record["status"] == "interrupted" and message.startswith("stopped by SIGTERM; the steps of rank 1 are missing")
+    timed = re.search(r"no totals kept \(steps timed: rank 0 (\d+)\)$", message)
+    assert timed and int(timed.group(1)) >= 3, message
+    assert record["throughput"] is None and record["repeats"] == [] and record["ranks"] == []
+    deadline = time.monotonic() + 10
+    while processes.alive(worker.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not processes.alive(worker.pid), "the stopped worker outlived the run"
+
+
+def test_ranks_steps_are_totalled_over_the_steps_every_rank_completed_or_not_at_all():
+    """rank_steps.kept: ranks cut at different steps count the steps all completed; a rank missing keeps no total."""
+    from benchmarks import rank_steps
+
+    def rank(host: str, steps: list[list[float]]) -> dict:
+        return {"host": host, "role": {"kind": "worker", "index": 0}, "signal": "SIGTERM",
+                "loops": [{"images": 2 * len(times), "wall_time_s": sum(times), "step_times_s": times,
+                           "input_wait_s": [0.0] * len(times), "energy": None, "device_state": None} for times in steps]}
+
+    found = {0: rank("a", [[1.0] * 5, [1.0] * 3]), 1: rank("b", [[2.0] * 5, [2.0] * 2])}
+    sections, said = rank_steps.kept(found, 2, batch_size=2)
+    assert said == "; steps timed: rank 0 8, rank 1 7; totals over the 7 steps every rank completed"
+    assert [r["images"] for r in sections["repeats"]] == [20, 8] and sections["throughput"]["total_images"] == 28
+    assert [r["wall_time_s"] for r in sections["repeats"]] == [10.0, 4.0]  # the slowest rank's, over the common steps
+    assert [(row["host"], row["images"]) for row in sections["ranks"]] == [("a", 14), ("b", 14)]
+    assert rank_steps.kept({0: found[0]}, 2, 2) == (
+        {}, "; the steps of rank 1 are missing (stopped before it could write them, or on another host without a "
+            "shared TMPDIR): no totals kept (steps timed: rank 0 8)")
+    assert rank_steps.kept({0: rank("a", [[1.0]]), 1: rank("b", [[]])}, 2, 2)[0] == {}
 
 
 # -- benchrun: run, sweep, compare-runtimes ------------------------------------------------------------------

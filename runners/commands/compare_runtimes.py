@@ -8,7 +8,9 @@ runtime always runs right after another: an order effect cannot bias one of them
 its round and position (record.comparison) beside the runtime asked for (provenance.requested_runtime).
 Running the same command again with the same --out adds rounds to the comparison it holds (its id, seed
 and options are in DIR/comparison.json; other options are refused): follow "about N more rounds" without
-redoing the work. An interrupted comparison keeps every run that finished. Written to --out:
+redoing the work. An interrupted comparison keeps every run that finished. When --out takes no more mid-comparison
+(file system full, read-only), the last run's lines are kept in pending files in the temp dir and the comparison
+stops in one line (exit 5); the next run on that --out appends them first, once each. Written to --out:
 records.jsonl (the records, unchanged), runs.jsonl (one line per run, launch times included),
 compare.md (the verdicts), compare.csv (one row per run), compare.png, and logs/ (each run's stdout).
 
@@ -48,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import durable
-from benchmarks.durable import append_or_fallback, check_dir
-from benchmarks.errors import UsageError
+from benchmarks.durable import OutputError, append_or_fallback, check_dir
+from benchmarks.errors import EXIT_INTERRUPTED, EXIT_OUTPUT, UsageError
 from benchmarks.processes import ENDING_SIGNALS, StopScope
 from benchmarks.provenance import COMPARISON_ENV
 from benchmarks.stats import t_halfwidth
@@ -295,6 +297,41 @@ def save_comparison(out: Path, comparison: Comparison) -> None:
                                           indent=1) + "\n")
 
 
+# What a run could not append to --out (its file system full or read-only) is kept in these pending files
+# (durable.pending_path) and appended by the next run on the same --out, first and once each (by these keys).
+PENDING = {"records.jsonl": ("compare-records", lambda record: record.get("run_id") or None),
+           RUNS: ("compare-runs", lambda row: (row.get("comparison_id"), row.get("round"), row.get("position")))}
+
+
+def keep(out: Path, name: str, entry: dict) -> OutputError | None:
+    """Append `entry` to --out's `name`; when the file system will not take it, keep it in the pending file
+    (append_or_fallback) and return why, so that the run's other line is still tried: a record without its run
+    row would leave its round uncounted, and the next invocation would number a round twice."""
+    try:
+        append_or_fallback(out / name, entry, durable.pending_path(out / name, PENDING[name][0]).name)
+    except OutputError as error:
+        return error
+    return None
+
+
+def recover_pending(out: Path) -> None:
+    """Before a run starts: what earlier runs kept in the pending files goes into records.jsonl and runs.jsonl,
+    once each, said in one line; a --out that still takes nothing is one line (exit 2), the files kept."""
+    said = []
+    for name, (kind, key) in PENDING.items():
+        try:
+            recovered = durable.append_pending(out / name, kind, key)
+        except OSError as error:
+            raise UsageError(f"--out {str(out)!r}: cannot append the entries kept in "
+                             f"{durable.pending_path(out / name, kind)} to {name} ({error.strerror}): free space "
+                             "first") from None
+        if recovered is not None:
+            said.append(f"{recovered[0]} to {name} (from {recovered[1]})")
+    if said:
+        print(f"compare-runtimes: {out}: appended what an earlier run measured while it was not writable: "
+              f"{'; '.join(said)}", flush=True)
+
+
 def read_runs(out: Path) -> list[dict]:
     """The runs of every invocation so far (a line a killed writer left torn is skipped)."""
     runs = []
@@ -365,6 +402,15 @@ def run(args) -> int:
     for req in requests.values():
         req.spec = req.spec.replace(mllog=True)  # the launch timestamps
         dispatch.prepare(req, runtimes.get(req.runtime))  # images converted/loaded once, up front: later runs reuse them
+    with durable.sole_writer(out / STATE, "--out", f"compare-runtimes of {','.join(names)}"):
+        recover_pending(out)
+        return _compare(args, out, comparison, names, requests, margin, launch_margin)
+
+
+def _compare(args, out: Path, comparison: Comparison, names: list[str], requests: dict, margin: float,
+             launch_margin: float) -> int:
+    """The rounds and the summary, --out held (durable.sole_writer): its rounds are counted under the lock, so two
+    invocations never run the same round."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
     save_comparison(out, comparison)
     done = read_runs(out)
@@ -397,8 +443,7 @@ def run(args) -> int:
                 break
             record = outcome.record
             launch = launch_times(log, issued)
-            if record is not None:
-                append_or_fallback(out / "records.jsonl", record, f"dlbench-record-{record['run_id']}.jsonl")
+            unwritable = [keep(out, "records.jsonl", record)] if record is not None else []
             value = throughput(record)
             failed |= value is None
             prov = (record or {}).get("provenance", {})
@@ -407,7 +452,10 @@ def run(args) -> int:
                    "status": (record or {}).get("status", f"no record (exit {outcome.exit_code})"),
                    "images_per_sec": value, "container_runtime": prov.get("container_runtime", ""),
                    "image": prov.get("image") or "", **launch}
-            append_or_fallback(out / RUNS, row, f"dlbench-compare-run-{req.run_id}.jsonl")
+            unwritable = [error for error in [*unwritable, keep(out, RUNS, row)] if error is not None]
+            if unwritable:
+                stop.restore()
+                return _stopped_unwritable(unwritable)
             first_step = launch["first_step_s"]
             print(f"compare-runtimes: round {round_} ({round_ - first + 1}/{args.repeats}), {position}/{len(order)} "
                   f"{name}: {'failed' if value is None else f'{value:.2f} img/s'}"
@@ -428,4 +476,15 @@ def run(args) -> int:
     for run in runs:
         launches.setdefault(run["runtime"], []).append(run)
     write_summary(out, runs, records, no_record, launches, margin, launch_margin)
-    return 130 if interrupted else (1 if failed else 0)
+    return EXIT_INTERRUPTED if interrupted else (1 if failed else 0)
+
+
+def _stopped_unwritable(errors: list[OutputError]) -> int:
+    """--out took no more mid-comparison: no further run starts (its measurement could not be kept either), and one
+    line says why, where the last run's lines are kept and that the next run on this --out appends them. Exit 5."""
+    kept = [str(error.fallback) for error in errors if error.fallback]
+    saved = (f"the last run is kept in {' and '.join(kept)} and is appended by the next run on this --out" if kept
+             else "the temp dir is not writable either: the last run is lost")
+    print(f"benchrun: error: compare-runtimes stopped: {errors[0]}: {saved}; free space and rerun to add the "
+          "remaining rounds", file=sys.stderr, flush=True)
+    return EXIT_OUTPUT

@@ -148,31 +148,25 @@ def read_store(path: Path) -> Iterator[dict]:
         print(f"benchrun: warning: {warning.message}", file=sys.stderr)
 
 
-def pending_name(store_path: Path) -> str:
-    """The temp-dir file holding entries measured while the store could not be written."""
-    import hashlib
+PENDING = "sweep"  # the store's pending file (durable.pending_path): entries measured while it could not be written
 
-    return f"dlbench-sweep-pending-{hashlib.sha256(str(store_path.resolve()).encode()).hexdigest()[:12]}.jsonl"
+
+def _entry_key(entry: dict):
+    """What makes a store entry the same entry: its point and attempt (a run's own entry has no sweep section)."""
+    return (entry["sweep"]["config_hash"], entry["sweep"].get("attempt")) if entry["sweep"] else None
 
 
 def recover_pending(console, store_path: Path) -> None:
     """Append the entries a previous run could not write (store full), once each, then drop the file."""
-    pending = durable.fallback_dir() / pending_name(store_path)
-    if not pending.exists():
-        return
-    stored = {(e["sweep"]["config_hash"], e["sweep"].get("attempt")) for e in read_store(store_path) if e["sweep"]}
-    recovered = 0
-    for entry in read_store(pending):
-        if entry["sweep"] and (entry["sweep"]["config_hash"], entry["sweep"].get("attempt")) not in stored:
-            try:
-                durable.append_jsonl(store_path, entry)
-            except OSError as error:
-                raise UsageError(f"--store {str(store_path)!r}: cannot append the pending entries of {pending} "
-                                 f"({error.strerror}): free space first") from None
-            recovered += 1
-    pending.unlink()
-    console.print(f"recovered {recovered} entr{'y' if recovered == 1 else 'ies'} measured while {store_path} was "
-                  f"not writable (from {pending})")
+    try:
+        recovered = durable.append_pending(store_path, PENDING, _entry_key, read_store)
+    except OSError as error:
+        raise UsageError(f"--store {str(store_path)!r}: cannot append the pending entries of "
+                         f"{durable.pending_path(store_path, PENDING)} ({error.strerror}): free space first") from None
+    if recovered is not None:
+        count, pending = recovered
+        console.print(f"recovered {count} entr{'y' if count == 1 else 'ies'} measured while {store_path} was "
+                      f"not writable (from {pending})")
 
 
 def status_of(entry: dict) -> str:
@@ -475,7 +469,7 @@ def _sweep(console, todo, timeout_s, attempts, final, store_path, log_dir, plan_
                 }
                 status = status_of(entry)
                 final[h] = status
-                durable.append_or_fallback(store_path, entry, pending_name(store_path))
+                durable.append_or_fallback(store_path, entry, durable.pending_path(store_path, PENDING).name)
                 logged(entry)
                 progress.console.print(f"{status:>11}  {point.label()}  (attempt {attempt}): {_outcome_text(entry)}")
                 if status not in RETRY or stop.requested:

@@ -174,7 +174,12 @@ def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
     finally:
         killed = procs[0].poll() is not None and procs[0].returncode < 0  # before anything of ours reached it
         if procs[0].poll() is None:
-            procs[0].send_signal(signal.SIGTERM)  # lets bench write an 'interrupted'/'timeout' record
+            # Every rank at once, process 0 first: bench writes an 'interrupted'/'timeout' record, and each rank's
+            # worker writes the steps it timed for process 0's supervisor to total (benchmarks/rank_steps.py),
+            # which it could not once process 0 had ended.
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
             try:
                 procs[0].wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
