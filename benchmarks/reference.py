@@ -172,6 +172,7 @@ def tensorflow_loop(model: str, batch_size: int, image_size: int, *, num_classes
 
 
 BUILDERS = {"torch": torch_loop, "tensorflow": tensorflow_loop}
+DEVICE_ATTRIBUTES = {"torch": "device", "tensorflow": "device_name"}  # where each bench backend keeps its device
 
 
 def images_per_sec(framework: str, model: str, batch_size: int, image_size: int, warmup: int, steps: int,
@@ -184,9 +185,8 @@ def images_per_sec(framework: str, model: str, batch_size: int, image_size: int,
 
 
 def for_backend(backend, config) -> BareLoop:
-    """The bare loop of a set-up bench backend's run, on its device, in its process (threads and math as it set them).
-    `device` (torch) and `device_name` (TensorFlow) are where each backend trains."""
-    device = getattr(backend, "device", None) if backend.name == "torch" else getattr(backend, "device_name", None)
+    """The bare loop of a set-up bench backend's run, on its device, in its process (threads and math as it set them)."""
+    device = getattr(backend, DEVICE_ATTRIBUTES[backend.name], None)
     return BUILDERS[backend.name](config.model, config.batch_size, config.image_size, num_classes=config.num_classes,
                                   lr=config.base_lr, synthetic_batches=config.synthetic_batches, seed=config.seed,
                                   device=device)
