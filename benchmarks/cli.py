@@ -104,6 +104,11 @@ def run_benchmark(argv: list[str]) -> int:
     config = config_of(args)
     if config.accuracy_mode:
         check_accuracy_world(config)
+    if config.reference:
+        from .distributed.world import detect
+        from .reference import check_launch
+
+        check_launch(detect().size, args.find_max_batch)
     data_scan = scan = None
     if config.data_dir is not None:
         from .dataset import check_images

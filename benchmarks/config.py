@@ -130,6 +130,12 @@ def build_config(
         data_format=data_format or spec.data_format,
         **options,
     )
+    if config.reference:
+        from .reference import refusal
+
+        problem = refusal(config, spec.data_format)
+        if problem:
+            raise UsageError(problem)
     if installed_here:
         require_installed(framework)
     return config

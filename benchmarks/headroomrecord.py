@@ -1,4 +1,5 @@
-"""The record models of the headroom ladder (1.19): the measured GEMM ceiling and the best public result.
+"""The record models of the headroom ladder: the measured GEMM ceiling and the best public result (1.19), the bare
+loop's harness ratio (1.20).
 
 Apart from record.py only to keep each file small; record.ResultRecord holds them (docs/results.md#headroom).
 """
@@ -48,3 +49,23 @@ class AnchorInfo(_Model):
         "conditions")
     reason: Optional[str] = Field(
         description="why fraction is null: 'no anchor for ...', or the condition the run does not meet")
+
+
+class ReferencePair(_Model):
+    bench_images_per_sec: float = Field(description="this repeat's images/sec (repeats[].images_per_sec)")
+    bare_images_per_sec: float = Field(description="the bare loop's images/sec beside it, the same number of steps")
+    ratio: float = Field(description="bench_images_per_sec / bare_images_per_sec")
+
+
+class ReferenceInfo(_Model):
+    ratio: Optional[float] = Field(
+        description="the harness ratio: bench's images/sec / the bare hand-written loop's on the same machine and "
+        "process, the mean of the per-pair ratios (--reference); null: not measured (reason)")
+    ci95_halfwidth: Optional[float] = Field(
+        description="half-width of the 95% t-interval of the mean ratio over the pairs; null below 2 pairs")
+    pairs: int = Field(description="repeats with a bare loop beside them (0 when none ran)")
+    bare_images_per_sec: Optional[float] = Field(description="the bare loop's images/sec, mean over the pairs")
+    per_pair: list[ReferencePair] = Field(description="each pair in repeat order; the bare loop ran first in odd ones")
+    reason: Optional[str] = Field(
+        description="why ratio is null (no --reference, several processes, the bare loop failed), or why there are "
+        "fewer pairs than repeats")

@@ -29,6 +29,7 @@ from . import (
     preflight,
     processes,
     record,
+    reference,
     tensorboard,
     timing,
 )
@@ -152,6 +153,7 @@ class Measurement(RankSession):
         if cfg.num_warmup_batches:
             self.progress(f"warmup: {cfg.num_warmup_batches} batches of {cfg.batch_size}")
             backend.timed_loop(batches, cfg.num_warmup_batches, **self._display("warmup", cfg.num_warmup_batches))
+        pairs = self._bare_loop()
         processes.retake_stop_signals()  # the framework's setup and first steps may have taken them (TensorFlow's)
         backend.reset_peak_memory()
         monitor.reset()
@@ -161,6 +163,9 @@ class Measurement(RankSession):
         for index in range(cfg.repeats):
             if timing.boundary.requested:  # Slurm's warning (processes.BOUNDARY_SIGNALS): no further repeat
                 break
+            bare_first = pairs is not None and pairs.bare_first(index)
+            if bare_first:
+                pairs.time(index)
             self.mllog.start("epoch_start", index, repeat=index)
             monitor.begin_repeat()
             meter.start()  # at the ends of the timed loop, which synchronises the device at both
@@ -184,7 +189,10 @@ class Measurement(RankSession):
             loops.append(loop)
             self.mllog.end("epoch_stop", index, repeat=index)
             self.mllog.event("tracked_stats", {"throughput": loop.images_per_sec}, repeat=index)
-            self.progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)")
+            if pairs is not None and not bare_first and not timing.boundary.requested:
+                pairs.time(index)
+            self.progress(f"repeat {index + 1}/{cfg.repeats}: {loop.images_per_sec:.2f} images/sec (this process)"
+                          + self._bare_text(pairs, index))
         if not loops:  # the warning came before the first timed step: nothing measured
             raise Stopped("interrupted", self._boundary_message(), timing.boundary.signal)
         local = {
@@ -227,6 +235,8 @@ class Measurement(RankSession):
             "flops": self._flops(rate, ceilings),
             "ceiling": local["ceiling"],
             "anchor": self._anchor(rate),
+            "reference": (pairs.section([loop.images_per_sec for loop in loops]) if pairs is not None
+                          else reference.not_run(self.world.size)),
             "energy": energy.combine(per_rank, totals["throughput"]["total_images"], totals["throughput"]["total_wall_time_s"]),
         }
         if self.trace is not None:
@@ -343,6 +353,22 @@ class Measurement(RankSession):
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             self.progress(f"warning: no ceiling: {reason}")
             return ceiling.unavailable(reason)
+
+    def _bare_loop(self) -> reference.Interleaved | None:
+        """--reference (one process: bench refused more before starting): the bare loop built and warmed up after
+        bench's own warmup and before the peaks are reset, so that neither side's warmup is timed."""
+        cfg = self.config
+        if not cfg.reference or self.world.size > 1:
+            return None
+        self.progress(f"reference: building the bare loop, {cfg.num_warmup_batches} warmup batches")
+        return reference.Interleaved(lambda: reference.for_backend(self.backend, cfg), cfg.num_warmup_batches,
+                                     cfg.num_batches, warn=lambda reason: self.progress(f"warning: --reference: {reason}"))
+
+    @staticmethod
+    def _bare_text(pairs: reference.Interleaved | None, index: int) -> str:
+        """The progress line's bare-loop part for repeat `index`."""
+        rate = pairs.bare.get(index) if pairs is not None else None
+        return "" if rate is None else f"; bare loop {rate:.2f} images/sec"
 
     def _achievable(self, ceilings: list) -> tuple[float | None, str | None]:
         """The sum of the training ranks' ceilings (each rank's devices), or why there is none."""

@@ -203,6 +203,13 @@ OPTIONS: dict[str, Option] = _table(
            "the best sustained rate. cached = measured once per machine, framework version, math and threads, then "
            "read from ~/.cache/dlbench (XDG_CACHE_HOME); measure = probe again and replace it; off = none (default: "
            "$DLBENCH_CEILING, else %(default)s)", "how", ceiling.MODES, config=True, env="DLBENCH_CEILING"),
+    Option("reference", bool, False, "also time the bare training loop a careful user writes by hand, in the same "
+           "process: the same model, SGD with momentum, batch, image size, device, threads and synthetic batches, the "
+           "same warmup and timed steps, nothing of bench around it; one bare loop beside each repeat (alternating "
+           "which goes first), its warmup untimed. The record's `reference` and the headroom line's 'vs bare loop' give "
+           "bench's images/sec / the bare loop's, the mean of the per-repeat ratios with a 95%% t-interval: what the "
+           "harness costs. One process only; synthetic data, fp32 or tf32, no --compile or --xla, the native layout. "
+           "The memory peaks then include the bare loop's copy of the model", "how", config=True),
     Option("display_every", int, 10, "every N steps print step, images/sec over those N steps and loss to stderr; a "
            "progress bar with ETA on a terminal; 0 = off. Printing time is excluded from the measurement (default: "
            "%(default)s)", "how", check=NON_NEGATIVE, metavar="N"),

@@ -72,7 +72,8 @@ def flops_line(counted: dict, kind: str) -> str:
 
 def headroom_line(record: dict, kind: str) -> str:
     """The ladder (docs/results.md#headroom): achieved model FLOP/s against the measured ceiling and the
-    datasheet, images/sec against the best public result; each rung a number or why there is none."""
+    datasheet, images/sec against the best public result and against the bare loop; each rung a number or why
+    there is none."""
     counted, probed, anchor = record.get("flops") or {}, record.get("ceiling"), record.get("anchor")
     unit = flop_math.rate_unit(kind)
     if counted.get("mfu_vs_achievable") is not None:
@@ -97,7 +98,21 @@ def headroom_line(record: dict, kind: str) -> str:
         public = f"{anchor['images_per_sec']:,.0f} images/sec per device, no fraction: {anchor['reason']}"
     else:
         public = anchor["reason"]
-    return f"headroom: MFU vs achievable {achievable}; vs datasheet {datasheet}; vs best public: {public}"
+    return (f"headroom: MFU vs achievable {achievable}; vs datasheet {datasheet}; vs best public: {public}; "
+            f"vs bare loop: {bare_loop_text(record.get('reference'))}")
+
+
+def bare_loop_text(section: dict | None) -> str:
+    """The ladder's last rung: the harness ratio (reference.section) with its interval, or why there is none."""
+    if section is None:
+        return "n/a"
+    if section["ratio"] is None:
+        return f"n/a ({section['reason']})"
+    ratio, half, pairs = section["ratio"] * 100, section["ci95_halfwidth"], section["pairs"]
+    interval = f" [{ratio - half * 100:.1f}, {ratio + half * 100:.1f}]" if half is not None else " (no interval from one pair)"
+    cut = f"; {section['reason']}" if section["reason"] else ""
+    return (f"{ratio:.1f}%{interval} over {pairs} pair{'s' * (pairs != 1)}, bare loop "
+            f"{section['bare_images_per_sec']:.2f} images/sec{cut}")
 
 
 def energy_line(energy: dict) -> str:

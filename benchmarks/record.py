@@ -20,12 +20,12 @@ from pydantic import BaseModel, Field
 from . import step_timing
 from .accuracyrecord import AccuracyInfo  # the time-to-accuracy section's models live there
 from .distributed import strategies
-from .headroomrecord import AnchorInfo, CeilingInfo  # the 1.19 sections' models live there
+from .headroomrecord import AnchorInfo, CeilingInfo, ReferenceInfo  # the headroom sections' models live there
 from .options import DEFAULTS, choices_of
 from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, StatsRecord, _Model  # the 1.18 sections' models live there
 from .provenance import CONTAINER_RUNTIMES
 
-SCHEMA_VERSION = "1.19"
+SCHEMA_VERSION = "1.20"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]
@@ -82,6 +82,7 @@ class RunConfig(_Model):
     ceiling: Literal[choices_of("ceiling")] = Field(
         default=DEFAULTS["ceiling"], description="--ceiling: the measured GEMM ceiling off, cached or measured "
         "again (1.19)")
+    reference: bool = Field(default=False, description="--reference: the bare loop timed beside the repeats (1.20)")
 
 
 class Throughput(_Model):
@@ -384,6 +385,9 @@ class ResultRecord(_Model):
     anchor: Optional[AnchorInfo] = Field(
         default=None, description="the best public result for this device and model, and this run's fraction of "
         "it; null unless a throughput run completed (1.19)")
+    reference: Optional[ReferenceInfo] = Field(
+        default=None, description="the harness ratio against a bare hand-written loop (--reference), or why there is "
+        "none; null unless a throughput run completed (1.20)")
     batch_search: Optional[BatchSearch] = Field(default=None, description="--find-max-batch probes only (1.9)")
     trace: Optional[TraceInfo] = Field(default=None, description="--trace: the profiled window after the timed loops (1.8)")
     accuracy: Optional[AccuracyInfo] = Field(default=None, description="--target-accuracy runs: the accuracy curve and time to "

@@ -1,10 +1,11 @@
 """Does `bench` cost throughput? `bench` vs the simplest honest hand-written training loop.
 
-The bare loop is what a careful user writes by hand: same model, optimizer
-(SGD momentum), batch, image size and threads; SYNTHETIC_BATCHES rotating
-synthetic batches passed to the step (as bench does), and the loss read back
-every step (so each step has finished before the next starts, which bench
-ensures with its device synchronisation). Both frameworks by default; per
+The bare loop is what a careful user writes by hand (benchmarks/reference.py,
+its one home, which `bench --reference` times in-process too): same model,
+optimizer (SGD momentum), batch, image size and threads; SYNTHETIC_BATCHES
+rotating synthetic batches passed to the step (as bench does), and the loss
+read back every step (so each step has finished before the next starts, which
+bench ensures with its device synchronisation). Both frameworks by default; per
 framework the two sides run interleaved (ABBA order, so drift and thermal
 effects hit both equally), each run in a fresh process, as `bench` itself
 runs. Prints images/sec of each side with a 95% t-interval and the ratio
@@ -30,81 +31,15 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import reference  # noqa: E402 - once the checkout is on sys.path
 from benchmarks.stats import Stats, t_halfwidth  # noqa: E402 - once the checkout is on sys.path
 
-TORCH_MODELS = {"resnet50": "resnet50", "alexnet": "alexnet", "resnet101": "resnet101"}
-KERAS_MODELS = {"resnet50": "ResNet50", "resnet101": "ResNet101"}
-
-
 SYNTHETIC_BATCHES = 4  # bench's default --synthetic-batches
-
-
-def bare_torch(args) -> float:
-    import torch
-    import torchvision
-
-    torch.set_num_threads(args.num_threads)
-    model = getattr(torchvision.models, TORCH_MODELS[args.model])(weights=None)
-    model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    criterion = torch.nn.CrossEntropyLoss()
-    batches = [(torch.randn(args.batch_size, 3, args.image_size, args.image_size),
-                torch.randint(0, 1000, (args.batch_size,))) for _ in range(SYNTHETIC_BATCHES)]
-
-    def step(i):
-        images, labels = batches[i % SYNTHETIC_BATCHES]
-        optimizer.zero_grad(set_to_none=True)
-        loss = criterion(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-
-    for i in range(args.warmup):
-        step(i)
-    start = time.perf_counter()
-    for i in range(args.batches):
-        step(i)
-    return args.batch_size * args.batches / (time.perf_counter() - start)
-
-
-def bare_tensorflow(args) -> float:
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(args.num_threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.num_threads)
-    size = args.image_size
-    model = getattr(keras.applications, KERAS_MODELS[args.model])(
-        weights=None, input_shape=(size, size, 3), classifier_activation=None
-    )
-    optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    batches = [(tf.random.normal((args.batch_size, size, size, 3)),
-                tf.random.uniform((args.batch_size,), 0, 1000, dtype=tf.int64)) for _ in range(SYNTHETIC_BATCHES)]
-
-    @tf.function
-    def step(images, labels):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(labels, model(images, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    for i in range(args.warmup):
-        step(*batches[i % SYNTHETIC_BATCHES]).numpy()
-    start = time.perf_counter()
-    for i in range(args.batches):
-        step(*batches[i % SYNTHETIC_BATCHES]).numpy()
-    return args.batch_size * args.batches / (time.perf_counter() - start)
 
 
 def run_bench(args, framework: str, display_every: int = 0) -> float:
@@ -147,7 +82,8 @@ def main() -> None:
     args = p.parse_args()
     frameworks = ["torch", "tensorflow"] if args.framework == "both" else [args.framework]
     if args.bare:
-        print(bare_torch(args) if args.framework == "torch" else bare_tensorflow(args))
+        print(reference.images_per_sec(args.framework, args.model, args.batch_size, args.image_size, args.warmup,
+                                       args.batches, args.num_threads, SYNTHETIC_BATCHES))
         return
     if args.progress:
         for framework in frameworks:
