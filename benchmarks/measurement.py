@@ -463,10 +463,10 @@ class Measurement(RankSession):
         if status in ("interrupted", "timeout") and self.timed and self.world.size == 1 and "throughput" not in result:
             result = {**aggregate([self.timed], self.config.batch_size), **result}
         framework, model = None, None
-        if self.backend is not None and hasattr(self.backend, "model"):
+        if self.backend is not None:
             try:
                 framework, model = framework_info(self.backend), self.backend.model_info()
-            except AttributeError:  # a peer failed while this rank was still building: not known yet
+            except AttributeError:  # a peer failed while this rank was still building (setup() sets what they read)
                 pass
         failures = self.backend.decode_failures if self.backend is not None else []
         sections = self.backend.record_sections() if self.backend is not None else {}

@@ -186,6 +186,8 @@ def images_per_sec(framework: str, model: str, batch_size: int, image_size: int,
 
 def for_backend(backend, config) -> BareLoop:
     """The bare loop of a set-up bench backend's run, on its device, in its process (threads and math as it set them)."""
+    if backend.name not in BUILDERS:  # a framework without a bare loop here: the record says so, bench stands
+        raise NotImplementedError(f"{backend.name} has no bare loop (benchmarks/reference.py's BUILDERS)")
     device = getattr(backend, DEVICE_ATTRIBUTES[backend.name], None)
     return BUILDERS[backend.name](config.model, config.batch_size, config.image_size, num_classes=config.num_classes,
                                   lr=config.base_lr, synthetic_batches=config.synthetic_batches, seed=config.seed,

@@ -59,6 +59,7 @@ def test_the_required_interface_is_enough_to_train_and_time():
     assert len(loop.step_times_s) == 3 and loop.losses == [0.0] * 3 and backend.skip_images == frozenset()
     assert not any(isinstance(backend, capability) for capability in CAPABILITIES)
     assert not capabilities.compiles(backend)
+    assert backend.model_info() is None  # stated by a backend that can (the record's `model`); not required
     with pytest.raises(NotImplementedError, match="^minimal does not count FLOPs$"):  # the record's reason
         capabilities.of(backend, capabilities.CountsFlops, f"{backend.name} does not count FLOPs")
 
@@ -110,3 +111,19 @@ def test_every_shipped_backend_has_every_training_capability(name):
         assert members, capability
         for member in members:
             assert f"def {member}(" in source, (name, capability.__name__, member)
+
+
+def test_a_backend_with_only_the_required_part_gets_its_framework_into_the_record():
+    """The record's provenance.framework comes from the required part alone (version, device_info): a backend
+    need not hold a `model` attribute or state model_info (docs/architecture.md, "Recipes checked")."""
+    from benchmarks import provenance, record
+    from benchmarks.measurement import Measurement
+    from benchmarks.mllog import MLLogger
+
+    config = build_config(framework="torch", model="alexnet", installed_here=False)
+    base = {"run_id": record.new_run_id(), "timestamp_utc": record.utc_now(),
+            "provenance": {**provenance.host_provenance(), "command": ["bench"]}}
+    measurement = Measurement(config, base, MLLogger(False, None))
+    measurement.backend = Minimal(config)  # as run() loads it
+    written = measurement.finish("failed", {"kind": "crash", "message": "planted"})
+    assert written["provenance"]["framework"]["name"] == "minimal" and written["model"] is None

@@ -87,6 +87,13 @@ def test_a_failing_bare_loop_ends_the_pairing_with_its_reason_and_bench_stands()
     assert unbuilt.time(0) is None
     assert unbuilt.section([8.0])["reason"] == "the bare loop failed: RuntimeError: no such device"
 
+    class NewFramework:  # a backend of a framework reference.py has no bare loop for (docs/architecture.md's recipe)
+        name = "numpy"
+
+    unknown = reference.Interleaved(lambda: reference.for_backend(NewFramework(), None), warmup=1, steps=2, warn=warned.append)
+    assert unknown.section([8.0])["reason"] == ("the bare loop failed: NotImplementedError: numpy has no bare loop "
+                                                "(benchmarks/reference.py's BUILDERS)")
+
 
 def test_a_stop_inside_the_bare_loop_stops_the_run():
     pairs = reference.Interleaved(lambda: FakeLoop([], fail_at=1, error=Stopped("interrupted", "SIGINT")), warmup=0, steps=2)

@@ -272,6 +272,7 @@ def test_multi_node_world_without_coordinator_is_a_usage_error():
 
 def test_strategy_objects_count_processes_and_invert():
     from benchmarks.distributed import strategies
+    from benchmarks.framework_specs import FRAMEWORKS
 
     assert strategies.NAMES == ("none", "ddp", "horovod", "allreduce", "ps", "fsdp")
     ps = strategies.get("ps")
@@ -282,6 +283,7 @@ def test_strategy_objects_count_processes_and_invert():
             assert strategy.workers(strategy.processes(workers, num_ps), num_ps) == workers
     assert [s.name for s in strategies.STRATEGIES.values() if s.supports("torch")] == ["none", "ddp", "horovod", "fsdp"]
     assert strategies.get("fsdp").exchange_op is None and "fsdp" not in strategies.COMM_NAMES
+    assert strategies.get("none").frameworks == tuple(FRAMEWORKS)  # a new framework runs independent replicas as it is
     assert not strategies.get("none").syncs_replicas and strategies.get("ddp").syncs_replicas
     assert [ps.serves_only(ps.role(r, 4, 1)) for r in range(4)] == [False, True, True, True]
 

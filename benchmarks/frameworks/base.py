@@ -185,6 +185,10 @@ class Framework(ABC):
     @abstractmethod
     def is_out_of_memory(self, error: BaseException) -> bool: ...
 
+    def model_info(self) -> dict | None:
+        """The record's `model` once set up: {"parameters": trainable count, "aux_head": bool}; None: not stated."""
+        return None
+
     # -- time to accuracy (benchmarks/accuracy.py) ------------------------------------------------
 
     staleness: list | None = None  # per update, updates applied meanwhile by others (asynchronous strategies)
