@@ -385,7 +385,7 @@ def test_unreadable_sif_is_one_line_for_its_user(apptainer_bin, tf_sif):
     try:
         with apptainer.fuse_for("nobody"):  # (for this user the /dev/fuse check comes first)
             done = as_nobody(f'eval "$({apptainer.INSTALL})" && {venv}/bin/python -m runners run --runtime apptainer '
-                             f"--image {secret} -- --model x", timeout=120)
+                             f"--image {secret} -- --model alexnet", timeout=120)
         assert done.returncode == 2 and done.stderr.splitlines()[-1] == \
             f"benchrun: error: image file {secret} is not readable (Permission denied)", done.stderr
     finally:
@@ -394,7 +394,7 @@ def test_unreadable_sif_is_one_line_for_its_user(apptainer_bin, tf_sif):
 
 def test_apptainer_missing_is_one_line(tmp_path):
     """The absence made here (a PATH of an empty directory), whatever this machine has installed."""
-    done = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "apptainer", "--", "--model", "x"],
+    done = subprocess.run([sys.executable, "-m", "runners", "run", "--runtime", "apptainer", "--", "--model", "alexnet"],
                           cwd=ROOT, env=python_env({"PATH": str(tmp_path)}), capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "runtime 'apptainer' needs 'apptainer', which is not on PATH" in done.stderr

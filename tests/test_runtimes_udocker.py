@@ -160,12 +160,12 @@ def test_udocker_bad_image_is_one_line_and_leaves_nothing(udocker_env, tmp_path)
     store = tmp_path / "store"
     env = {**udocker_env, udocker.STORE_ENV: str(store)}
     images_before = run(["udocker", *udocker.UdockerRuntime().root_option(), "images"], env=env).stdout
-    missing = benchrun("run", "--runtime", "udocker", "--image", "dlbench-no-such-image:0", "--", "--model", "x", env=env)
+    missing = benchrun("run", "--runtime", "udocker", "--image", "dlbench-no-such-image:0", "--", "--model", "alexnet", env=env)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
     assert "image 'dlbench-no-such-image:0' not found in the local Docker engine" in missing.stderr
     not_an_image = tmp_path / "broken.tar"
     not_an_image.write_bytes(b"this is not a docker save tarball\n" * 100)
-    broken = benchrun("run", "--runtime", "udocker", "--image", str(not_an_image), "--", "--model", "x", env=env)
+    broken = benchrun("run", "--runtime", "udocker", "--image", str(not_an_image), "--", "--model", "alexnet", env=env)
     assert broken.returncode == 2 and broken.stderr.count("\n") == 1, broken.stderr
     assert broken.stderr.startswith(f"benchrun: error: udocker load -i {not_an_image} failed")
     assert run(["udocker", *udocker.UdockerRuntime().root_option(), "images"], env=env).stdout == images_before
