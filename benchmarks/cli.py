@@ -57,7 +57,7 @@ def bench_parser(environ=os.environ, add_help: bool = True) -> argparse.Argument
     """bench's parser, training options and the `comm` subcommand, from options.OPTIONS;
     `environ`: where defaults such as $BENCH_FRAMEWORK come from."""
     p = Parser(prog="bench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                add_help=add_help)
+               add_help=add_help)
     if add_help:
         p.add_argument("--version", action="version", version=f"bench (dlbench) {__version__}")
     add_arguments(p, environ)
