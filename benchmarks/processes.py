@@ -77,6 +77,12 @@ def at_fast_exit(cleanup: Callable[[], None]) -> None:
 def fast_exit(code: int) -> NoReturn:
     """Leave without interpreter teardown, where TensorFlow's remote contexts complain about servers
     that already left and framework finalisers can crash; everything must be written by now."""
+    _leaving()
+    os._exit(code)
+
+
+def _leaving() -> None:
+    """What every exit without teardown does first (fast_exit, die_of): the at_fast_exit cleanups, the streams."""
     for cleanup in _AT_FAST_EXIT:
         try:
             cleanup()
@@ -84,7 +90,6 @@ def fast_exit(code: int) -> NoReturn:
             pass
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
 
 
 class StopScope:
@@ -170,8 +175,7 @@ def retake_stop_signals() -> None:
 def die_of(signum: int) -> NoReturn:
     """End this process as `signum` ends it by default, from any thread (signal.signal is the main thread's only:
     libc's signal() is called instead): its supervisor sees a death by that signal, as if nothing had caught it."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _leaving()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal.restype = ctypes.c_void_p

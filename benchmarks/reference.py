@@ -8,7 +8,7 @@ synchronised at both ends of the clock. No per-step stamps, progress, stop check
 
 bench --reference runs it in the worker beside the timed repeats, paired with them (Interleaved); perf/harness_overhead.py
 runs it in a fresh process of its own (images_per_sec). This is its one home. The frameworks are imported inside the
-builders: the option table and `bench --help` import this module.
+builders: bench's CLI and config import this module (lazily, for --reference's checks) before any framework.
 """
 
 from __future__ import annotations

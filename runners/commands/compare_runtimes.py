@@ -334,21 +334,15 @@ def recover_pending(out: Path) -> None:
 
 def read_runs(out: Path) -> list[dict]:
     """The runs of every invocation so far (a line a killed writer left torn is skipped)."""
-    runs = []
-    path = out / RUNS
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            runs.append(json.loads(line))
-    return runs
+    return _read(out / RUNS)
 
 
 def read_records(out: Path) -> list[dict]:
-    records = []
-    path = out / "records.jsonl"
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            records.append(json.loads(line))
-    return records
+    return _read(out / "records.jsonl")
+
+
+def _read(path: Path) -> list[dict]:
+    return list(durable.read_jsonl(path)) if path.exists() else []
 
 
 def write_csv(out: Path, runs: list[dict]) -> None:
