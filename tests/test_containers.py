@@ -181,7 +181,8 @@ def test_compose_files_are_valid_and_cpu_by_default(docker, version):
 
 
 def test_missing_base_image_is_one_line(docker):
-    one_line_error(run([C / "build.sh", "tf"], env={"BASE_IMAGE": "dlbench-no-such-base:0"}),
+    # MIN_FREE_GB=0: the free-space check comes first and would answer instead on a full disk (CI: 7 GB free).
+    one_line_error(run([C / "build.sh", "tf"], env={"BASE_IMAGE": "dlbench-no-such-base:0", "MIN_FREE_GB": "0"}),
                    "'dlbench-no-such-base:0'", "dlbench-base:bookworm")
 
 
