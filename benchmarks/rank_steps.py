@@ -1,14 +1,17 @@
 """What a run of several processes keeps when it is stopped (a signal, --timeout): every rank's steps timed so far.
 
-Process 0 cannot gather them the usual way (the rendezvous, a collective) once the ranks are being stopped: each may be
-blocked in a collective its peers will never join. So each rank's worker, on the stop, writes its own steps from a
-thread of its own (processes.on_stop_in_thread) into a directory every rank of the run on one host shares (the temp
-dir, named after the run: steps_dir), whole or not at all; process 0's supervisor, once its own worker has ended, reads
-them (collect) and its record keeps the totals over ranks over the steps every rank completed (kept), as an `ok` run's
-(totals.aggregate), or, when a rank's steps never came, names it and keeps no total rather than a wrong one.
+Process 0 cannot gather them the usual way (a gather on the rendezvous, a collective) once the ranks are being
+stopped: each may be blocked in a collective its peers will never join. So each rank's worker, on the stop, from a
+thread of its own (processes.on_stop_in_thread), hands its steps to process 0 over the rendezvous on a connection of
+its own (Rendezvous.hand_over: from any host, where /tmp is each node's own as on most clusters), or, where process 0
+cannot be reached, writes them into a directory named after the run in its temp dir (steps_dir), whole or not at all,
+as process 0's worker writes its own. Process 0's worker then waits for every other rank's steps, handed over (it
+writes them into that directory) or written there by a rank on its host (receive); its supervisor, once that worker
+has ended, reads them all (collect) and its record keeps the totals over ranks over the steps every rank completed
+(kept), as an `ok` run's (totals.aggregate), or, when a rank's steps never came, names it and keeps no total rather
+than a wrong one.
 
-Ranks on other hosts write into their own temp dir: their steps reach process 0 only where TMPDIR is one directory
-shared by every host (docs/signals.md). A run whose chief times every worker itself (--strategy ps) keeps none.
+A run whose chief times every worker itself (--strategy ps) keeps none.
 """
 
 from __future__ import annotations
@@ -35,15 +38,20 @@ def steps_dir(run_token: str | None, rendezvous_port: int) -> Path:
     return Path(tempfile.gettempdir()) / f"dlbench-steps-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
-def keep(path: str | os.PathLike, rank: int, host: str, role: dict, loops: list[dict], signal: str) -> None:
-    """This rank's timed loops (totals.loop_payload each) to `path`: written beside it, fsynced and renamed onto it,
-    so process 0 reads it whole or not at all."""
+def payload(rank: int, host: str, role: dict, loops: list[dict], signal: str) -> dict:
+    """What a stopped rank keeps: its timed loops (totals.loop_payload each), where it ran and what stopped it."""
+    return {"rank": rank, "host": host, "role": role, "signal": signal, "loops": loops}
+
+
+def keep(path: str | os.PathLike, steps: dict) -> None:
+    """A rank's steps (payload) to `path`: written beside it, fsynced and renamed onto it, so process 0 reads it whole
+    or not at all."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
     try:
         with os.fdopen(fd, "w") as out:
-            json.dump({"rank": rank, "host": host, "role": role, "signal": signal, "loops": loops}, out)
+            json.dump(steps, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(partial, target)
@@ -54,6 +62,19 @@ def keep(path: str | os.PathLike, rank: int, host: str, role: dict, loops: list[
 
 def rank_file(directory: Path, rank: int) -> Path:
     return directory / f"rank-{rank}.json"
+
+
+def receive(rendezvous, directory: Path, size: int, wait_s: float = WAIT_S) -> None:
+    """Process 0's worker, stopped: every other rank's steps into `directory`, waited for up to `wait_s` until each
+    is there, written by its rank (same host) or handed over the rendezvous (any host: written here)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for rank, steps in rendezvous.handed_over().items():
+            if 0 < rank < size and not rank_file(directory, rank).exists():
+                keep(rank_file(directory, rank), steps)
+        if all(rank_file(directory, rank).exists() for rank in range(1, size)) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def collect(directory: Path, size: int, since: float, wait_s: float = WAIT_S) -> dict[int, dict]:
@@ -99,7 +120,7 @@ def kept(found: dict[int, dict], size: int, batch_size: int) -> tuple[dict, str]
     if missing:
         names = ", ".join(str(rank) for rank in missing)
         return {}, (f"; the steps of rank{'s' if len(missing) > 1 else ''} {names} are missing (stopped before it could "
-                    f"write them, or on another host without a shared TMPDIR): no totals kept"
+                    f"hand them over): no totals kept"
                     f"{f' (steps timed: {counts})' if counts else ''}")
     loops = [found[rank]["loops"] for rank in range(size)]
     common = [min(len(rank_loops[r]["step_times_s"]) if r < len(rank_loops) else 0 for rank_loops in loops)

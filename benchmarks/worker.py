@@ -116,9 +116,14 @@ def main(spec_path: str) -> int:
         def keep_steps(signum: int) -> None:
             stopping.set()
             me = measurement.peers[world.rank] if world.rank < len(measurement.peers) else {}
-            rank_steps.keep(spec["steps_path"], world.rank, measurement.host,
-                            me.get("role", {"kind": "worker", "index": world.rank}), measurement.steps_so_far(),
-                            signal.Signals(signum).name)
+            steps = rank_steps.payload(world.rank, measurement.host, me.get("role", {"kind": "worker", "index": world.rank}),
+                                       measurement.steps_so_far(), signal.Signals(signum).name)
+            rendezvous = measurement.rendezvous  # None: stopped before the ranks met
+            if world.rank and rendezvous is not None and rendezvous.hand_over(steps):  # to process 0, on any host
+                return
+            rank_steps.keep(spec["steps_path"], steps)  # process 0's own; another's that could not be handed over
+            if not world.rank and rendezvous is not None:
+                rank_steps.receive(rendezvous, Path(spec["steps_path"]).parent, world.size)
 
         on_stop_in_thread(STOP_SIGNALS, keep_steps)
     try:

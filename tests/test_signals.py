@@ -9,6 +9,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -241,9 +242,74 @@ def test_ranks_steps_are_totalled_over_the_steps_every_rank_completed_or_not_at_
     assert [r["wall_time_s"] for r in sections["repeats"]] == [10.0, 4.0]  # the slowest rank's, over the common steps
     assert [(row["host"], row["images"]) for row in sections["ranks"]] == [("a", 14), ("b", 14)]
     assert rank_steps.kept({0: found[0]}, 2, 2) == (
-        {}, "; the steps of rank 1 are missing (stopped before it could write them, or on another host without a "
-            "shared TMPDIR): no totals kept (steps timed: rank 0 8)")
+        {}, "; the steps of rank 1 are missing (stopped before it could hand them over): no totals kept (steps "
+            "timed: rank 0 8)")
     assert rank_steps.kept({0: rank("a", [[1.0]]), 1: rank("b", [[]])}, 2, 2)[0] == {}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_stopped_ranks_steps_reach_process_0_over_the_rendezvous_and_another_runs_do_not(tmp_path):
+    """Rendezvous.hand_over on a connection of its own while the rank's gather connection is open; rank_steps.receive
+    writes what was handed over into process 0's directory, whole; a rank of another run that reached the port is
+    ignored, not counted."""
+    from benchmarks import rank_steps
+    from benchmarks.distributed.rendezvous import Rendezvous
+
+    port = free_port()
+    zero = Rendezvous(0, 2, "127.0.0.1", port, 10, run_token="run-a")
+    try:
+        one = Rendezvous(1, 2, "127.0.0.1", port, 10, run_token="run-a")
+        steps = rank_steps.payload(1, "node2", {"kind": "worker", "index": 1}, [{"step_times_s": [0.5]}], "SIGTERM")
+        assert one.hand_over(steps)
+        with socket.create_connection(("127.0.0.1", port)) as stranger:  # another run's rank: process 0 hangs up
+            stranger.sendall(json.dumps({"op": "steps", "rank": 2, "value": steps, "run": "run-b"}).encode() + b"\n")
+            assert stranger.makefile().read() == ""  # closed once the message was read: it has been dealt with
+        directory = tmp_path / "steps"
+        rank_steps.keep(rank_steps.rank_file(directory, 0), {**steps, "rank": 0, "host": "node1"})
+        started = time.monotonic()
+        rank_steps.receive(zero, directory, 2, wait_s=10)
+        assert time.monotonic() - started < 5  # it was there: no waiting out the 10 s
+        assert json.loads(rank_steps.rank_file(directory, 1).read_text()) == steps
+        assert sorted(p.name for p in directory.iterdir()) == ["rank-0.json", "rank-1.json"]  # no partial left
+        assert zero.handed_over() == {1: steps}
+        one.close()
+    finally:
+        zero.close()
+    waited = time.monotonic()
+    rank_steps.receive(Rendezvous(0, 3, "127.0.0.1", free_port(), 10, run_token="c"), tmp_path / "none", 3, wait_s=0.5)
+    assert 0.5 <= time.monotonic() - waited < 3  # the ranks that never hand over are waited for at most wait_s
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_on_another_host_hands_its_steps_to_process_0(tmp_path):
+    """Two ranks as on two hosts (each its own TMPDIR: what a rank writes there, process 0 cannot read), started by
+    hand with torchrun's variables and stopped together: process 0's record totals both ranks' steps, which only
+    the rendezvous carried from rank 1."""
+    token = f"two-hosts-{uuid.uuid4().hex[:8]}"
+    ranks = []
+    for rank in (0, 1):
+        tmp = tmp_path / f"host{rank}"
+        tmp.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp), "RANK": str(rank), "WORLD_SIZE": "2",
+               "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "DLBENCH_NUM_NODES": "2",
+               "DLBENCH_COORDINATOR": "127.0.0.1", "DLBENCH_RUN_TOKEN": token, "DLBENCH_LAUNCHER": "benchrun-local"}
+        ranks.append(Started([sys.executable, "-m", "benchmarks", *RUN, "--strategy", "ddp", *LONG, "--json"], env=env))
+    ranks[0].wait_for("step 3/100000 (repeat 1)", 300)
+    for started in ranks:
+        started.proc.send_signal(signal.SIGTERM)
+    (out, err), (_, err1) = (started.communicate(timeout=120) for started in ranks)
+    assert ranks[0].proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err + err1, (err + err1)[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    message = record["error"]["message"]
+    assert "missing" not in message and "every rank completed" in message, message
+    assert [row["rank"] for row in record["ranks"]] == [0, 1] and record["throughput"]["total_images"] > 0
+    assert not list((tmp_path / "host1").glob("dlbench-steps-*")), "rank 1 handed its steps over: no file of its own"
+    assert not list((tmp_path / "host0").glob("dlbench-steps-*")), "process 0 removed what it read"
 
 
 # -- benchrun: run, sweep, compare-runtimes ------------------------------------------------------------------

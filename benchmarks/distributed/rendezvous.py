@@ -6,6 +6,9 @@ process whatever the strategy, processes that never exit on their own
 (parameter servers) wait here for the chief's "done", and a rank that fails
 tells process 0 so the run is recorded as failed instead of hanging.
 
+A stopped rank hands process 0 the steps it timed (benchmarks/rank_steps.py) on a connection of its own, since
+its gather connection may be blocked in a collective: the only way they reach process 0 from another host.
+
 A rank whose connection closes before the end without a report (killed with its supervisor, its
 node gone) is reported for it LOST_REPORT_WAIT_S later, so process 0 ends wherever it is (building,
 in a collective) instead of waiting for the launcher to stop it.
@@ -38,6 +41,8 @@ BYE = "bye"  # a rank closing its connection on purpose; one that closes without
 DONE = "done"  # the last gather of a run: a rank that closes its connection after it has finished
 BEAT = "beat"  # a rank is alive, on its beat connection
 BEAT_S = 1.0
+STEPS = "steps"  # a stopped rank's steps, handed to process 0
+HAND_OVER_S = 2.0  # how long a stopped rank tries to reach process 0 with its steps: its launcher kills it soon
 SILENT_AFTER_S = 5.0  # a rank's beats can lag on a loaded host; one not heard from for longer is silent
 
 
@@ -60,6 +65,7 @@ class _Board:
         self.on_failure = on_failure
         self.heard: dict[int, float] = {}  # rank -> its last beat (monotonic), while its beat connection is open
         self.settled: dict[str, set[int]] = {}  # tag -> the other ranks answered there (or found gone)
+        self.handed: dict[int, object] = {}  # rank -> the steps it handed over when stopped
 
     def silent(self) -> dict[int, float]:
         """Ranks not heard from for SILENT_AFTER_S: rank -> seconds since their last beat."""
@@ -117,12 +123,15 @@ class _Handler(socketserver.StreamRequestHandler):
             for line in self.rfile:
                 message = json.loads(line)
                 if message.get("run") != board.run_token:  # a rank of another run: not counted, not heard
-                    if message["op"] != "fail":
+                    if message["op"] not in ("fail", STEPS):
                         _send(self.request, {"tag": message.get("tag"), "error": _foreign(board.run_token, message.get("run"))})
                     return
                 if message["op"] == "fail":
                     if board.on_failure:
                         board.on_failure(message)  # must not raise: the run's outcome rides on it
+                    continue
+                if message["op"] == STEPS:
+                    board.handed[message["rank"]] = message["value"]
                     continue
                 if message["op"] == BEAT:
                     beating = message["rank"]
@@ -202,7 +211,7 @@ class Rendezvous:
         """`on_silence` (process 0): called with {rank: seconds since its last beat} whenever the set of
         silent ranks changes."""
         self.rank, self.size, self.timeout_s, self.run_token = rank, size, timeout_s, run_token
-        self.where = f"{host}:{port}"
+        self.where, self._address = f"{host}:{port}", (host, port)
         self._server = self._sock = self._board = None
         self._lines = None
         if rank == 0:
@@ -268,6 +277,23 @@ class Rendezvous:
         if "error" in reply:
             raise RendezvousError(f"{self.where}: {reply['error']}")
         return reply["values"]
+
+    def hand_over(self, value) -> bool:
+        """A stopped rank's steps to process 0, on a connection of its own (this rank's may be blocked in a gather);
+        best effort, at most HAND_OVER_S: process 0 may be gone. Process 0's own are kept in its board."""
+        if self._board is not None:
+            self._board.handed[self.rank] = value
+            return True
+        try:
+            with socket.create_connection(self._address, timeout=HAND_OVER_S) as sock:
+                _send(sock, {"op": STEPS, "rank": self.rank, "value": value, "run": self.run_token})
+            return True
+        except OSError:
+            return False
+
+    def handed_over(self) -> dict[int, object]:
+        """Process 0: the steps the stopped ranks have handed over so far, by rank."""
+        return dict(self._board.handed) if self._board is not None else {}
 
     def close(self) -> None:
         if self._board is not None:
