@@ -26,8 +26,12 @@ from pathlib import Path
 
 from .totals import aggregate, rank_rows
 
-WAIT_S = 5.0  # how long process 0 waits for the other ranks' steps: they are stopped at the same moment, and a
-# launcher gives process 0 its stop grace (benchrun's: 20 s; torchrun's: 30 s) before it kills it
+# How long process 0's worker waits for the other ranks' steps (they are stopped at the same moment: a healthy rank's
+# come within moments), then its supervisor for the files of ranks that could not hand theirs over. Both count
+# against the stop grace a launcher gives process 0 before it kills it, record unwritten: Slurm's KillWait (30 s by
+# default, 5 s on the test cluster, where waiting 5 s lost the whole record), benchrun's 20 s, torchrun's 30 s.
+WAIT_S = 3.0
+COLLECT_WAIT_S = 1.0
 STOPPED = ("interrupted", "timeout")
 
 
@@ -77,7 +81,7 @@ def receive(rendezvous, directory: Path, size: int, wait_s: float = WAIT_S) -> N
         time.sleep(0.05)
 
 
-def collect(directory: Path, size: int, since: float, wait_s: float = WAIT_S) -> dict[int, dict]:
+def collect(directory: Path, size: int, since: float, wait_s: float = COLLECT_WAIT_S) -> dict[int, dict]:
     """Every rank's steps written since `since` (epoch s; an older file is another run's), waited for up to `wait_s`
     until all `size` ranks' are there; then the directory is removed."""
     found: dict[int, dict] = {}

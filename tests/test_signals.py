@@ -22,7 +22,7 @@ from benchmarks import processes, timing
 from benchmarks.errors import EXIT_INTERRUPTED, Stopped
 from benchmarks.supervisor import classify_exit
 from infra.helpers import ROOT, Started, needs_module, rank_processes, validate_record
-from infra.slurm import slurm_single  # noqa: F401  (a fixture, used by name)
+from infra.slurm import slurm_single, slurm_two_nodes  # noqa: F401  (fixtures, used by name)
 from infra.sweeps import lines, marked, tiny_plan, write_plan
 
 RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
@@ -408,6 +408,36 @@ def test_slurms_pre_timeout_warning_ends_the_job_with_what_was_measured(tmp_path
     else:
         _steps_kept(record, 1)
     assert record["duration_s"] < 60
+
+
+@pytest.mark.slow
+def test_scancel_of_a_two_node_srun_keeps_every_ranks_steps(tmp_path, slurm_two_nodes):
+    """`scancel` of a DDP step over two (emulated) nodes, each rank with its node's own temp dir as on a cluster:
+    Slurm sends every task SIGTERM; process 0's record totals both ranks' steps (rank 1's came over the rendezvous)
+    and nothing of the run is left on either node."""
+    name = f"dlbench-stop-{uuid.uuid4().hex[:8]}"
+    bench = " ".join([sys.executable, "-m", "benchmarks", *RUN, "--strategy", "ddp", *LONG, "--json", "--output",
+                      f"{tmp_path}/\"$SLURMD_NODENAME\".jsonl"])  # a path of its own on every rank's command line
+    rank = f'mkdir -p {tmp_path}/"$SLURMD_NODENAME" && TMPDIR={tmp_path}/"$SLURMD_NODENAME" exec {bench}'
+    env = {**slurm_two_nodes["env"], "PYTHONPATH": str(ROOT), "DLBENCH_COORDINATOR": "127.0.0.1"}
+    started = Started(["srun", "-J", name, "-n", "2", "--nodes=2", "sh", "-c", rank], env=env)
+    def left() -> list[str]:  # the ranks' bench and worker processes, on either node
+        commands = [p.info["cmdline"] or [] for p in psutil.process_iter(["cmdline"])]
+        return [" ".join(cmd) for cmd in commands
+                if cmd[1:2] == ["-m"] and cmd[2].startswith("benchmarks") and str(tmp_path) in " ".join(cmd)]
+
+    started.wait_for("step 3/100000 (repeat 1)", 300)
+    assert len(left()) == 4, left()  # two ranks, each a bench and its worker: what must be gone after
+    subprocess.run(["scancel", "-n", name], env=env, check=True, timeout=60)
+    out, err = started.communicate(timeout=120)
+    assert "Traceback" not in err, err[-3000:]
+    assert [line for line in out.splitlines() if line.startswith("{")], err[-3000:]  # no record: killed meanwhile
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGTERM", record["error"]
+    assert record["world"]["launcher"] == "srun" and {row["host"] for row in record["ranks"]} == {"node1", "node2"}
+    assert "every rank completed" in record["error"]["message"] and record["throughput"]["total_images"] > 0
+    _wait_for(lambda: not left(), 30, "a rank outlived the job")
+    assert not list(tmp_path.glob("node2/dlbench-steps-*")), "rank 1 handed its steps over: no file of its own"
 
 
 def test_a_warning_while_bench_loads_is_taken_by_the_run(monkeypatch):
