@@ -312,4 +312,9 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
                 report_failure(worlds.coordinator_host(world), job.rendezvous_port, world.rank, result, worlds.run_token())
             except UsageError:
                 pass  # no address for process 0: the worker already said so
+            if result["status"] in rank_steps.STOPPED:
+                # Stopped with the run, this rank leaves its outcome (and its steps) to process 0's record and exit
+                # code: a launcher that ends the step on a task's bad exit (srun --kill-on-bad-exit kills the other
+                # tasks at once) would kill process 0 before it wrote the record.
+                return result, 0
         return result, EXIT_CODE_BY_STATUS[result["status"]]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import framework_specs
-from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, UsageError
+from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, UsageError
 from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS
 from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
 from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
@@ -317,9 +317,12 @@ def run(request: RunRequest) -> Outcome:
             record = faults.blame(record, fault, code) if record is not None else faults.host_record(
                 request, launcher_name(request, runtime), fault, code, started_utc, round(time.monotonic() - t0, 3), argv,
                 spec.run_token if launcher is not None else None)
-        if record is not None and record["status"] != "ok" and not stop.received:
+        unfinished = record is not None and record["status"] != "ok"
+        if stop.received and (code != 0 or unfinished):
+            # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143), or the launcher's own sum of its
+            # ranks' codes (MPICH's Hydra: 0 or 130, by which rank ended first; a stopped rank but 0 exits 0): interrupted
+            code = EXIT_INTERRUPTED
+        elif unfinished:
             code = EXIT_CODE_BY_STATUS.get(record["status"], code)  # horovodrun and mpirun say 1 for any rank's end
-        if stop.received and code != 0:
-            code = 130  # whatever the rank's program died of (an exec'd runtime: SIGTERM, 143): interrupted
         return Outcome(record, code, argv, interrupted=bool(stop.received), fault=fault)
 

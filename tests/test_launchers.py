@@ -25,7 +25,8 @@ def test_open_mpi_argv():
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
     env = ["-x", "DLBENCH_COORDINATOR=n1", "-x", "DLBENCH_NUM_NODES=2", "-x", "DLBENCH_RUN_TOKEN=t0k3n"]
     assert argv("mpirun", hosts=["n1", "n2"]) == [
-        "mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", *root, "--host", "n1:2,n2:2", *env,
+        "mpirun", "-np", "4", "--bind-to", "none", "--oversubscribe", "--mca", "odls_base_sigkill_timeout", "10", *root,
+        "--host", "n1:2,n2:2", *env,
         "bench", *BENCH_ARGS]
 
 
@@ -52,7 +53,7 @@ def test_horovodrun_argv():
 
 def test_srun_argv():
     assert argv("srun", extra=["--mpi=pmix"]) == [
-        "srun", "--ntasks", "4", "--kill-on-bad-exit=1", "--distribution=cyclic", "--mpi=pmix",
+        "srun", "--ntasks", "4", "--kill-on-bad-exit=1", "--distribution=cyclic", "--disable-status", "--mpi=pmix",
         "bench", *BENCH_ARGS]
 
 

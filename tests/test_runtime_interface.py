@@ -43,11 +43,11 @@ DRY_RUNS = {
     "enroot": f"ENROOT_LOGIN_SHELL=no enroot start --rc {enroot.RC_FILE} -e NVIDIA_VISIBLE_DEVICES=all "
               f"-e NVIDIA_DRIVER_CAPABILITIES=compute,utility -m {MOUNT} -e DLBENCH_WORKDIR=/results dlbench-torch:latest bench "
               f"{TAIL}",
-    "pyxis": "TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --container-image=dlbench-torch:latest "
-             f"--container-name=dlbench-abc --no-container-entrypoint --container-mounts={MOUNT} --container-workdir=/results "
-             f"bench {TAIL}",
-    "cscs-ce": f"TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --environment=/tmp/RESULTS/dlbench-abc.toml "
-               f"bench {TAIL}",
+    "pyxis": "TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --disable-status "
+             "--container-image=dlbench-torch:latest --container-name=dlbench-abc --no-container-entrypoint "
+             f"--container-mounts={MOUNT} --container-workdir=/results bench {TAIL}",
+    "cscs-ce": "TOKEN srun --ntasks 1 --kill-on-bad-exit=1 --distribution=cyclic --disable-status "
+               f"--environment=/tmp/RESULTS/dlbench-abc.toml bench {TAIL}",
     "udocker": "UDOCKER_DEFAULT_EXECUTION_MODE=P1 udocker --allow-root run --name=dlbench-abc --pull=never --nobanner "
                f"--user=root -v {MOUNT} -w /results --entrypoint=bench dlbench-torch:latest {TAIL}",
     "udocker-runc": "UDOCKER_DEFAULT_EXECUTION_MODE=R1 udocker --allow-root run --name=dlbench-abc --pull=never --nobanner "

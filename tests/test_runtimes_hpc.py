@@ -292,8 +292,8 @@ def test_dry_run_pyxis_is_srun_with_container_options(plugin_srun, tmp_path):
     assert out.returncode == 0, out.stderr
     token, *argv = shlex.split(out.stdout)
     assert token.startswith("DLBENCH_RUN_TOKEN=") and len(token) > len("DLBENCH_RUN_TOKEN=")  # ranks meet only their run
-    assert argv[:5] == ["srun", "--ntasks", "2", "--kill-on-bad-exit=1", "--distribution=cyclic"]
-    assert argv[5] == "--container-image=/images/t.sqsh" and "--no-container-entrypoint" in argv
+    assert argv[:6] == ["srun", "--ntasks", "2", "--kill-on-bad-exit=1", "--distribution=cyclic", "--disable-status"]
+    assert argv[6] == "--container-image=/images/t.sqsh" and "--no-container-entrypoint" in argv
     assert f"--container-mounts={data}:/data:ro" in argv and "--container-mounts=/tmp/RESULTS:/results" in argv
     assert argv[argv.index("bench"):] == ["bench", "--model", "resnet50", "--output", "/results/record.jsonl",
                                           "--data-dir", "/data"]
@@ -305,7 +305,7 @@ def test_dry_run_cscs_ce_shows_the_edf(plugin_srun):
                    "--edf-annotation", "com.hooks.cxi.enabled=false", "--", "--model", "resnet50", path_prefix=plugin_srun)
     assert out.returncode == 0, out.stderr
     command, *comments = out.stdout.splitlines()
-    edf_path = shlex.split(command)[6].removeprefix("--environment=")  # after DLBENCH_RUN_TOKEN=... srun ...
+    edf_path = shlex.split(command)[7].removeprefix("--environment=")  # after DLBENCH_RUN_TOKEN=... srun ...
     assert comments[0] == f"# {edf_path}:" and edf_path.startswith("/tmp/RESULTS/dlbench-")
     edf = tomllib.loads("\n".join(line[2:] for line in comments[1:]))
     assert edf["image"] == "/images/t.sqsh" and edf["entrypoint"] is False

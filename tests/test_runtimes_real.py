@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.errors import EXIT_INTERRUPTED
 from infra.cache import CACHE
 from infra.docker import derived_image
 from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record
@@ -202,6 +203,25 @@ def test_srun_docker_one_node(slurm_single):
 def test_srun_docker_two_emulated_nodes(slurm_two_nodes):
     record = srun_docker(slurm_two_nodes, "--launcher-arg=--nodes=2")
     assert record["world"]["nodes"] == 2 and {r["host"] for r in record["ranks"]} == {"node1", "node2"}
+
+
+def test_a_stopped_two_container_run_keeps_both_ranks_steps():
+    """Two DDP ranks, each in a Docker container of its own (its own /tmp: only the rendezvous carries rank 1's
+    steps to process 0), benchrun stopped by SIGTERM in the timed loop: process 0's record totals both ranks' steps,
+    exit 130, and no container is left."""
+    docker_up(TORCH_IMAGE)
+    long = [*DDP[:DDP.index("--num-batches")], "--num-batches", "100000", "--num-threads", "1", "--display-every", "1"]
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "docker", "--launcher", "local", "-n", "2",
+                       "--", *long], env=python_env())
+    started.wait_for("step 3/100000 (repeat 1)", 300)
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    record = validate_in_image(last_json_line(out))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGTERM", record["error"]
+    assert "every rank completed" in record["error"]["message"], record["error"]["message"]
+    assert [row["rank"] for row in record["ranks"]] == [0, 1] and record["throughput"]["total_images"] > 0
+    assert not containers()
 
 
 def test_planted_path_difference_is_fingerprinted_resolved_and_flagged(tmp_path):

@@ -22,7 +22,7 @@ from benchmarks import processes, timing
 from benchmarks.errors import EXIT_INTERRUPTED, Stopped
 from benchmarks.supervisor import classify_exit
 from infra.helpers import ROOT, Started, needs_module, rank_processes, validate_record
-from infra.slurm import slurm_single, slurm_two_nodes  # noqa: F401  (fixtures, used by name)
+from infra.slurm import require_mpich, require_openmpi, slurm_single, slurm_two_nodes  # noqa: F401  (fixtures, used by name)
 from infra.sweeps import lines, marked, tiny_plan, write_plan
 
 RUN = ["--framework", "torch", "--model", "alexnet", "--image-size", "64", "--batch-size", "2",
@@ -199,6 +199,36 @@ def test_a_stopped_run_of_two_ranks_keeps_the_steps_every_rank_timed(tmp_path, f
     while [pid for pid in descendants if processes.alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in descendants if processes.alive(pid)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["mpirun", "mpich", "srun"])
+def test_a_stopped_run_under_an_mpi_launcher_or_srun_keeps_the_steps_every_rank_timed(launcher, request):
+    """benchrun's launcher stopped by SIGTERM in the timed loop: the launcher passes the stop to both ranks (Open MPI's
+    mpirun only after its own odls_base_sigkill_timeout, which also bounds the ranks' time to end: dlbench sets it), process
+    0's record totals their steps, exit 130, no rank left."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if launcher == "mpirun":
+        require_openmpi()
+        env["OMPI_MCA_btl_tcp_if_include"] = "lo"
+    elif launcher == "mpich":
+        require_mpich()
+        env["UCX_NET_DEVICES"] = "lo"
+    else:  # emulated Slurm nodes have names that do not resolve: ranks meet on loopback
+        env = {**request.getfixturevalue("slurm_single")["env"], "PYTHONPATH": str(ROOT), "DLBENCH_COORDINATOR": "127.0.0.1"}
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", launcher, "-n", "2",
+                       "--", "--strategy", "ddp", *RUN, *LONG], env=env)
+    started.wait_for("step 3/100000 (repeat 1)", 300)
+    descendants = processes.descendants(started.proc.pid)
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    assert [line for line in out.splitlines() if line.startswith("{")], err[-3000:]  # no record: killed meanwhile
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["world"]["launcher"] == launcher, record["error"]
+    assert "every rank completed" in record["error"]["message"], record["error"]["message"]
+    assert [row["rank"] for row in record["ranks"]] == [0, 1] and record["throughput"]["total_images"] > 0
+    _wait_for(lambda: not [pid for pid in descendants if processes.alive(pid)], 10, "a rank outlived the run")
 
 
 @pytest.mark.slow

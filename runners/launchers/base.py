@@ -82,6 +82,7 @@ class Launcher(ABC):
     binary: str | None = None
     install_hint: str = ""  # the one line that gets the binary, as `benchrun info` tells a user
     said: collections.deque | tuple = ()  # the launcher's last stderr lines, once run() has run it
+    stop_signal: int = signal.SIGTERM  # what asks the launcher to stop its ranks, each writing what it has measured
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
         return spec.rank_env()
@@ -116,7 +117,7 @@ class Launcher(ABC):
         self.said = collections.deque(maxlen=SAID_LINES)
         relay = threading.Thread(target=_relay, args=(proc.stderr, self.said), daemon=True)
         relay.start()
-        code, _ = wait_ranks([proc], timeout_s, spec.stop_grace_s)
+        code, _ = wait_ranks([proc], timeout_s, spec.stop_grace_s, self.stop_signal)
         relay.join(timeout=5)
         return code
 
@@ -144,7 +145,7 @@ def how_it_ended(returncode: int | None) -> str:
 
 
 def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
-               grace_s: float = 2 * STOP_GRACE_S) -> tuple[int, str | None]:
+               grace_s: float = 2 * STOP_GRACE_S, stop_signal: int = signal.SIGTERM) -> tuple[int, str | None]:
     """Wait for process 0 (procs[0]); then stop whatever is left. Returns process 0's exit code, and what
     a record cannot say because process 0 never wrote it: that process 0 was killed, or that a rank died
     and process 0, waiting for it where nobody can tell (meeting at start-up), had to be stopped.
@@ -152,7 +153,7 @@ def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
 
     A rank other than 0 that fails makes process 0 record the failure and exit
     (bench's rendezvous); if process 0 does not within 3 x STOP_GRACE_S, it is stopped too.
-    A stopped process 0 gets grace_s after SIGTERM before its group is killed.
+    A stopped process 0 gets grace_s after `stop_signal` before its group is killed.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     failed_at, failed, stopped = None, None, False
@@ -179,7 +180,7 @@ def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
             # which it could not once process 0 had ended.
             for proc in procs:
                 if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(stop_signal)
             try:
                 procs[0].wait(timeout=grace_s)
             except subprocess.TimeoutExpired:

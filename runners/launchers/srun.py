@@ -1,11 +1,16 @@
 """`srun`: Slurm job steps. Cyclic distribution spreads workers over nodes and puts the
 PS and the chief beside workers, as in seed 000; one failed task ends the step. srun's stderr
 is kept (Launcher.run), so that a node failure is recorded as a fault of the environment naming
-the node (docs/slurm.md)."""
+the node (docs/slurm.md).
+
+srun answers SIGTERM (and SIGQUIT, SIGHUP) by killing every task at once ("forcing job termination":
+no record is written); it passes a single SIGINT on to every task under --disable-status, and bench
+ends on it with what it measured: that is how benchrun stops the step."""
 
 from __future__ import annotations
 
 import re
+import signal
 
 from .base import Launcher, LaunchSpec
 
@@ -16,9 +21,11 @@ class SrunLauncher(Launcher):
     name = "srun"
     binary = "srun"
     install_hint = "scripts/local-slurm.sh start (a one-node Slurm on this machine), or the site's Slurm"
+    stop_signal = signal.SIGINT
 
     def command(self, spec: LaunchSpec) -> list[str]:
-        argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic"]
+        argv = [self.binary, "--ntasks", str(spec.processes), "--kill-on-bad-exit=1", "--distribution=cyclic",
+                "--disable-status"]
         if spec.hosts:
             argv += ["--nodes", str(len(spec.hosts)), "--nodelist", ",".join(spec.hosts)]
         return [*argv, *spec.extra, *spec.bench, *spec.run.to_argv()]
