@@ -165,17 +165,25 @@ def ranks_run(n: int, tmp_path, env: dict, quota: Quota | None) -> dict:
     return validate_record(last_json_line(outs[0]))
 
 
-def straggler_verdict(n: int, tmp_path, plant: bool) -> tuple[why.ScalingLoss, str]:
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}  # the 1-rank run fills it: the ranks read it back
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory) -> tuple[dict, dict]:
+    """The 1-rank run every case compares against (one per module: it is the same run), and the environment the
+    ranks run in: its cache, which the 1-rank run fills and the ranks read back."""
+    env = {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("straggler") / "cache")}
     one = bench(*RUN, env=env)
     assert one.returncode == 0, one.stderr
+    return validate_record(last_json_line(one.stdout)), env
+
+
+def straggler_verdict(n: int, tmp_path, plant: bool, one_rank: tuple[dict, dict]) -> tuple[why.ScalingLoss, str]:
+    one, env = one_rank
     quota = Quota(QUOTA) if plant else None
     try:
         many = ranks_run(n, tmp_path, env, quota)
     finally:
         if quota is not None:
             quota.remove()
-    (loss,) = why.scaling_loss([validate_record(last_json_line(one.stdout)), many])
+    (loss,) = why.scaling_loss([copy.deepcopy(one), many])
     sentence = why.straggler_sentence(loss)
     print(sentence)
     return loss, sentence
@@ -184,8 +192,8 @@ def straggler_verdict(n: int, tmp_path, plant: bool) -> tuple[why.ScalingLoss, s
 @pytest.mark.slow
 @pytest.mark.skipif(not can_plant(), reason="the plant needs root and cgroup v1's cpu controller")
 @pytest.mark.parametrize("n", [2, 4])
-def test_a_planted_straggler_is_named_by_rank_and_host_with_its_share(n, tmp_path):
-    loss, sentence = straggler_verdict(n, tmp_path, plant=True)
+def test_a_planted_straggler_is_named_by_rank_and_host_with_its_share(n, tmp_path, one_rank):
+    loss, sentence = straggler_verdict(n, tmp_path, plant=True, one_rank=one_rank)
     assert loss.straggler is not None and loss.straggler.named, sentence
     assert loss.straggler.rank == n - 1 and loss.straggler.hosts == [socket.gethostname()]
     assert sentence.startswith(f"at {n} workers the straggler is rank {n - 1} on {socket.gethostname()}: ")
@@ -194,7 +202,7 @@ def test_a_planted_straggler_is_named_by_rank_and_host_with_its_share(n, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 4])
-def test_without_the_plant_no_straggler_is_named(n, tmp_path):
-    loss, sentence = straggler_verdict(n, tmp_path, plant=False)
+def test_without_the_plant_no_straggler_is_named(n, tmp_path, one_rank):
+    loss, sentence = straggler_verdict(n, tmp_path, plant=False, one_rank=one_rank)
     assert loss.straggler is not None and not loss.straggler.named, sentence
     assert "no straggler" in sentence and "within the ranks' noise" in sentence
