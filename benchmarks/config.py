@@ -131,14 +131,33 @@ def build_config(
         **options,
     )
     if config.reference:
-        from .reference import refusal
-
-        problem = refusal(config, spec.data_format)
+        problem = reference_refusal(config, spec.data_format)
         if problem:
             raise UsageError(problem)
     if installed_here:
         require_installed(framework)
     return config
+
+
+# The math the bare loop of --reference runs in: set process-wide (precision.apply_*), which it inherits as it is.
+REFERENCE_PRECISIONS = ("fp32", "tf32")
+
+
+def reference_refusal(config: BenchConfig, native_format: str) -> Optional[str]:
+    """Why --reference cannot match this run's configuration with a bare loop (benchmarks/reference.py), or None. A
+    ratio against a loop that trains differently (other data, math, layout or a compiled step) would measure the
+    difference, not the harness."""
+    if config.accuracy_mode:
+        return "--reference applies to throughput runs, not --target-accuracy"
+    if config.data_dir:
+        return "--reference: the bare loop trains on synthetic batches; run it without --data-dir"
+    if config.precision not in REFERENCE_PRECISIONS:
+        return f"--reference: the bare loop trains in fp32 or tf32 math, not --precision {config.precision}"
+    if config.compile or config.xla:
+        return f"--reference: the bare loop runs eagerly, not with --{'compile' if config.compile else 'xla'}"
+    if config.data_format != native_format:
+        return f"--reference: the bare loop uses the framework's native layout ({native_format}), not {config.data_format}"
+    return None
 
 
 # Options that mean something only with --target-accuracy (--base-lr is also the LR of throughput runs).

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from . import step_timing
 from .accuracyrecord import AccuracyInfo  # the time-to-accuracy section's models live there
 from .distributed import strategies
+from .distributed.world import detect, world_section
 from .headroomrecord import AnchorInfo, CeilingInfo, ReferenceInfo  # the headroom sections' models live there
 from .options import DEFAULTS, choices_of
 from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, StatsRecord, _Model  # the 1.18 sections' models live there
@@ -417,9 +418,6 @@ def build(config, base: dict, status: str, error: dict | None, duration_s: float
           framework: dict | None = None, world: dict | None = None, **result) -> dict:
     """A validated record; `result` supplies the measured sections an `ok` run has; `world` by default
     from the launcher's variables alone (no rank has met the others)."""
-    from .distributed.session import world_section
-    from .distributed.world import detect
-
     return validate(
         {
             "run_id": base["run_id"],

@@ -7,8 +7,10 @@ threads, `synthetic_batches` distinct synthetic batches made on the device and r
 synchronised at both ends of the clock. No per-step stamps, progress, stop checks, peaks or energy.
 
 bench --reference runs it in the worker beside the timed repeats, paired with them (Interleaved); perf/harness_overhead.py
-runs it in a fresh process of its own (images_per_sec). This is its one home. The frameworks are imported inside the
-builders: bench's CLI and config import this module (lazily, for --reference's checks) before any framework.
+runs it in a fresh process of its own (images_per_sec). This is its one home; what it cannot match, and so what
+--reference refuses, is config.reference_refusal (config is below the frameworks this module builds on). The
+frameworks are imported inside the builders: bench's CLI imports this module (lazily, for check_launch) before any
+framework.
 """
 
 from __future__ import annotations
@@ -21,28 +23,11 @@ from .errors import Stopped, UsageError
 
 NOT_ASKED = "no reference loop ran: --reference runs one beside the timed repeats"
 MOMENTUM = 0.9
-PRECISIONS = ("fp32", "tf32")  # math set process-wide (precision.apply_*), which the bare loop inherits as it is
 
 
 def multi_rank_reason(processes: int) -> str:
     return (f"not measured on a run of {processes} processes: the bare loop is one process's loop (--reference runs "
             f"it on one; perf/harness_overhead.py likewise)")
-
-
-def refusal(config, native_format: str) -> Optional[str]:
-    """Why --reference cannot match this run's configuration with a bare loop, or None. A ratio against a loop that
-    trains differently (other data, math, layout or a compiled step) would measure the difference, not the harness."""
-    if config.accuracy_mode:
-        return "--reference applies to throughput runs, not --target-accuracy"
-    if config.data_dir:
-        return "--reference: the bare loop trains on synthetic batches; run it without --data-dir"
-    if config.precision not in PRECISIONS:
-        return f"--reference: the bare loop trains in fp32 or tf32 math, not --precision {config.precision}"
-    if config.compile or config.xla:
-        return f"--reference: the bare loop runs eagerly, not with --{'compile' if config.compile else 'xla'}"
-    if config.data_format != native_format:
-        return f"--reference: the bare loop uses the framework's native layout ({native_format}), not {config.data_format}"
-    return None
 
 
 def check_launch(processes: int, find_max_batch: bool) -> None:

@@ -29,7 +29,7 @@ from .distributed.rendezvous import report_failure
 from .distributed.session import silent_ranks_text
 from .errors import EXIT_CODE_BY_STATUS, UsageError
 from .frameworks.base import looks_like_oom
-from .memory import PeakSampler, address_space_limit, gib
+from .memory import AS_LIMIT_NEAR, PeakSampler, address_space_limit, gib
 from .processes import ENDING_SIGNALS, StopScope, at_boundary, stop_process_group, take_early
 from .worker import BOUNDARY_SIGNAL, STACKS_SIGNAL
 
@@ -37,7 +37,6 @@ STDERR_TAIL_LINES = 200
 STOP_FILE = "stop.json"  # why the supervisor stopped the worker
 WARNING_FILE = "warning.json"  # the signal that asked for a stop at the next step boundary (_stop_at_boundary)
 SILENCE_FILE = "silent.json"  # process 0's worker: the ranks it no longer hears from (RankSession.silent)
-AS_LIMIT_NEAR = 0.8  # fraction of RLIMIT_AS at which a native crash is taken as out of memory
 STACKS_WAIT_S = 2.0  # how long a timed-out worker's stack dump is given to reach stderr
 
 

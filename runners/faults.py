@@ -32,8 +32,7 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
     from benchmarks import record as records
     from benchmarks.comm import record as comm_records
     from benchmarks.distributed import cluster, strategies
-    from benchmarks.distributed.session import world_section
-    from benchmarks.distributed.world import World
+    from benchmarks.distributed.world import World, world_section
     from benchmarks.options import COMM
     from benchmarks.provenance import host_provenance
 

@@ -124,6 +124,18 @@ def every_import(path: Path) -> set[str]:
     return found
 
 
+def test_no_two_product_modules_import_each_other_even_lazily():
+    """Lazy imports included (issue 45): a function's import that closes a circle still ties the modules together, and
+    hides the layer it runs back up to. Each circle broken on 2026-12-05 was broken by moving one fact to its layer
+    (the reference loop's refusals into config, Distributed and world_section into distributed/world.py, AS_LIMIT_NEAR
+    into memory.py), not by an import hidden in a function."""
+    files = product_files()
+    modules = {module_name(p) for p in files}
+    graph = {module_name(p): (every_import(p) & modules) - {module_name(p)} for p in files}
+    assert any(graph.values()), "the import graph came out empty: the reader is broken"
+    assert import_circles(graph) == []
+
+
 def test_the_host_never_imports_bench_s_command_line():
     """benchrun hands a typed RunSpec across every boundary (benchmarks/runspec.py): bench's CLI module is
     bench's, and reading bench's argv anywhere else would be a second parse of it."""

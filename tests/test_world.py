@@ -338,7 +338,7 @@ def test_a_rank_that_leaves_after_its_part_is_not_reported(unused_port, monkeypa
 def test_world_section_counts_the_hosts_that_met_else_reads_the_launcher():
     """The record's one `world` builder (training, `bench comm`, the supervisor's and the host's records).
     Before the ranks meet it reads the launcher (it said 0 processes per node on a record written then)."""
-    from benchmarks.distributed.session import world_section
+    from benchmarks.distributed.world import world_section
 
     world = World(rank=0, size=4, local_size=2, num_nodes=2, launcher="srun")
     met = world_section(world, "ddp", 0, ["b", "a", "a", "a"])

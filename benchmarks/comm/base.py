@@ -10,7 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
-from ..frameworks.base import DeviceInfo, Distributed, looks_like_oom
+from ..distributed.world import Distributed
+from ..frameworks.base import DeviceInfo, looks_like_oom
 
 
 @dataclass(frozen=True)

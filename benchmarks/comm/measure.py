@@ -14,8 +14,9 @@ import time
 import numpy as np
 
 from ..distributed import world as worlds
-from ..distributed.session import RankSession, world_section
+from ..distributed.session import RankSession
 from ..distributed.strategies.ps import PsStrategy
+from ..distributed.world import world_section
 from ..errors import Stopped
 from ..framework_specs import FRAMEWORKS
 from ..frameworks.base import framework_section

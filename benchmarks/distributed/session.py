@@ -18,27 +18,12 @@ import time
 
 from .. import processes
 from ..errors import UsageError
-from ..frameworks.base import Distributed
 from . import cluster, strategies
 from . import world as worlds
 from .rendezvous import DONE, Rendezvous
+from .world import Distributed, world_section
 
 PEER_REPORT_GRACE_S = 10.0  # how long process 0 waits for a failed peer's report before blaming itself (busy hosts are slow)
-
-
-def world_section(world: worlds.World, strategy: str, num_ps: int, hosts: list[str] | None = None) -> dict:
-    """The record's `world`: counted from the hosts of the ranks that met, else (a record written
-    before they met, or by the supervisor after its worker died) from the launcher's variables."""
-    if hosts:
-        names = sorted(set(hosts))
-        nodes, per_node = len(names), max(hosts.count(host) for host in names)
-    else:
-        names, nodes, per_node = [socket.gethostname()], world.num_nodes, world.local_size
-    return {
-        "rank": world.rank, "processes": world.size,
-        "workers": strategies.get(strategy).workers(world.size, num_ps), "num_ps": num_ps, "strategy": strategy,
-        "launcher": world.launcher, "nodes": nodes, "processes_per_node": per_node, "hosts": names,
-    }
 
 
 def silent_ranks_text(silent: dict, now: float) -> str:

@@ -1,7 +1,9 @@
 """Rank, world size and peers, read from whatever launched this process.
 
 One process is one rank. Launchers announce ranks in their own variables;
-this module maps all of them to one `World`. Order matters: a Slurm job step
+this module maps all of them to one `World`; once the ranks have met, a rank's
+place among them is a `Distributed` (what a backend is given), and the record's
+`world` section is counted from either (`world_section`). Order matters: a Slurm job step
 that runs `mpirun` or `torchrun` inside it carries Slurm variables too, so the
 innermost launcher (the one that started this very process) is checked first.
 """
@@ -10,10 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import UsageError
+from . import strategies
+from .strategies import Role
 
 
 @dataclass(frozen=True)
@@ -169,3 +174,31 @@ def coordinator_host(world: World) -> str:
         f"{world.size} ranks on {world.num_nodes} nodes but no address for process 0: "
         "set MASTER_ADDR or DLBENCH_COORDINATOR (benchrun and srun set it for you)"
     )
+
+
+@dataclass
+class Distributed:
+    """What a backend needs to know about the other ranks."""
+
+    world: World
+    role: Role
+    coordinator: str  # host of process 0
+    peers: list  # every process's {address, role}, in rank order
+
+
+SINGLE = Distributed(World(), Role("worker", 0), "127.0.0.1", [])  # a run of one process
+
+
+def world_section(world: World, strategy: str, num_ps: int, hosts: list[str] | None = None) -> dict:
+    """The record's `world`: counted from the hosts of the ranks that met, else (a record written
+    before they met, or by the supervisor after its worker died) from the launcher's variables."""
+    if hosts:
+        names = sorted(set(hosts))
+        nodes, per_node = len(names), max(hosts.count(host) for host in names)
+    else:
+        names, nodes, per_node = [socket.gethostname()], world.num_nodes, world.local_size
+    return {
+        "rank": world.rank, "processes": world.size,
+        "workers": strategies.get(strategy).workers(world.size, num_ps), "num_ps": num_ps, "strategy": strategy,
+        "launcher": world.launcher, "nodes": nodes, "processes_per_node": per_node, "hosts": names,
+    }

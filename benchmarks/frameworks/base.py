@@ -17,8 +17,7 @@ from typing import Iterator
 from .. import timing
 from ..config import BenchConfig
 from ..distributed import strategies
-from ..distributed.strategies import Role
-from ..distributed.world import World
+from ..distributed.world import SINGLE, Distributed
 
 INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
 AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
@@ -27,19 +26,6 @@ AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
 def has_aux_head(model: str, image_size: int) -> bool:
     """InceptionV3 trains its auxiliary classifier, in every framework, where its input is large enough."""
     return model == "inception3" and image_size >= INCEPTION_AUX_MIN_SIZE
-
-
-@dataclass
-class Distributed:
-    """What a backend needs to know about the other ranks."""
-
-    world: World
-    role: Role
-    coordinator: str  # host of process 0
-    peers: list  # every process's {address, role}, in rank order
-
-
-SINGLE = Distributed(World(), Role("worker", 0), "127.0.0.1", [])
 
 
 @dataclass

@@ -396,8 +396,7 @@ class TorchFramework(Framework):
     def _onednn_out_of_address_space(error: BaseException) -> bool:
         """oneDNN reports a failed allocation only as "could not create a primitive"; near the
         `ulimit -v` limit that is an out-of-memory (the supervisor's rule for native crashes)."""
-        from ..memory import near_address_space_limit
-        from ..supervisor import AS_LIMIT_NEAR
+        from ..memory import AS_LIMIT_NEAR, near_address_space_limit
 
         return "could not create a primitive" in str(error) and near_address_space_limit(AS_LIMIT_NEAR) is not None
 
