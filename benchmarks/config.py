@@ -15,13 +15,15 @@ from .dataset import validate_data_dir
 from .distributed import cluster, strategies
 from .distributed.world import run_token
 from .errors import UsageError, choices
-from .models import MODELS
-from .options import (  # noqa: F401 - re-exported: callers read these from config
-    CONFIG_OPTIONS,
-    DEFAULTS,
+from .fashion_mnist import (  # noqa: F401 - re-exported: callers read these from config
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     FASHION_MNIST_PACKAGE,
+)
+from .models import MODELS
+from .options import (
+    CONFIG_OPTIONS,
+    DEFAULTS,
     OPTIONS,
     RENDEZVOUS_TIMEOUT_S,
     check_values,

@@ -35,6 +35,15 @@ FRAMEWORKS = {spec.name: spec for spec in (
                   ("collective", "collective"), cluster_ports=True),
 )}
 ALIASES = {alias: spec.name for spec in FRAMEWORKS.values() for alias in spec.aliases}
+# `bench comm`'s backends: name -> (framework, "module:Class" of its CommBackend, in benchmarks/comm/)
+COMM_BACKENDS = {
+    "gloo": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "nccl": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "mpi": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
+    "horovod": ("torch", "benchmarks.comm.horovod_comm:HorovodBackend"),
+    "collective": ("tensorflow", "benchmarks.comm.tf_collective:TFCollectiveBackend"),
+    "ps": ("tensorflow", "benchmarks.comm.tf_ps_comm:TFPsBackend"),
+}
 
 
 def spec_of(name: str) -> FrameworkSpec:

@@ -18,13 +18,13 @@ from typing import Iterator
 import numpy as np
 
 from .errors import UsageError
-from .options import FASHION_MNIST_CLASSES, FASHION_MNIST_PACKAGE
+from .fashion_mnist import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_FILES,
+    FASHION_MNIST_PACKAGE,
+    FASHION_MNIST_STATS,
+)
 
-FASHION_MNIST_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "val": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
-FASHION_MNIST_STATS = (0.2860, 0.3530)  # pixel mean and std of its training images (0..1)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 PAD_LIMIT = 1.25  # up to this ratio of target to native size images are zero-padded; beyond, resized

@@ -27,7 +27,6 @@ STACK_OFFSET = 2
 # The recorded file is relative to the directory holding `benchmarks/`: benchmarks/measurement.py, not a site path.
 SOURCE_ROOT = str(Path(__file__).resolve().parent.parent)
 SUBMISSION = ("org", "platform", "division")  # --mllog-<name> / MLPERF_SUBMISSION_<NAME>: submission_<name>
-DIVISIONS = ("closed", "open")
 
 
 def submission(args) -> dict:

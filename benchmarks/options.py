@@ -12,29 +12,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from . import ceiling, lr_rules
-from .comm import BACKENDS
 from .compilation import COMPILE_MODES
 from .distributed import strategies
+from .distributed.cluster import SEED_000_PORTS, TOKEN_PORTS
 from .errors import UsageError, choices
-from .framework_specs import ALIASES, FRAMEWORKS
-from .mllog import DIVISIONS
+from .fashion_mnist import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
+from .framework_specs import ALIASES, COMM_BACKENDS, FRAMEWORKS
 from .models import MODELS
 from .precision import PRECISIONS
 from .step_timing import STEP_TIMINGS
 
 RUN, COMM = "run", "comm"  # the commands: a training run, and `bench comm`
 MAX_PORT = 65535 - 64  # every port option is a base: local process indexes (and the chief's + 10) are added
-# A run's ports, as seed 000 numbers them: the rendezvous (torch's process group on the next port), TF workers
-# from +10, parameter servers from +20, the chief at PS + 10. A port not given follows --rendezvous-port, and
-# that one, not given, is placed by the run's token (distributed.cluster.run_ports); without a token, these.
-SEED_000_PORTS = {"rendezvous_port": 2210, "worker_port": 2220, "ps_port": 2230}
-# Where a token places the rendezvous port: below Linux's ephemeral ports (32768-60999) and above the local
-# Slurm and MLflow servers of the tests.
-TOKEN_PORTS = range(20000, 32768 - 64)
 
 
 @dataclass(frozen=True)
@@ -61,10 +55,21 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
-def size(text: str) -> int:
-    """A message size: 1024, 64K, 1M, 1GiB (comm.metrics.parse_size)."""
-    from .comm.metrics import parse_size
+# binary units, as nccl-tests' -b/-e take them
+SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
+              "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 
+
+def parse_size(text: str) -> int:
+    """'4', '4B', '64K', '256MiB' (binary units, as nccl-tests' -b/-e) -> bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (examples: 4, 64K, 256MiB)")
+    return int(match.group(1)) * SIZE_UNITS[match.group(2).upper()]
+
+
+def size(text: str) -> int:
+    """A message size for argparse: 1024, 64K, 1M, 1GiB (parse_size)."""
     try:
         return parse_size(text)
     except ValueError as error:
@@ -143,10 +148,8 @@ def _shown(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+DIVISIONS = ("closed", "open")  # MLPerf's submission divisions (--mllog-division)
 RENDEZVOUS_TIMEOUT_S = 300.0  # how long ranks wait for each other without --timeout
-FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # where Debian's package installs its IDX files
-FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
-FASHION_MNIST_CLASSES = 10
 BOTH = (RUN, COMM)
 
 GROUPS = {  # bench --help's headings, in order
@@ -309,7 +312,7 @@ OPTIONS: dict[str, Option] = _table(
     Option("debug", bool, False, "show Python tracebacks of internal errors (also DLBENCH_DEBUG=1)", commands=BOTH),
     # bench comm's own
     Option("backend", str, None, "%(choices)s (default: nccl on GPU else gloo for torch; collective for tensorflow; ps "
-           "with --strategy ps)", "comm", tuple(BACKENDS), noun="backend", commands=(COMM,)),
+           "with --strategy ps)", "comm", tuple(COMM_BACKENDS), noun="backend", commands=(COMM,)),
     Option("ops", str, None, "comma-separated: allreduce, pingpong, gradients (default: all three); with --strategy "
            "ps: pull, push, ps_step", "comm", commands=(COMM,)),
     Option("min_bytes", int, 4, "smallest message (default: %(default)s)", "comm", check=POSITIVE, parse=size,

@@ -81,7 +81,7 @@ def test_sweep_options_are_the_config_options_the_matrix_does_not_own():
 def test_defaults_and_the_ps_rule_are_written_once():
     sources = {p: p.read_text() for p in [*(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "runners").rglob("*.py")]}
     for port in ("2210", "2220", "2230"):
-        assert [p.name for p, text in sources.items() if port in text] == ["options.py"], port
+        assert [p.name for p, text in sources.items() if port in text] == ["cluster.py"], port  # distributed/cluster.py
     homes = [p.name for p, text in sources.items() if "needs {name('num_ps')}" in text or "needs --num-ps" in text]
     assert homes == ["base.py"]  # distributed/strategies/base.py
     assert [p.name for p, text in sources.items() if "def is_comm(argv" in text or "FLAG_OPTIONS" in text] == []

@@ -1,21 +1,13 @@
 """Communication microbenchmarks (`bench comm`): all-reduce, ping-pong, gradient buckets, PS push/pull.
 
-Adding a backend = one module with a `CommBackend` subclass + one line here.
+Adding a backend = one module with a `CommBackend` subclass + one line in framework_specs.COMM_BACKENDS (where
+the option table reads the --backend choices without importing this package).
 """
 
 from __future__ import annotations
 
+from ..framework_specs import COMM_BACKENDS as BACKENDS
 from ..registry import load_target
-
-# name -> (framework, "module:Class")
-BACKENDS = {
-    "gloo": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
-    "nccl": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
-    "mpi": ("torch", "benchmarks.comm.torch_dist:TorchDistBackend"),
-    "horovod": ("torch", "benchmarks.comm.horovod_comm:HorovodBackend"),
-    "collective": ("tensorflow", "benchmarks.comm.tf_collective:TFCollectiveBackend"),
-    "ps": ("tensorflow", "benchmarks.comm.tf_ps_comm:TFPsBackend"),
-}
 
 
 def load(name: str):

@@ -3,25 +3,15 @@ them: docs/comm.md, "Definitions"."""
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
+from ..options import parse_size  # noqa: F401 - re-exported: --max-bytes and the tables read sizes alike
 from ..stats import Stats
 
 GB = 1e9
 ELEMENT_BYTES = 4  # float32 buffers, as nccl-tests' default (-d float)
-UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2, "MIB": 1024**2,
-         "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 
 ALLREDUCE_OPS = ("allreduce", "gradients")  # gradients: the model's buckets, all-reduced back to back
-
-
-def parse_size(text: str) -> int:
-    """'4', '4B', '64K', '256MiB' (binary units, as nccl-tests' -b/-e) -> bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
-    if not match or match.group(2).upper() not in UNITS:
-        raise ValueError(f"not a size: {text!r} (examples: 4, 64K, 256MiB)")
-    return int(match.group(1)) * UNITS[match.group(2).upper()]
 
 
 def format_size(nbytes: int) -> str:

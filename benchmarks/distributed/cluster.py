@@ -11,9 +11,16 @@ import os
 import socket
 from typing import Mapping
 
-from ..options import SEED_000_PORTS, TOKEN_PORTS
 from .strategies import CHIEF, PS, WORKER
 from .world import World
+
+# A run's ports, as seed 000 numbers them: the rendezvous (torch's process group on the next port), TF workers
+# from +10, parameter servers from +20, the chief at PS + 10. A port not given follows --rendezvous-port, and
+# that one, not given, is placed by the run's token (distributed.cluster.run_ports); without a token, these.
+SEED_000_PORTS = {"rendezvous_port": 2210, "worker_port": 2220, "ps_port": 2230}
+# Where a token places the rendezvous port: below Linux's ephemeral ports (32768-60999) and above the local
+# Slurm and MLflow servers of the tests.
+TOKEN_PORTS = range(20000, 32768 - 64)
 
 
 def my_address(world: World) -> str:
