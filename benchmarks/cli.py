@@ -11,10 +11,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, mllog, options
+from . import __version__
 from .comm import cli as comm_cli
-from .distributed import strategies
-from .errors import (
+from .core.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_OOM,
@@ -26,8 +25,11 @@ from .errors import (
     debug_enabled,
     report_internal_error,
 )
-from .options import integer
+from .distributed import strategies
+from .results import mllog
 from .runspec import Parser, add_arguments, config_of
+from .settings import options
+from .settings.options import integer
 
 DESCRIPTION = """\
 Measure training throughput (images/sec) and peak memory of one CNN on one
@@ -84,12 +86,12 @@ def run_benchmark(argv: list[str]) -> int:
     if args.find_max_batch:
         check_max_batch_args(args)
     if args.mllog:
-        from .mllog import require
+        from .results.mllog import require
 
         require()
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"  # the worker process inherits it
-    from .durable import check_dir, check_file
+    from .core.durable import check_dir, check_file
 
     if args.output is not None:
         check_file(args.output, "--output")
@@ -97,7 +99,7 @@ def run_benchmark(argv: list[str]) -> int:
         check_dir(args.trace, "--trace")
     if args.tensorboard is not None:
         check_dir(args.tensorboard, "--tensorboard")
-        from .tensorboard import BACKENDS, available
+        from .results.tensorboard import BACKENDS, available
 
         if available() is None:
             raise UsageError(f"--tensorboard needs one of {choices(m for m, _ in BACKENDS)} installed; none is")
@@ -106,12 +108,12 @@ def run_benchmark(argv: list[str]) -> int:
         check_accuracy_world(config)
     if config.reference:
         from .distributed.world import detect
-        from .reference import check_launch
+        from .run.reference import check_launch
 
         check_launch(detect().size, args.find_max_batch)
     data_scan = scan = None
     if config.data_dir is not None:
-        from .dataset import check_images
+        from .data.dataset import check_images
 
         scan = check_images(config.data_dir, args.strict_data)
         data_scan = {**scan.summary(), "strict": args.strict_data}
@@ -121,9 +123,9 @@ def run_benchmark(argv: list[str]) -> int:
         path, why = scan.bad[0]
         print(f"bench: data: skipping {len(scan.bad)} of {len(scan.bad) + len(scan.paths)} images that cannot "
               f"be decoded (first: {path}: {why}); --strict-data stops instead", file=sys.stderr, flush=True)
-    from . import output, provenance, record
-    from .delivery import deliver
-    from .supervisor import supervise, training_job
+    from .results import output, provenance, record
+    from .results.delivery import deliver
+    from .run.supervisor import supervise, training_job
 
     report = sys.stderr if args.json else sys.stdout
     comparison = provenance.comparison(warn=lambda line: print(f"bench: warning: {line}", file=sys.stderr, flush=True))
@@ -160,7 +162,8 @@ def find_max_batch(config, args, run_once) -> int:
     import dataclasses
     import time
 
-    from . import maxbatch, record
+    from .results import record
+    from .run import maxbatch
 
     search = maxbatch.Search(config.batch_size, args.max_batch_limit)
     search_id, deadline = record.new_run_id(), time.monotonic() + args.max_batch_budget
@@ -204,7 +207,7 @@ def check_labelled_data(config, scan) -> None:
     """A time-to-accuracy run's data read as the worker will read it, before anything is built: the four
     Fashion-MNIST files whole, an ImageFolder's held-out split (`scan`: its decodable images), and a
     training set of one batch at least."""
-    from . import labelled
+    from .data import labelled
 
     if config.data_dir is None:
         train = labelled.check_fashion_mnist_files(config.fashion_mnist_dir)
@@ -229,8 +232,8 @@ def make_dataset(argv: list[str]) -> int:
     """`bench make-dataset`: DIR checked first (exit 2); a file system that fills up (or turns read-only)
     on the way is one line, nothing left behind, exit 5: the output could not be written where asked."""
     args = dataset_parser().parse_args(argv)
-    from .dataset import make_dataset as write
-    from .durable import NoRoom, check_dir
+    from .core.durable import NoRoom, check_dir
+    from .data.dataset import make_dataset as write
 
     check_dir(args.dir, "make-dataset DIR")
     try:

@@ -15,7 +15,7 @@ signal.signal(signal.SIGINT, lambda signum, frame: _interrupted.append(signum))
 import os  # noqa: E402  (the handler first)
 import sys  # noqa: E402 - the signal handler is installed before anything else loads
 
-from .errors import EXIT_INTERRUPTED  # noqa: E402 - see above
+from .core.errors import EXIT_INTERRUPTED  # noqa: E402 - see above
 
 
 def main_entry(prog: str, cli_module: str) -> None:
@@ -53,7 +53,7 @@ def _interrupt(signum, frame):
 
 
 def bench() -> None:
-    from .processes import BOUNDARY_SIGNALS, note_early
+    from .core.processes import BOUNDARY_SIGNALS, note_early
 
     note_early(BOUNDARY_SIGNALS)
     main_entry("bench", "benchmarks.cli")

@@ -16,11 +16,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import options
 from .comm import cli as comm_cli
+from .core.errors import UsageError, choices
 from .distributed import strategies
-from .errors import UsageError, choices
-from .options import COMM, OPTIONS, RUN
+from .settings import options
+from .settings.options import COMM, OPTIONS, RUN
 
 
 class Parser(argparse.ArgumentParser):
@@ -148,7 +148,7 @@ class RunSpec:
 
 def config_of(args: argparse.Namespace, installed_here: bool = True):
     """The run's config from bench's parsed arguments (UsageError when invalid)."""
-    from .config import build_config
+    from .settings.config import build_config
 
     values = {o.dest: getattr(args, o.dest) for o in options.CONFIG_OPTIONS}
     return build_config(**values, rendezvous_timeout=args.timeout or options.RENDEZVOUS_TIMEOUT_S,

@@ -37,9 +37,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.core.processes import STOP_GRACE_S
 from benchmarks.distributed.rendezvous import SILENT_AFTER_S
-from benchmarks.options import RENDEZVOUS_TIMEOUT_S
-from benchmarks.processes import STOP_GRACE_S
+from benchmarks.settings.options import RENDEZVOUS_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_KILL_S = 30.0
@@ -178,7 +178,7 @@ def run_row(case: str, row: dict, out_dir: Path, port: int, horovod_image: str =
         victims = rank_processes(port, row["rank"])
         time.sleep(0.05)
     everyone = [p.pid for p in run_processes(port)]
-    victims = [v for v in victims if row["signal"] == "KILL" or "benchmarks.worker" in " ".join(v.cmdline())]
+    victims = [v for v in victims if row["signal"] == "KILL" or "benchmarks.run.worker" in " ".join(v.cmdline())]
     for victim in victims:
         try:
             victim.send_signal(getattr(signal, f"SIG{row['signal']}"))

@@ -94,7 +94,7 @@ def precision_problems(section: dict, requested: str | None, on_gpu: bool) -> li
 
 def step_timing_problems(record: dict, asked: str, on_gpu: bool) -> list[str]:
     """The --step-timing asked is the clock that ran, with cudnn.benchmark on under events alone (GPU)."""
-    from benchmarks.step_timing import CLOCKS, EVENTS  # framework-free
+    from benchmarks.measure.step_timing import CLOCKS, EVENTS  # framework-free
 
     section = record.get("step_timing")
     if record["config"].get("step_timing") != asked or not section:

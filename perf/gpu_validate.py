@@ -32,7 +32,7 @@ plain names, at most 8 files, the device tool's $OUT rules), so a call cut short
 done.
 
 Imports: the standard library; bench's own argparse parsers for --dry-run (no framework); the project's
-statistics (benchmarks.stats: numpy, scipy) for the speed ratios' intervals. Exit: 0 every step passed
+statistics (benchmarks.measure.stats: numpy, scipy) for the speed ratios' intervals. Exit: 0 every step passed
 (steps skipped for the deadline are listed), 1 a step failed, 2 bad input.
 """
 
@@ -127,7 +127,7 @@ class Runner:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            from benchmarks.processes import stop_process_group  # standard library only
+            from benchmarks.core.processes import stop_process_group  # standard library only
 
             stop_process_group(proc)
             stdout, stderr = proc.communicate()
@@ -279,7 +279,7 @@ def side_rate(kind: str, line: dict) -> float | None:
 
 def speed_summary(rates: dict) -> dict:
     """Mean images/sec of each side and its ratio to bare-fast per round: mean and 95% t half-width."""
-    from benchmarks.stats import Stats, t_halfwidth
+    from benchmarks.measure.stats import Stats, t_halfwidth
 
     summary = {}
     reference = rates.get("bare-fast", [])
@@ -339,7 +339,7 @@ def dry_run(timm: str | None) -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.cli import bench_parser, config_of, dataset_parser
     from benchmarks.comm.cli import options_from
-    from benchmarks.errors import UsageError
+    from benchmarks.core.errors import UsageError
 
     failures, count = 0, 0
     with tempfile.TemporaryDirectory(prefix="gpu-validate-dry-") as scratch:

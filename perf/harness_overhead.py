@@ -1,6 +1,6 @@
 """Does `bench` cost throughput? `bench` vs the simplest honest hand-written training loop.
 
-The bare loop is what a careful user writes by hand (benchmarks/reference.py,
+The bare loop is what a careful user writes by hand (benchmarks/run/reference.py,
 its one home, which `bench --reference` times in-process too): same model,
 optimizer (SGD momentum), batch, image size and threads; SYNTHETIC_BATCHES
 rotating synthetic batches passed to the step (as bench does), and the loss
@@ -36,8 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import reference  # noqa: E402 - once the checkout is on sys.path
-from benchmarks.stats import Stats, t_halfwidth  # noqa: E402 - once the checkout is on sys.path
+from benchmarks.measure.stats import Stats, t_halfwidth  # noqa: E402 - once the checkout is on sys.path
+from benchmarks.run import reference  # noqa: E402 - once the checkout is on sys.path
 
 SYNTHETIC_BATCHES = 4  # bench's default --synthetic-batches
 

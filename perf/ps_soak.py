@@ -52,7 +52,7 @@ def cluster_workers(conf: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "benchmarks.worker" in " ".join(proc.info["cmdline"] or []) and proc.environ().get("SLURM_CONF") == conf:
+            if "benchmarks.run.worker" in " ".join(proc.info["cmdline"] or []) and proc.environ().get("SLURM_CONF") == conf:
                 found.append(proc)
         except psutil.Error:
             pass

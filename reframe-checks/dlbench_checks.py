@@ -6,7 +6,7 @@ Every test runs `benchrun` (or `bench` inside a container that ReFrame itself st
 its `container_platform`, for the runtimes ReFrame has a platform for), reads the record the run
 printed, and takes its sanity and its performance variables from that record (README, "In your
 ReFrame suite"; every variable with its unit: docs/reframe.md). The axes come from dlbench
-itself (benchmarks.config, the strategies, runners.runtimes): a new model, strategy or runtime
+itself (benchmarks.settings.config, the strategies, runners.runtimes): a new model, strategy or runtime
 there is a new test here. What a site sets: its partitions, their features and `extras`
 (site/settings.py) and its references (site/references.yaml, or DLBENCH_REFERENCES=FILE).
 """
@@ -26,8 +26,8 @@ if HERE not in sys.path:
 
 import dlbench_rfm as lib  # noqa: E402 - puts the dlbench checkout on sys.path
 
-from benchmarks.config import FRAMEWORKS, MODELS  # noqa: E402 - dlbench's own axes (no framework imported)
 from benchmarks.distributed import strategies  # noqa: E402 - after sys.path; dlbench's own axes (no framework imported)
+from benchmarks.settings.config import FRAMEWORKS, MODELS  # noqa: E402 - dlbench's own axes (no framework imported)
 from runners import runtimes  # noqa: E402 - once the checkout is on sys.path
 
 RANKS = (1, 2)

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dlbenc
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.framework_specs import spec_of  # noqa: E402 - once the checkout is on sys.path
+from benchmarks.core.framework_specs import spec_of  # noqa: E402 - once the checkout is on sys.path
 
 
 def default_image(framework: str) -> str:

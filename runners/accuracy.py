@@ -15,8 +15,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from benchmarks import convergence
-from benchmarks.stats import OLYMPIC_MIN, olympic_mean
+from benchmarks.measure.stats import OLYMPIC_MIN, olympic_mean
+from benchmarks.tta import convergence
 
 from .reporting import aggregate, keys
 

@@ -11,8 +11,8 @@ import argparse
 import importlib
 import sys
 
-from benchmarks.durable import NoRoom, OutputError
-from benchmarks.errors import (
+from benchmarks.core.durable import NoRoom, OutputError
+from benchmarks.core.errors import (
     EXIT_ENVIRONMENT,
     EXIT_INTERRUPTED,
     EXIT_OUTPUT,

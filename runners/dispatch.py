@@ -21,12 +21,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import framework_specs
-from benchmarks.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, UsageError
-from benchmarks.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS
-from benchmarks.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
-from benchmarks.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
+from benchmarks.core import framework_specs
+from benchmarks.core.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, UsageError
+from benchmarks.core.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
+from benchmarks.results.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS
 
 from . import faults, launchers, runtimes
 from .launchers.base import wait_ranks
@@ -242,7 +242,7 @@ def check_image_framework(request: RunRequest, runtime: runtimes.Runtime, image:
     held = runtime.image_labels(image).get(FRAMEWORK_LABEL)
     if not wanted or not held:
         return
-    from benchmarks.config import resolve_framework
+    from benchmarks.settings.config import resolve_framework
 
     framework = resolve_framework(wanted)
     if framework not in held.split(","):
@@ -263,9 +263,9 @@ def run(request: RunRequest) -> Outcome:
     """Run it; the record (if bench wrote one) is returned, not left behind.
 
     The launcher runs in this process; containers are removed when the run ends, times out
-    (benchmarks.processes.host_deadline) or is interrupted. A run that fails because its environment
+    (benchmarks.core.processes.host_deadline) or is interrupted. A run that fails because its environment
     did (the container daemon went away, a node failed) gets a record saying so (runners.faults)."""
-    from benchmarks.record import utc_now
+    from benchmarks.results.record import utc_now
 
     runtime = check(request)
     started_utc, t0 = utc_now(), time.monotonic()

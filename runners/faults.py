@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 
 def error_info(reason: str, exit_code: int) -> dict:
@@ -19,7 +19,7 @@ def blame(record: dict, reason: str, exit_code: int) -> dict:
     """bench's own record, ended by the environment: status failed, the fault as its error; validated by
     its own schema (a training or a `bench comm` record, as its `kind` says)."""
     from benchmarks.comm import record as comm
-    from benchmarks.record import validate
+    from benchmarks.results.record import validate
 
     blamed = {**record, "status": "failed", "error": error_info(reason, exit_code)}
     return (comm.validate if comm.is_comm(blamed) else validate)(blamed)
@@ -29,12 +29,12 @@ def host_record(request, launcher: str | None, reason: str, exit_code: int, star
                 command: list[str], run_token: str | None = None) -> dict | None:
     """The record of a run (a dispatch.RunRequest) that wrote none, made from its arguments on the host
     (None when they are not valid here); `run_token`: the one benchrun gave its ranks, which placed their ports."""
-    from benchmarks import record as records
     from benchmarks.comm import record as comm_records
     from benchmarks.distributed import cluster, strategies
     from benchmarks.distributed.world import World, world_section
-    from benchmarks.options import COMM
-    from benchmarks.provenance import host_provenance
+    from benchmarks.results import record as records
+    from benchmarks.results.provenance import host_provenance
+    from benchmarks.settings.options import COMM
 
     asked = request.spec.replace(framework=request.spec.framework or os.environ.get("BENCH_FRAMEWORK") or "torch",
                                  num_ps=request.spec.num_ps or request.num_ps or None)  # benchrun's, given by the launch

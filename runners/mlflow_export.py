@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from benchmarks.comm.record import is_comm
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .reporting.keys import runtime_of
 

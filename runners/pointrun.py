@@ -16,8 +16,8 @@ import os
 import signal
 import sys
 
-from benchmarks.errors import UsageError
-from benchmarks.processes import (
+from benchmarks.core.errors import UsageError
+from benchmarks.core.processes import (
     CLIENT_GRACE_S,
     ENDING_SIGNALS,
     StopScope,

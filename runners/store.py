@@ -2,7 +2,7 @@
 whose lines are envelopes {"sweep": {...}, "record": <bench record> | null, "error": ...} (docs/sweeps.md).
 
 Every line is written with one write + fsync under the store's exclusive lock
-(benchmarks.durable.append_jsonl), so only the last line can be incomplete (power loss, full
+(benchmarks.core.durable.append_jsonl), so only the last line can be incomplete (power loss, full
 disk): it is skipped with a StoreWarning; an unreadable line before it is corruption
 (CorruptStore). Readers never take another process's line half written for a torn one: they read
 under the shared lock (`reading`) or up to a length taken under it (`_whole_length`).
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 
 class CorruptStore(UsageError):
@@ -38,7 +38,7 @@ BLOCK = 1 << 24  # bytes read at a time
 
 @contextmanager
 def reading(path: str | os.PathLike):
-    """The store opened for reading, under a shared lock: no append (benchmarks.durable.append_jsonl,
+    """The store opened for reading, under a shared lock: no append (benchmarks.core.durable.append_jsonl,
     which holds the exclusive one) is in progress while it is held, so what is read is whole lines
     only, but for the torn tail a killed writer left."""
     with open(path, "rb") as f:

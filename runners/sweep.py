@@ -29,10 +29,10 @@ from pydantic import (
     create_model,
 )
 
+from benchmarks.core.errors import UsageError, choices
 from benchmarks.distributed import strategies
-from benchmarks.errors import UsageError, choices
-from benchmarks.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import CONFIG_OPTIONS, OPTIONS, POSITIVE_INT, Check, Option
 
 from . import dispatch, launchers, runtimes
 
@@ -456,8 +456,8 @@ def check_point(point: Point, request: dispatch.RunRequest, label: str, scratch:
 
 @functools.cache
 def _require_installed(framework: str) -> None:
-    """benchmarks.config.require_installed, asked once per framework: it looks for modules on the path
+    """benchmarks.settings.config.require_installed, asked once per framework: it looks for modules on the path
     (a third of a point's check), and a plan of thousands of points asks the same question each time."""
-    from benchmarks.config import require_installed
+    from benchmarks.settings.config import require_installed
 
     require_installed(framework)

@@ -1,7 +1,7 @@
 """MkDocs hooks for the documentation site (mkdocs.yml names this file).
 
 - The flag references are generated at build time, never kept by hand: `reference/bench.md` from the
-  option table (benchmarks.options: the same table that derives bench's parser), `reference/benchrun.md`
+  option table (benchmarks.settings.options: the same table that derives bench's parser), `reference/benchrun.md`
   from each `benchrun` command's own parser (its `--help`, exactly as a user sees it).
 - A link from a page to a file of the repository outside docs/ (`../perf/RESULTS.md`) is checked to exist
   and shown as that path, since the site holds only docs/: a moved or deleted file fails the strict build
@@ -26,10 +26,10 @@ OUTSIDE = re.compile(r"\[([^\]]+)\]\((\.\./[^)#\s]+)(#[^)\s]*)?\)")
 
 
 def bench_reference() -> str:
-    from benchmarks import options
+    from benchmarks.settings import options
 
     lines = ["# `bench` flags", "",
-             "Generated from bench's option table (`benchmarks/options.py`), the table its parser is built from: "
+             "Generated from bench's option table (`benchmarks/settings/options.py`), the table its parser is built from: "
              "this list and `bench --help` cannot differ. Defaults shown are those of a run without the "
              "variables an image sets (`BENCH_FRAMEWORK`). What the harder flags mean in depth: "
              "[bench in depth](../bench.md).", ""]

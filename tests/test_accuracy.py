@@ -14,9 +14,11 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import convergence, labelled, lr_rules, stats
-from benchmarks.config import FASHION_MNIST_PACKAGE
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
+from benchmarks.data import labelled
+from benchmarks.measure import stats
+from benchmarks.settings.config import FASHION_MNIST_PACKAGE
+from benchmarks.tta import convergence, lr_rules
 from infra.helpers import ROOT, bench, benchrun, last_json_line, run, validate_record
 
 # A run that must converge: 1,024-sample evaluations on 1,000 validation images, at most 0.1 epoch.
@@ -125,7 +127,7 @@ def test_a_batch_larger_than_the_training_set_is_refused_before_anything_is_buil
 
 def test_an_image_folder_without_a_validation_split_is_refused_before_anything_is_built(tmp_path):
     """Two images, --val-fraction 0.1: both land in training. The split is made before the worker starts."""
-    from benchmarks.dataset import make_dataset
+    from benchmarks.data.dataset import make_dataset
 
     root = make_dataset(tmp_path / "ds", images=2, classes=1, min_size=32, max_size=40)
     result = bench("--framework", "torch", "--model", "smallcnn", "--target-accuracy", "0.8", "--data-dir", root,
@@ -580,4 +582,4 @@ def test_the_image_trains_to_target_on_its_own_fashion_mnist_with_mllog(dlbench_
     events = [json.loads(line.split(" ", 1)[1]) for line in result.stderr.splitlines() if line.startswith(":::MLLOG ")]
     accuracy = [e for e in events if e["key"] == "eval_accuracy"]
     assert len(accuracy) == len(record["accuracy"]["curve"]) and events[-1]["key"] == "run_stop"
-    assert accuracy[-1]["metadata"]["file"] == "benchmarks/accuracy.py" and accuracy[-1]["metadata"]["lineno"] > 0
+    assert accuracy[-1]["metadata"]["file"] == "benchmarks/run/accuracy.py" and accuracy[-1]["metadata"]["lineno"] > 0

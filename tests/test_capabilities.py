@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from benchmarks.config import build_config
 from benchmarks.frameworks import base, capabilities
+from benchmarks.settings.config import build_config
 from infra.helpers import ROOT
 
 CAPABILITIES = (capabilities.CompilesFirstStep, capabilities.CountsFlops, capabilities.ProbesGemm,
@@ -100,7 +100,7 @@ def test_no_field_of_a_backend_is_set_from_outside():
 @pytest.mark.parametrize("name", ["torch", "tensorflow"])
 def test_every_shipped_backend_has_every_training_capability(name):
     """Read from the source: importing TensorFlow beside torch in one test process is avoided (helpers.py)."""
-    from benchmarks.framework_specs import FRAMEWORKS
+    from benchmarks.core.framework_specs import FRAMEWORKS
 
     module = FRAMEWORKS[name].backend.partition(":")[0]
     source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
@@ -116,9 +116,9 @@ def test_every_shipped_backend_has_every_training_capability(name):
 def test_a_backend_with_only_the_required_part_gets_its_framework_into_the_record():
     """The record's provenance.framework comes from the required part alone (version, device_info): a backend
     need not hold a `model` attribute or state model_info (docs/architecture.md, "Recipes checked")."""
-    from benchmarks import provenance, record
-    from benchmarks.measurement import Measurement
-    from benchmarks.mllog import MLLogger
+    from benchmarks.results import provenance, record
+    from benchmarks.results.mllog import MLLogger
+    from benchmarks.run.measurement import Measurement
 
     config = build_config(framework="torch", model="alexnet", installed_here=False)
     base = {"run_id": record.new_run_id(), "timestamp_utc": record.utc_now(),

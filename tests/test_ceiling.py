@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from benchmarks import anchors, ceiling, flops, output
 from benchmarks.frameworks import gemm
+from benchmarks.measure import anchors, ceiling, flops
+from benchmarks.results import output
 from infra.helpers import ROOT, SMALL, bench, last_json_line, validate_record
 
 KEY = ceiling.Key("cpu", "Test CPU", "torch", "9.9", "fp32", 2)

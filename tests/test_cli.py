@@ -128,7 +128,7 @@ def test_mllog_without_mlperf_logging_is_one_line_exit_2():
 
 def test_mllog_lines_are_written_by_mlperf_logging():
     """The package's own line (its key order, the caller's file and line in the metadata); our metadata kept."""
-    from benchmarks.mllog import MLLogger
+    from benchmarks.results.mllog import MLLogger
 
     stream = io.StringIO()
     logger = MLLogger(True, stream)
@@ -184,7 +184,7 @@ def test_every_help_is_a_user_text_with_an_example(command):
 
 
 def test_an_interval_over_too_few_repeats_says_why_it_is_wide():
-    from benchmarks.output import interval_line
+    from benchmarks.results.output import interval_line
 
     assert interval_line("t-interval over repeats", 2) == (
         "interval: 95% t-interval over repeats (2 repeats: 1 degree of freedom, so wide whatever the spread; "

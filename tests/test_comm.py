@@ -79,7 +79,7 @@ def test_default_backend_is_what_training_uses():
 def test_nccl_device_logic():
     pytest.importorskip("torch")
     from benchmarks.comm.torch_dist import device_for
-    from benchmarks.errors import UsageError
+    from benchmarks.core.errors import UsageError
 
     assert device_for("nccl", 3, 2) == "cuda:1"
     assert device_for("gloo", 3, 2) == "cpu"
@@ -191,7 +191,7 @@ def test_the_host_writes_a_comm_record_for_a_run_that_lost_process_0():
     """benchrun's record of a `bench comm` run whose process 0 was killed (runners.faults) is a comm
     record with the run's world; before, there was none ("no record could be made")."""
     from benchmarks.distributed.cluster import run_ports
-    from benchmarks.record import utc_now
+    from benchmarks.results.record import utc_now
     from runners import faults
     from runners.dispatch import RunRequest
 

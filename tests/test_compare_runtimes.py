@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 from infra.helpers import benchrun
 from runners.commands.compare_runtimes import Comparison, open_comparison, save_comparison
 
@@ -84,7 +84,7 @@ def test_the_same_out_again_adds_rounds_and_every_record_knows_its_round(tmp_pat
 
 
 def test_bench_takes_its_comparison_from_the_environment_or_says_why_not():
-    from benchmarks.provenance import comparison
+    from benchmarks.results.provenance import comparison
 
     label = Comparison("c1", 7, NAMES, ASKED).label(4, 2, ["docker", "local", "apptainer"])
     said: list[str] = []

@@ -252,8 +252,8 @@ def test_labels_match_installed_versions(images, fw):
 @pytest.mark.parametrize("fw", sorted(IMAGES))
 def test_late_layer_brings_mlperf_logging_and_fashion_mnist(images, fw):
     pin = re.search(r"^mlperf-logging==(\S+)$", (C / "late/requirements.txt").read_text(), re.M).group(1)
-    code = ("import importlib.metadata as m; from benchmarks.labelled import check_fashion_mnist; "
-            "from benchmarks.options import FASHION_MNIST_DIR; check_fashion_mnist(FASHION_MNIST_DIR); "
+    code = ("import importlib.metadata as m; from benchmarks.data.labelled import check_fashion_mnist; "
+            "from benchmarks.settings.options import FASHION_MNIST_DIR; check_fashion_mnist(FASHION_MNIST_DIR); "
             "print(m.version('mlperf-logging'))")
     p = run(["docker", "run", "--rm", "--entrypoint", "python", images[fw], "-c", code])
     assert p.returncode == 0 and p.stdout.strip() == pin, p.stdout + p.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.dataset import image_folder, image_problem, scan_images
-from benchmarks.record import SCHEMA_VERSION
+from benchmarks.data.dataset import image_folder, image_problem, scan_images
+from benchmarks.results.record import SCHEMA_VERSION
 from infra.helpers import bench, last_json_line, validate_record
 
 RUN = ["--model", "alexnet", "--image-size", "64", "--batch-size", "2", "--num-warmup-batches", "1",

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from benchmarks import options
+from benchmarks.settings import options
 from infra.helpers import ROOT
 
 

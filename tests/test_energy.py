@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import energy
+from benchmarks.measure import energy
 from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 
@@ -132,7 +132,7 @@ def test_monitor_thread_feeds_state_and_energy(monkeypatch, has_counter):
     """The NVML memory thread also samples state; the meter uses the counter or, without it, that thread's power."""
     import time
 
-    from benchmarks import memory
+    from benchmarks.measure import memory
 
     counter = iter(range(0, 10**9, 500))  # mJ: +0.5 J per read
     monkeypatch.setattr(memory, "nvml_handles", lambda devices: (["gpu0"], None))
@@ -165,7 +165,7 @@ def test_monitor_thread_feeds_state_and_energy(monkeypatch, has_counter):
 
 
 def test_gpu_run_without_nvml_is_null_not_cpu_energy(monkeypatch):
-    from benchmarks import memory
+    from benchmarks.measure import memory
 
     monkeypatch.setattr(memory, "nvml_handles", lambda devices: (None, "NVML could not start: NVMLError_LibraryNotFound"))
     monitor = memory.DeviceMemoryMonitor((0,), {})

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import durable
-from benchmarks.processes import parent
+from benchmarks.core import durable
+from benchmarks.core.processes import parent
 from infra.helpers import ROOT, Started, last_json_line, validate_record
 from infra.slurm import start_cluster, stop_cluster
 from infra.sweeps import cmdline, lines, marked, tiny_plan, write_plan

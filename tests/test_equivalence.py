@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmarks import record as record_model
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
+from benchmarks.results import record as record_model
 from infra.helpers import ROOT
 from runners.commands import compare_runtimes, report
 from runners.reporting import aggregate, equivalence

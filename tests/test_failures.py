@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from benchmarks.supervisor import classify_exit
+from benchmarks.run.supervisor import classify_exit
 from infra.helpers import ROOT, SMALL, bench, hanging_shutdown, last_json_line, validate_record
 
 AS_LIMIT = 8 * 2**30  # enough to import a framework and build ResNet-50, not to train it at batch 256
@@ -134,7 +134,7 @@ def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path, args,
     """kill -9 of the worker, the kernel's OOM-kill count unmoved: `failed` (a sweep retries it), not
     `oom` (a sweep takes that as the answer). Before, every SIGKILL was recorded as out of memory,
     and a `bench comm` worker (then bench itself) killed wrote no record at all."""
-    from benchmarks.supervisor import oom_kills
+    from benchmarks.run.supervisor import oom_kills
 
     if oom_kills() is None:
         pytest.skip("this kernel keeps no count of OOM kills (/proc/vmstat oom_kill)")
@@ -148,7 +148,7 @@ def test_a_worker_killed_by_another_process_is_a_failure_not_oom(tmp_path, args,
     while started not in (proc.stderr.readline() or started) and time.monotonic() < deadline:
         pass
     before = oom_kills()
-    worker = next(p for p in parent.children() if "benchmarks.worker" in " ".join(p.cmdline()))
+    worker = next(p for p in parent.children() if "benchmarks.run.worker" in " ".join(p.cmdline()))
     worker.kill()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err[-2000:]
@@ -234,7 +234,7 @@ def test_two_threads_writing_the_result_never_leave_it_empty(tmp_path):
     the supervisor reads a whole one."""
     import threading
 
-    from benchmarks.worker import write_json
+    from benchmarks.run.worker import write_json
 
     target = tmp_path / "result.json"
     errors: list[BaseException] = []

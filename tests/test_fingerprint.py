@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import fingerprint, limits, pathprobe, preflight, provenance
+from benchmarks.measure import limits, pathprobe, preflight
+from benchmarks.results import fingerprint, provenance
 from infra.helpers import ROOT, benchrun, python_env, validate_record
 
 # -- /proc/self/mountinfo, /proc/self/maps and the libraries' origin ------------------------------------
@@ -220,7 +221,7 @@ def test_the_interface_is_the_variable_set_else_the_route_to_process_0():
 
 # -- single-copy (CMA) between two real processes -------------------------------------------------------
 
-HOLDER = ("import json, sys; from benchmarks.limits import CmaBuffer; b = CmaBuffer(); "
+HOLDER = ("import json, sys; from benchmarks.measure.limits import CmaBuffer; b = CmaBuffer(); "
           "print(json.dumps(b.published('here')), flush=True); sys.stdin.readline()")
 
 
@@ -251,7 +252,7 @@ def rank_path(rank, host, pid_ns="pid:[1]"):
 
 
 def test_namespaces_are_shared_per_node_and_the_facts_differ_where_the_paths_do():
-    from benchmarks import record
+    from benchmarks.results import record
 
     together = fingerprint.section([rank_path(0, "a"), rank_path(1, "a")])
     record.PathInfo.model_validate(together)

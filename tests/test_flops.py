@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from benchmarks import flops
+from benchmarks.measure import flops
 from infra.helpers import SMALL, bench, last_json_line, python_env, run, validate_record
 
 SIZES = {"alexnet": 224, "resnet50": 224, "resnet101": 224, "resnet152": 224, "inception3": 299}

@@ -62,7 +62,7 @@ def test_memory_views_are_ordered_and_measured(long_bf16_record):
 
 def test_nvml_finds_the_gpu_by_uuid_in_process(torch, gpu_uuid):
     """CUDA_VISIBLE_DEVICES=<UUID>: the monitor asks NVML by UUID and sees this process's allocation."""
-    from benchmarks import memory
+    from benchmarks.measure import memory
 
     monitor = memory.DeviceMemoryMonitor((0,), {"CUDA_VISIBLE_DEVICES": gpu_uuid})
     try:
@@ -80,7 +80,7 @@ def test_nvml_finds_the_gpu_by_uuid_in_process(torch, gpu_uuid):
 
 
 def test_a_uuid_nvml_does_not_know_is_a_reason_not_a_crash(torch):
-    from benchmarks import memory
+    from benchmarks.measure import memory
 
     monitor = memory.DeviceMemoryMonitor((0,), {"CUDA_VISIBLE_DEVICES": "GPU-00000000-0000-0000-0000-000000000000"})
     monitor.close()
@@ -98,8 +98,8 @@ def test_loss_scaler_runs_and_stays_finite_in_process(torch):
     """The backend's own GradScaler on the GPU: enabled under amp-fp16, a finite scale after real steps."""
     import itertools
 
-    from benchmarks.config import build_config
     from benchmarks.frameworks.torch_backend import TorchFramework
+    from benchmarks.settings.config import build_config
 
     config = build_config(framework="torch", model="resnet50", image_size=64, batch_size=8, precision="amp-fp16",
                           device="gpu", synthetic_batches=2)
@@ -114,7 +114,7 @@ def test_loss_scaler_runs_and_stays_finite_in_process(torch):
 def test_tf32_is_in_effect_and_changes_the_arithmetic(torch):
     """The record's tf32_in_effect, and the arithmetic itself: a float32 product through TF32 units
     (10-bit mantissa inputs) is far less exact than one in full float32."""
-    from benchmarks import precision
+    from benchmarks.measure import precision
 
     device = torch.device("cuda", 0)
     a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
@@ -172,7 +172,7 @@ def test_energy_comes_from_nvml_with_a_plausible_power(long_bf16_record):
 def test_cuda_events_time_the_steps_the_host_waits_for_once(torch):
     """--step-timing events on real CUDA events: one sync at each end, and the steps laid end to end
     from the events add up to the host's time between the two syncs (timing.event_stamps)."""
-    from benchmarks import step_timing, timing
+    from benchmarks.measure import step_timing, timing
 
     device = torch.device("cuda", 0)
     new_event, section = step_timing.apply_torch("events", device)

@@ -318,7 +318,7 @@ def test_a_sif_per_image_id_and_the_replaced_one_goes(tmp_path, tools, monkeypat
 
 
 def test_udocker_loads_once_per_image_id_and_a_failed_load_leaves_nothing(tmp_path, tools, monkeypatch):
-    from benchmarks.errors import UsageError
+    from benchmarks.core.errors import UsageError
     from runners import runtimes
 
     store = tmp_path / "udocker-store"

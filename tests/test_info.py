@@ -11,9 +11,9 @@ import shutil
 import subprocess
 import sys
 
-from benchmarks import framework_specs
-from benchmarks.labelled import FASHION_MNIST_FILES
-from benchmarks.options import FASHION_MNIST_DIR
+from benchmarks.core import framework_specs
+from benchmarks.data.labelled import FASHION_MNIST_FILES
+from benchmarks.settings.options import FASHION_MNIST_DIR
 from infra.helpers import ROOT
 from runners import launchers, runtimes
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 from benchmarks.runspec import RunSpec
 from infra.helpers import ROOT
 from infra.slurm import require_mpich

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks.maxbatch import Search
+from benchmarks.run.maxbatch import Search
 from infra.helpers import bench, python_env, validate_record
 
 
@@ -47,7 +47,7 @@ NOT_MEMORY = [
 @pytest.mark.parametrize("message", NEAR_CAPACITY)
 def test_library_errors_near_capacity_are_out_of_memory(message):
     from benchmarks.frameworks.base import looks_like_oom
-    from benchmarks.supervisor import classify_exit
+    from benchmarks.run.supervisor import classify_exit
 
     assert looks_like_oom(message)
     status, error = classify_exit(1, ["bench: warmup: 10 batches of 4096", message])  # the worker died of it
@@ -57,7 +57,7 @@ def test_library_errors_near_capacity_are_out_of_memory(message):
 @pytest.mark.parametrize("message", NOT_MEMORY)
 def test_other_gpu_errors_stay_crashes(message):
     from benchmarks.frameworks.base import looks_like_oom
-    from benchmarks.supervisor import classify_exit
+    from benchmarks.run.supervisor import classify_exit
 
     assert not looks_like_oom(message) and classify_exit(1, [message])[0] == "failed"
 

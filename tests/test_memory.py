@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from benchmarks import memory
+from benchmarks.measure import memory
 
 
 def test_parse_vm_hwm_reads_kilobytes():
@@ -159,7 +159,7 @@ def test_gpu_ordinal_missing_from_visible_devices_is_explained():
 
 
 def test_ranks_merge_keeps_the_reason_of_a_rank_without_device_peak():
-    from benchmarks.memory import max_memory
+    from benchmarks.measure.memory import max_memory
 
     ok = {"allocator_peak_bytes": 5, "reserved_peak_bytes": 6, "device_peak_bytes": 7, "device_total_bytes": 9,
           "device_unavailable_reason": None, "host_rss_peak_bytes": 1, "host_rss_peak_since": "warmup_end"}

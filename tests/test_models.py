@@ -83,7 +83,7 @@ def test_inception_aux_head_at_299():
 _ACCEPTS = {  # prints {model: [accepts min-1, accepts min]} for one framework, forward pass only
     "torch": """
 import json, sys, torch, torchvision
-from benchmarks.config import MODELS
+from benchmarks.settings.config import MODELS
 from benchmarks.frameworks.torch_backend import build_model
 out = {}
 for name, spec in MODELS.items():
@@ -100,7 +100,7 @@ print(json.dumps(out))
 """,
     "tensorflow": """
 import json
-from benchmarks.config import MODELS
+from benchmarks.settings.config import MODELS
 from benchmarks.frameworks import keras_models
 out = {}
 for name, spec in MODELS.items():
@@ -124,7 +124,7 @@ def test_models_train_at_minimum_image_size():
     import subprocess
     import sys
 
-    from benchmarks.config import MODELS
+    from benchmarks.settings.config import MODELS
 
     accepts = {}
     for framework, script in _ACCEPTS.items():

@@ -1,4 +1,4 @@
-"""The option table (benchmarks/options.py): bench's parser, the run configuration, the record's choices,
+"""The option table (benchmarks/settings/options.py): bench's parser, the run configuration, the record's choices,
 `bench comm` and a sweep plan's options are derived from it and agree. In-process, no framework."""
 
 import dataclasses
@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cli, options, record
+from benchmarks import cli
 from benchmarks.comm.cli import options_from
-from benchmarks.config import BenchConfig, build_config
+from benchmarks.core.errors import UsageError
 from benchmarks.distributed import cluster, strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV, run_token
-from benchmarks.errors import UsageError
-from benchmarks.options import COMM, CONFIG_OPTIONS, OPTIONS, RUN
+from benchmarks.results import record
 from benchmarks.runspec import RunSpec
+from benchmarks.settings import options
+from benchmarks.settings.config import BenchConfig, build_config
+from benchmarks.settings.options import COMM, CONFIG_OPTIONS, OPTIONS, RUN
 from runners import launchers
 from runners.sweep import MATRIX_OPTIONS, BenchOptions, PlanError, parse_plan
 
@@ -174,11 +176,11 @@ def test_an_empty_environment_default_is_no_value():
 
 
 def test_each_framework_fact_is_stated_once_and_names_real_options():
-    """benchmarks.framework_specs is where --framework's choices, aliases, layouts, own flags, backend and
+    """benchmarks.core.framework_specs is where --framework's choices, aliases, layouts, own flags, backend and
     image come from: each entry names options, layouts and a backend that exist."""
-    from benchmarks import framework_specs
+    from benchmarks.core import framework_specs
     from benchmarks.frameworks import BACKENDS
-    from benchmarks.options import OPTIONS
+    from benchmarks.settings.options import OPTIONS
     from runners.dispatch import RunRequest, default_image
 
     specs = framework_specs.FRAMEWORKS
@@ -202,7 +204,7 @@ def test_an_environment_default_is_not_a_flag_given_to_comm(monkeypatch):
     """A training option whose default comes from the environment (an exported DLBENCH_CEILING or
     MLPERF_SUBMISSION_ORG) is not refused as given to `bench comm`; the flag itself still is."""
     from benchmarks import cli as bench_cli
-    from benchmarks.options import given
+    from benchmarks.settings.options import given
 
     environ = {"DLBENCH_CEILING": "off", "MLPERF_SUBMISSION_ORG": "site"}
     parser = bench_cli.bench_parser(environ)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import durable
+from benchmarks.core import durable
 from infra.helpers import ROOT, SMALL, Started, bench, benchrun, last_json_line, python_env, validate_record
 from infra.tmpfs import fill, small_fs
 
@@ -339,7 +339,7 @@ def test_appends_from_many_processes_neither_interleave_nor_cut_each_other(tmp_p
 
 
 def test_a_store_held_by_one_writer_refuses_a_second_at_once(tmp_path):
-    from benchmarks.errors import UsageError
+    from benchmarks.core.errors import UsageError
 
     target = tmp_path / "store.jsonl"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom benchmarks import durable\n"
@@ -366,7 +366,7 @@ def test_a_store_held_by_one_writer_refuses_a_second_at_once(tmp_path):
 HALF_APPEND = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
-fcntl.flock(fd, fcntl.LOCK_EX)  # the lock benchmarks.durable.append_jsonl holds while it writes
+fcntl.flock(fd, fcntl.LOCK_EX)  # the lock benchmarks.core.durable.append_jsonl holds while it writes
 line = open(sys.argv[2], "rb").read()
 os.write(fd, line[:len(line) // 2])
 print("half", flush=True)

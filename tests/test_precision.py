@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import precision
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
+from benchmarks.measure import precision
 from infra.helpers import SMALL, bench, last_json_line, validate_record
 
 

@@ -1,4 +1,4 @@
-"""benchmarks.processes finds a real process tree (psutil): children, descendants, parents, a group's
+"""benchmarks.core.processes finds a real process tree (psutil): children, descendants, parents, a group's
 members and argv; a zombie counts as gone; a stopped group leaves nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import processes
+from benchmarks.core import processes
 
 PARENT = ("import subprocess, sys, time\n"
           "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks import timing
-from benchmarks.progress import ProgressBar, step_line
+from benchmarks.measure import timing
+from benchmarks.results.progress import ProgressBar, step_line
 from infra.helpers import ROOT, bench
 
 TINY = ["--framework", "torch", "--model", "resnet50", "--image-size", "32", "--batch-size", "2",

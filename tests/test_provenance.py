@@ -1,7 +1,7 @@
 import pytest
 
-from benchmarks.output import headline
-from benchmarks.provenance import cpu_model, detect_container_runtime
+from benchmarks.results.output import headline
+from benchmarks.results.provenance import cpu_model, detect_container_runtime
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,11 @@ import math
 
 import pytest
 
-from benchmarks import output, reference
-from benchmarks.config import build_config
-from benchmarks.errors import Stopped, UsageError
-from benchmarks.stats import t_halfwidth
+from benchmarks.core.errors import Stopped, UsageError
+from benchmarks.measure.stats import t_halfwidth
+from benchmarks.results import output
+from benchmarks.run import reference
+from benchmarks.settings.config import build_config
 from infra.helpers import bench, last_json_line, needs_module, validate_record
 
 
@@ -92,7 +93,7 @@ def test_a_failing_bare_loop_ends_the_pairing_with_its_reason_and_bench_stands()
 
     unknown = reference.Interleaved(lambda: reference.for_backend(NewFramework(), None), warmup=1, steps=2, warn=warned.append)
     assert unknown.section([8.0])["reason"] == ("the bare loop failed: NotImplementedError: numpy has no bare loop "
-                                                "(benchmarks/reference.py's BUILDERS)")
+                                                "(benchmarks/run/reference.py's BUILDERS)")
 
 
 def test_a_stop_inside_the_bare_loop_stops_the_run():

@@ -87,7 +87,7 @@ def test_summaries_over_records():
 def test_wrongly_typed_record_is_refused_naming_line_and_field(tmp_path, field, value, expected):
     """Issue 26: DuckDB read such a value as null (the good record's mean became nan) or the tables
     failed on it (TypeError, exit 70). The store is refused as a line that is not JSON is."""
-    from benchmarks.errors import UsageError
+    from benchmarks.core.errors import UsageError
     from runners.reporting import load
 
     records = _case()[:3]

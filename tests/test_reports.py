@@ -284,7 +284,8 @@ def test_tensorboard_scalars(tmp_path):
 
 
 def test_tensorboard_without_writer(tmp_path, monkeypatch, capsys):
-    from benchmarks import cli, tensorboard
+    from benchmarks import cli
+    from benchmarks.results import tensorboard
 
     monkeypatch.setattr(tensorboard, "BACKENDS", (("no_such_module_tbx", "x"),))
     code = cli.main(["--framework", "torch", "--model", "alexnet", "--tensorboard", str(tmp_path / "tb")])

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import cli
-from benchmarks.errors import UsageError
-from benchmarks.options import COMM, OPTIONS, RUN
+from benchmarks.core.errors import UsageError
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import COMM, OPTIONS, RUN
 from runners import dispatch, launchers, runtimes
 
 # One value of every option bench takes that is not its default, as a user would type it.

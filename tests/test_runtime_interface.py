@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from benchmarks import frameworks
-from benchmarks.errors import UsageError
-from benchmarks.registry import Registry, load_target
+from benchmarks.core.errors import UsageError
+from benchmarks.core.registry import Registry, load_target
 from benchmarks.runspec import RunSpec
 from infra.helpers import benchrun
 from runners import dispatch, launchers, runtimes

@@ -15,9 +15,9 @@ import tempfile
 
 import pytest
 
-from benchmarks.errors import UsageError
-from benchmarks.options import FASHION_MNIST_DIR
+from benchmarks.core.errors import UsageError
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import FASHION_MNIST_DIR
 from infra.helpers import benchrun
 from infra.records import RecordFactory
 from runners import dispatch, runtimes
@@ -407,7 +407,7 @@ def test_a_stopped_run_gives_its_container_client_time_to_remove_its_container()
     """SIGTERM to SIGKILL for process 0 (the host's, and a sweep point's): a udocker client removes its
     container after bench ends (a removal cut short leaves a nameless container), so the grace is the rank
     wrapper's wait for its client plus the wrapper's own clean-up: always longer than the wrapper's wait."""
-    from benchmarks.processes import STOP_GRACE_S
+    from benchmarks.core.processes import STOP_GRACE_S
 
     grace = {name: dispatch.request_stop_grace_s(dispatch.RunRequest(RunSpec.from_argv(["--framework", "torch"]), runtime=name))
              for name in ("local", "docker", "udocker")}

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from test_runtimes_real import DDP, TINY_TF, public_dataset, validate_in_image  # noqa: F401 (a fixture)
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 from infra import apptainer
 from infra.cache import CACHE, inputs_key, once
 from infra.helpers import ROOT, SCHEMA, Started, last_json_line, python_env

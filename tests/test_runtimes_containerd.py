@@ -21,7 +21,7 @@ from test_runtimes_real import (  # noqa: F401 (a fixture)
     timeout_and_sigint_leave_no_container,
 )
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 from infra.cache import CACHE
 from infra.helpers import benchrun, benchrun_record
 from infra.slurm import ensure_packages_or_skip, skip_loudly

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 from infra import helpers
 from runners import runtimes
 from runners.runtimes import cscs_ce, enroot, shifter, singularity

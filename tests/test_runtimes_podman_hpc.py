@@ -22,7 +22,7 @@ from test_reframe import SYSTEM as REFRAME_SYSTEM
 from test_reframe import reframe, reframe_path, site_settings  # noqa: F401 - reframe_path: a fixture, requested by name
 from test_runtimes_hpc import dirs, mounts  # noqa: F401  (the results/data directories, their Mounts)
 
-from benchmarks.processes import descendants
+from benchmarks.core.processes import descendants
 from infra import podman_hpc
 from infra.docker import derived_image, one_file_image
 from infra.helpers import ROOT, SCHEMA, Started, benchrun, last_json_line, python_env, validate_record

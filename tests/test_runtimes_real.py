@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.errors import EXIT_INTERRUPTED
+from benchmarks.core.errors import EXIT_INTERRUPTED
 from infra.cache import CACHE
 from infra.docker import derived_image
 from infra.helpers import ROOT, SCHEMA, Started, bench, benchrun_record, last_json_line, python_env, validate_record

@@ -1,11 +1,11 @@
 import json
 
-from benchmarks import record
+from benchmarks.results import record
 
 
 def test_committed_schema_matches_models():
     committed = json.loads(record.SCHEMA_FILE.read_text())
-    assert committed == record.json_schema(), "regenerate: python -m benchmarks.record > benchmarks/schema/result-1.json"
+    assert committed == record.json_schema(), "regenerate: python -m benchmarks.results.record > benchmarks/schema/result-1.json"
 
 
 def test_every_record_field_is_documented():

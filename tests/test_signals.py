@@ -1,5 +1,5 @@
 """Every signal that ends a process by default and that a shell, a terminal or a batch system sends ends a run as
-a record (issue 48): the policy (benchmarks/processes.py), the timed loop's step boundary, real `bench` runs per
+a record (issue 48): the policy (benchmarks/core/processes.py), the timed loop's step boundary, real `bench` runs per
 signal, benchrun's run, sweep and compare-runtimes, and Slurm's pre-timeout warning for real (docs/signals.md)."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import uuid
 import psutil
 import pytest
 
-from benchmarks import processes, timing
-from benchmarks.errors import EXIT_INTERRUPTED, Stopped
-from benchmarks.supervisor import classify_exit
+from benchmarks.core import processes
+from benchmarks.core.errors import EXIT_INTERRUPTED, Stopped
+from benchmarks.measure import timing
+from benchmarks.run.supervisor import classify_exit
 from infra.helpers import ROOT, Started, needs_module, rank_processes, validate_record
 from infra.slurm import require_mpich, require_openmpi, slurm_single, slurm_two_nodes  # noqa: F401  (fixtures, used by name)
 from infra.sweeps import lines, marked, tiny_plan, write_plan
@@ -258,7 +259,7 @@ def test_a_rank_whose_steps_never_come_is_named_and_no_total_is_kept(tmp_path):
 
 def test_ranks_steps_are_totalled_over_the_steps_every_rank_completed_or_not_at_all():
     """rank_steps.kept: ranks cut at different steps count the steps all completed; a rank missing keeps no total."""
-    from benchmarks import rank_steps
+    from benchmarks.run import rank_steps
 
     def rank(host: str, steps: list[list[float]]) -> dict:
         return {"host": host, "role": {"kind": "worker", "index": 0}, "signal": "SIGTERM",
@@ -287,8 +288,8 @@ def test_a_stopped_ranks_steps_reach_process_0_over_the_rendezvous_and_another_r
     """Rendezvous.hand_over on a connection of its own while the rank's gather connection is open; rank_steps.receive
     writes what was handed over into process 0's directory, whole; a rank of another run that reached the port is
     ignored, not counted."""
-    from benchmarks import rank_steps
     from benchmarks.distributed.rendezvous import Rendezvous
+    from benchmarks.run import rank_steps
 
     port = free_port()
     zero = Rendezvous(0, 2, "127.0.0.1", port, 10, run_token="run-a")

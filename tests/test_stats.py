@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from benchmarks.stats import Stats, t_halfwidth, throughput_halfwidth_from_steps
+from benchmarks.measure.stats import Stats, t_halfwidth, throughput_halfwidth_from_steps
 
 
 def test_stats_against_hand_computed_values():

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from benchmarks import trace
+from benchmarks.measure import trace
 from infra.helpers import ROOT, bench, last_json_line, python_env, validate_record
 from infra.records import RecordFactory
 from runners.reporting import why

@@ -16,7 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from benchmarks.record import SCHEMA_FILE
+from benchmarks.results.record import SCHEMA_FILE
 from infra.helpers import ROOT, benchrun, last_json_line
 from infra.sweeps import cmdline, lines, marked, measured, tiny_plan, write_plan
 from runners import cli, store, sweep
@@ -491,7 +491,7 @@ def test_sigterm_stores_the_interrupted_run_and_stops(tmp_path):
     try:
         deadline = time.monotonic() + 60
         # once bench's worker exists, bench handles SIGTERM (before that it dies without a record)
-        while not any("benchmarks.worker" in cmdline(p) for p in marked(marker)) and time.monotonic() < deadline:
+        while not any("benchmarks.run.worker" in cmdline(p) for p in marked(marker)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert time.monotonic() < deadline, "bench's worker never started"
         sweep.send_signal(signal.SIGTERM)

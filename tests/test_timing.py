@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from benchmarks import timing
+from benchmarks.measure import timing
 
 
 def test_run_steps_separates_input_wait_from_step_and_syncs_each_step(monkeypatch):
@@ -153,9 +153,9 @@ def test_event_stamps_lay_device_steps_end_to_end_from_the_host_start():
 
 
 def test_step_timing_choices_per_framework_and_device():
-    from benchmarks import step_timing
-    from benchmarks.errors import UsageError
-    from benchmarks.framework_specs import FRAMEWORKS
+    from benchmarks.core.errors import UsageError
+    from benchmarks.core.framework_specs import FRAMEWORKS
+    from benchmarks.measure import step_timing
 
     torch, tensorflow = FRAMEWORKS["torch"], FRAMEWORKS["tensorflow"]
     for device in ("gpu", "auto", None):

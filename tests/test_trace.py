@@ -17,8 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from benchmarks import trace
 from benchmarks.comm import record as comm_record
+from benchmarks.measure import trace
 from infra.helpers import bench, benchrun, last_json_line, validate_record
 from infra.records import RecordFactory
 from runners.reporting import load, why

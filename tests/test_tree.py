@@ -136,6 +136,28 @@ def test_no_two_product_modules_import_each_other_even_lazily():
     assert import_circles(graph) == []
 
 
+# benchmarks/'s floors, top to bottom (docs/architecture.md's map): a module imports only from its own floor or below.
+FLOORS = ("benchmarks", "comm", "run", "frameworks", "results", "settings", "data", "distributed", "measure", "tta", "core")
+
+
+def floor_of(module: str) -> int:
+    """benchmarks.<package>...: its package's floor; a module at the top (cli, entry, runspec): the top floor."""
+    parts = module.split(".")
+    return FLOORS.index(parts[1]) if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else 0
+
+
+def test_benchmarks_packages_are_floors_no_import_runs_back_up():
+    """The folder tree is the architecture diagram (issue 45): every import of benchmarks/, lazy ones included, goes
+    to its own package or one below (FLOORS); the package's face (`benchmarks.__version__`) is read from anywhere."""
+    files = [p for p in product_files() if p.relative_to(ROOT).parts[0] == "benchmarks"]
+    modules = {module_name(p) for p in files}
+    assert {p.relative_to(ROOT).parts[1] for p in files if len(p.relative_to(ROOT).parts) > 2} == set(FLOORS[1:])
+    up = sorted(f"{module_name(p)} -> {target}" for p in files for target in every_import(p) & modules
+                if target != "benchmarks" and floor_of(target) < floor_of(module_name(p)))
+    assert up == []
+    assert floor_of("benchmarks.run.worker") < floor_of("benchmarks.core.errors")  # the reader works
+
+
 def test_the_host_never_imports_bench_s_command_line():
     """benchrun hands a typed RunSpec across every boundary (benchmarks/runspec.py): bench's CLI module is
     bench's, and reading bench's argv anywhere else would be a second parse of it."""

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
+from benchmarks.core.errors import UsageError
 from benchmarks.distributed import cluster, strategies
 from benchmarks.distributed.rendezvous import Rendezvous, RendezvousError, report_failure
 from benchmarks.distributed.world import World, coordinator_host, detect, expand_nodelist
-from benchmarks.errors import UsageError
-from benchmarks.options import SEED_000_PORTS, TOKEN_PORTS
-from benchmarks.totals import aggregate
+from benchmarks.measure.totals import aggregate
+from benchmarks.settings.options import SEED_000_PORTS, TOKEN_PORTS
 
 
 def test_single_process_without_launcher():
@@ -271,8 +271,8 @@ def test_multi_node_world_without_coordinator_is_a_usage_error():
 
 
 def test_strategy_objects_count_processes_and_invert():
+    from benchmarks.core.framework_specs import FRAMEWORKS
     from benchmarks.distributed import strategies
-    from benchmarks.framework_specs import FRAMEWORKS
 
     assert strategies.NAMES == ("none", "ddp", "horovod", "allreduce", "ps", "fsdp")
     ps = strategies.get("ps")

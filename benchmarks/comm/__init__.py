@@ -6,8 +6,8 @@ the option table reads the --backend choices without importing this package).
 
 from __future__ import annotations
 
-from ..framework_specs import COMM_BACKENDS as BACKENDS
-from ..registry import load_target
+from ..core.framework_specs import COMM_BACKENDS as BACKENDS
+from ..core.registry import load_target
 
 
 def load(name: str):

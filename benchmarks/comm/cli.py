@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..config import image_size_for, require_installed, resolve_framework
+from ..core.errors import UsageError, choices
+from ..core.framework_specs import FRAMEWORKS
 from ..distributed import cluster, strategies
 from ..distributed.world import run_token
-from ..errors import UsageError, choices
-from ..framework_specs import FRAMEWORKS
-from ..options import COMM, RENDEZVOUS_TIMEOUT_S, RUN, check_values, given, of
+from ..settings.config import image_size_for, require_installed, resolve_framework
+from ..settings.options import COMM, RENDEZVOUS_TIMEOUT_S, RUN, check_values, given, of
 from . import BACKENDS
 
 DESCRIPTION = """\
@@ -103,14 +103,14 @@ def main(args, argv: list[str]) -> int:
         raise UsageError(f"{stray[0]} applies to training runs, not to `bench comm`")
     if args.debug:
         os.environ["DLBENCH_DEBUG"] = "1"
-    from ..durable import check_file
+    from ..core.durable import check_file
 
     if args.output is not None:
         check_file(args.output, "--output")
     options = options_from(args)
-    from .. import provenance, record
-    from ..delivery import deliver
-    from ..supervisor import supervise
+    from ..results import provenance, record
+    from ..results.delivery import deliver
+    from ..run.supervisor import supervise
     from . import table
     from .measure import comm_job
 

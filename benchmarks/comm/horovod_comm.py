@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from .torch_dist import TorchBackend, model_gradient_bytes
 
 

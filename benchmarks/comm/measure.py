@@ -13,16 +13,16 @@ import time
 
 import numpy as np
 
+from ..core.errors import Stopped
+from ..core.framework_specs import FRAMEWORKS
+from ..core.processes import StopScope, returns_within
 from ..distributed import world as worlds
 from ..distributed.session import RankSession
 from ..distributed.strategies.ps import PsStrategy
 from ..distributed.world import world_section
-from ..errors import Stopped
-from ..framework_specs import FRAMEWORKS
 from ..frameworks.base import framework_section
-from ..processes import StopScope, returns_within
-from ..supervisor import Job
-from ..timing import clock
+from ..measure.timing import clock
+from ..run.supervisor import Job
 from . import load, metrics
 from . import record as comm_record
 from .base import CommOptions

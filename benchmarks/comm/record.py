@@ -13,8 +13,8 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from ..distributed import strategies
-from ..options import choices_of
-from ..record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
+from ..results.record import Provenance, PsLoad, StatsRecord, WorldInfo, _Model, titled_schema
+from ..settings.options import choices_of
 
 COMM_SCHEMA_VERSION = "1.7"
 COMM_SCHEMA_FILE = Path(__file__).parent.parent / "schema" / "comm-1.json"

@@ -10,7 +10,7 @@ from ..frameworks.tf_backend import all_reduce_strategy  # first: it quiets Tens
 import numpy as np
 import tensorflow as tf
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from ..frameworks.base import DeviceInfo
 from .base import CommBackend
 
@@ -56,7 +56,7 @@ class TFCollectiveBackend(CommBackend):
         return tf.__version__
 
     def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
+        from ..results.provenance import cpu_model
 
         name = tf.config.experimental.get_device_details(self.gpus[0]).get("device_name", "GPU") if self.gpus else cpu_model()
         build = tf.sysconfig.get_build_info()

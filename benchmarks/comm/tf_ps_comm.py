@@ -64,7 +64,7 @@ class TFPsBackend(CommBackend):
         return tf.__version__
 
     def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
+        from ..results.provenance import cpu_model
 
         build = tf.sysconfig.get_build_info()
         return DeviceInfo(kind="cpu", name=cpu_model(), count=1, cuda_version=build.get("cuda_version"),

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..core.errors import UsageError
 from ..distributed.cluster import torch_init_method
-from ..errors import UsageError
 from ..frameworks.base import DeviceInfo
 from . import metrics
 from .base import CommBackend
@@ -44,7 +44,7 @@ class TorchBackend(CommBackend):
     framework = "torch"
 
     def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
+        from ..results.provenance import cpu_model
 
         gpu = self.device.type == "cuda"
         return DeviceInfo(kind="gpu" if gpu else "cpu",

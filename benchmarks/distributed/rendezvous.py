@@ -6,7 +6,7 @@ process whatever the strategy, processes that never exit on their own
 (parameter servers) wait here for the chief's "done", and a rank that fails
 tells process 0 so the run is recorded as failed instead of hanging.
 
-A stopped rank hands process 0 the steps it timed (benchmarks/rank_steps.py) on a connection of its own, since
+A stopped rank hands process 0 the steps it timed (benchmarks/run/rank_steps.py) on a connection of its own, since
 its gather connection may be blocked in a collective: the only way they reach process 0 from another host.
 
 A rank whose connection closes before the end without a report (killed with its supervisor, its

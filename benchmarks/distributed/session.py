@@ -16,8 +16,8 @@ import sys
 import threading
 import time
 
-from .. import processes
-from ..errors import UsageError
+from ..core import processes
+from ..core.errors import UsageError
 from . import cluster, strategies
 from . import world as worlds
 from .rendezvous import DONE, Rendezvous

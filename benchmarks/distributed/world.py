@@ -16,7 +16,7 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import strategies
 from .strategies import Role
 

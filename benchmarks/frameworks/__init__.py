@@ -1,12 +1,12 @@
 """Framework backends, loaded by name only when a run needs one.
 
-Adding a framework = one module with a `Framework` subclass + its entry in benchmarks/framework_specs.py.
+Adding a framework = one module with a `Framework` subclass + its entry in benchmarks/core/framework_specs.py.
 """
 
 from __future__ import annotations
 
-from ..framework_specs import FRAMEWORKS
-from ..registry import Registry, load_target
+from ..core.framework_specs import FRAMEWORKS
+from ..core.registry import Registry, load_target
 from .base import Framework
 
 BACKENDS = Registry("framework", {name: spec.backend for name, spec in FRAMEWORKS.items()})

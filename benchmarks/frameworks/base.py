@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
 
-from .. import timing
-from ..config import BenchConfig
 from ..distributed import strategies
 from ..distributed.world import SINGLE, Distributed
+from ..measure import timing
+from ..settings.config import BenchConfig
 
 INCEPTION_AUX_MIN_SIZE = 299  # the aux head's 5x5 pooling needs a 17x17 Mixed_6e map
 AUX_LOSS_WEIGHT = 0.4  # as in torchvision's reference training script
@@ -105,7 +105,7 @@ class Framework(ABC):
 
     trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace: capabilities.ProfilesSteps)
 
-    # -- the path (benchmarks/fingerprint.py) and the preflight (benchmarks/preflight.py) ---------------------
+    # -- the path (benchmarks/results/fingerprint.py) and the preflight (benchmarks/measure/preflight.py) ---------------------
 
     def compute_threads(self) -> int | None:
         """The intra-op threads this backend will compute with, known before setup: --num-threads, else the
@@ -175,7 +175,7 @@ class Framework(ABC):
         """The record's `model` once set up: {"parameters": trainable count, "aux_head": bool}; None: not stated."""
         return None
 
-    # -- time to accuracy (benchmarks/accuracy.py) ------------------------------------------------
+    # -- time to accuracy (benchmarks/run/accuracy.py) ------------------------------------------------
 
     staleness: list | None = None  # per update, updates applied meanwhile by others (asynchronous strategies)
 

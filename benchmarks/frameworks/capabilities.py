@@ -34,7 +34,7 @@ class CountsFlops(Protocol):
 @runtime_checkable
 class ProbesGemm(Protocol):
     def gemm_factory(self, math: str):
-        """The ceiling probe's GEMM on this run's device in `math` (frameworks/gemm.py; benchmarks/ceiling.py)."""
+        """The ceiling probe's GEMM on this run's device in `math` (frameworks/gemm.py; benchmarks/measure/ceiling.py)."""
 
 
 @runtime_checkable
@@ -67,7 +67,7 @@ class DrivesWorkers(Protocol):
 
 @runtime_checkable
 class TrainsToAccuracy(Protocol):
-    """Time to accuracy (benchmarks/accuracy.py): labelled input, evaluation and a learning-rate schedule."""
+    """Time to accuracy (benchmarks/run/accuracy.py): labelled input, evaluation and a learning-rate schedule."""
 
     def labelled_batch(self, images, labels):
         """numpy float32 N x H x W x 3 images and int64 labels -> a device batch for train_step/evaluate, in the

@@ -1,4 +1,4 @@
-"""Each framework's GEMM for the ceiling probe (benchmarks/ceiling.py): two n x n operands in the dtype
+"""Each framework's GEMM for the ceiling probe (benchmarks/measure/ceiling.py): two n x n operands in the dtype
 the run's matmuls use, on the run's device, C = A @ B timed back to back with the device synchronised at
 both ends. The framework's settings stand as the run set them (threads, TF32), so the probe measures
 what the model's matmuls could reach."""

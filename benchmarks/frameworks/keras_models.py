@@ -108,8 +108,8 @@ def inception_aux_head(features, num_classes: int):
 
 
 def smallcnn(input_shape: tuple, num_classes: int, seed: int) -> keras.Model:
-    """benchmarks/smallcnn.py's network, with its seeded initial weights (the same numbers as torch's)."""
-    from .. import smallcnn as spec
+    """benchmarks/tta/smallcnn.py's network, with its seeded initial weights (the same numbers as torch's)."""
+    from ..tta import smallcnn as spec
 
     first = keras.config.image_data_format() == "channels_first"
     axis = 1 if first else -1

@@ -21,9 +21,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from .. import compilation, lr_rules, precision, step_timing
-from ..dataset import image_folder
-from ..errors import UsageError
+from ..core.errors import UsageError
+from ..data.dataset import image_folder
+from ..measure import compilation, precision, step_timing
+from ..tta import lr_rules
 from . import gemm, keras_models
 from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
@@ -39,7 +40,7 @@ def count_forward_flops(model, image_shape: tuple):
     (convolutions and matrix products, 2 per multiply-add): a trace, no compute."""
     from tensorflow.python.framework import ops  # the statistics registry tf.profiler reads
 
-    from ..flops import Counted
+    from ..measure.flops import Counted
 
     graph = tf.function(lambda x: model(x, training=True)).get_concrete_function(
         tf.TensorSpec([1, *image_shape], tf.float32)).graph
@@ -165,7 +166,7 @@ class TensorFlowFramework(Framework):
         return tf.config.experimental.get_device_details(self.gpus[0]) if self.gpus else None
 
     def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
+        from ..results.provenance import cpu_model
 
         build = tf.sysconfig.get_build_info()
         return DeviceInfo(
@@ -323,7 +324,7 @@ class TensorFlowFramework(Framework):
     trace_suffix = ".xplane.pb"  # the TensorFlow profiler's XSpace (TensorBoard's profile plugin reads it)
 
     def profile_steps(self, batches, num_steps: int, path) -> None:
-        from ..trace import annotation
+        from ..measure.trace import annotation
 
         logdir = self.start_profiler(path)
         try:

@@ -23,10 +23,10 @@ from .tf_backend import TensorFlowFramework  # first: it quiets TensorFlow's C++
 import numpy as np
 import tensorflow as tf
 
-from .. import timing
 from ..distributed.cluster import GreedyPlacer
 from ..distributed.strategies.ps import PS
-from ..trace import PUSHED
+from ..measure import timing
+from ..measure.trace import PUSHED
 
 
 def start_server() -> tf.distribute.Server:

@@ -9,7 +9,7 @@ import contextlib
 import os
 import sys
 
-from ..processes import at_fast_exit
+from ..core.processes import at_fast_exit
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 AUTOGRAPH_MODULE_PREFIX = "__autograph_generated_file"  # autograph's converted functions, one module each

@@ -13,9 +13,10 @@ import torch
 import torchvision
 from PIL import Image
 
-from .. import compilation, lr_rules, precision, step_timing, timing
-from ..dataset import IMAGE_EXTENSIONS, list_classes, list_images
+from ..data.dataset import IMAGE_EXTENSIONS, list_classes, list_images
 from ..distributed.cluster import torch_init_method
+from ..measure import compilation, precision, step_timing, timing
+from ..tta import lr_rules
 from . import gemm
 from .base import AUX_LOSS_WEIGHT, AllocatorPeaks, DeviceInfo, Framework, checksum, has_aux_head, looks_like_oom
 
@@ -73,10 +74,10 @@ def collate_skipping(samples):
 
 
 class SmallCNN(torch.nn.Sequential):
-    """benchmarks/smallcnn.py's network, with its seeded initial weights."""
+    """benchmarks/tta/smallcnn.py's network, with its seeded initial weights."""
 
     def __init__(self, image_size: int, num_classes: int, seed: int):
-        from .. import smallcnn as spec
+        from ..tta import smallcnn as spec
 
         c1, c2 = spec.CHANNELS
         nn = torch.nn
@@ -126,7 +127,7 @@ def count_flops(model: str, image_size: int, num_classes: int, aux_head: bool):
     shapes only, no memory and no compute, so any model and size counts in a second or two."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..flops import Counted
+    from ..measure.flops import Counted
 
     with torch.device("meta"):
         net = build_model(model, num_classes, aux_head, image_size).train()
@@ -185,7 +186,7 @@ class TorchFramework(Framework):
         return cfg.num_data_workers * DATALOADER_PREFETCH * cfg.batch_size * 3 * cfg.image_size ** 2 * 4
 
     def _pick_device(self, wanted: str) -> torch.device:
-        from ..errors import UsageError
+        from ..core.errors import UsageError
 
         has_gpu = torch.cuda.is_available()
         if wanted == "gpu" and not has_gpu:
@@ -217,7 +218,7 @@ class TorchFramework(Framework):
         }
 
     def device_info(self) -> DeviceInfo:
-        from ..provenance import cpu_model
+        from ..results.provenance import cpu_model
 
         gpu = self.device.type == "cuda"
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
@@ -372,7 +373,7 @@ class TorchFramework(Framework):
     def profile_steps(self, batches, num_steps: int, path) -> None:
         from torch.profiler import ProfilerActivity, profile, record_function
 
-        from ..trace import annotation
+        from ..measure.trace import annotation
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         with profile(activities=activities) as profiler:
@@ -396,7 +397,7 @@ class TorchFramework(Framework):
     def _onednn_out_of_address_space(error: BaseException) -> bool:
         """oneDNN reports a failed allocation only as "could not create a primitive"; near the
         `ulimit -v` limit that is an out-of-memory (the supervisor's rule for native crashes)."""
-        from ..memory import AS_LIMIT_NEAR, near_address_space_limit
+        from ..measure.memory import AS_LIMIT_NEAR, near_address_space_limit
 
         return "could not create a primitive" in str(error) and near_address_space_limit(AS_LIMIT_NEAR) is not None
 

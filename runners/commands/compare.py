@@ -7,7 +7,7 @@ import argparse
 import textwrap
 from dataclasses import dataclass
 
-from benchmarks.errors import UsageError, choices
+from benchmarks.core.errors import UsageError, choices
 
 from ..reporting import aggregate, keys, load
 from .report import add_selection, selection

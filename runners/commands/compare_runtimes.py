@@ -49,12 +49,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import durable
-from benchmarks.durable import OutputError, append_or_fallback, check_dir
-from benchmarks.errors import EXIT_INTERRUPTED, EXIT_OUTPUT, UsageError
-from benchmarks.processes import ENDING_SIGNALS, StopScope
-from benchmarks.provenance import COMPARISON_ENV
-from benchmarks.stats import t_halfwidth
+from benchmarks.core import durable
+from benchmarks.core.durable import OutputError, append_or_fallback, check_dir
+from benchmarks.core.errors import EXIT_INTERRUPTED, EXIT_OUTPUT, UsageError
+from benchmarks.core.processes import ENDING_SIGNALS, StopScope
+from benchmarks.measure.stats import t_halfwidth
+from benchmarks.results.provenance import COMPARISON_ENV
 
 from .. import dispatch, runtimes
 from ..reporting import aggregate, equivalence, keys

@@ -25,9 +25,9 @@ import os
 import warnings
 from pathlib import Path
 
-from benchmarks import durable
-from benchmarks.durable import check_file
-from benchmarks.errors import UsageError
+from benchmarks.core import durable
+from benchmarks.core.durable import check_file
+from benchmarks.core.errors import UsageError
 
 from .. import mlflow_export, store
 from ..reporting import keys, load, scan

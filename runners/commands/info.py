@@ -20,9 +20,9 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 
-from benchmarks import framework_specs
-from benchmarks.errors import UsageError
-from benchmarks.options import FASHION_MNIST_DIR
+from benchmarks.core import framework_specs
+from benchmarks.core.errors import UsageError
+from benchmarks.settings.options import FASHION_MNIST_DIR
 
 from .. import launchers, runtimes
 from ..runtimes.base import run_quiet
@@ -133,7 +133,7 @@ def gpu_rows() -> list[Row]:
 
 
 def data_rows() -> list[Row]:
-    from benchmarks.labelled import check_fashion_mnist
+    from benchmarks.data.labelled import check_fashion_mnist
 
     try:
         found = check_fashion_mnist(FASHION_MNIST_DIR)

@@ -10,8 +10,8 @@ import argparse
 import shlex
 import sys
 
-from benchmarks.errors import UsageError, choices
-from benchmarks.processes import host_deadline
+from benchmarks.core.errors import UsageError, choices
+from benchmarks.core.processes import host_deadline
 from benchmarks.runspec import RunSpec
 
 from .. import launchers

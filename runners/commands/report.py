@@ -15,10 +15,10 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks import durable
+from benchmarks.core import durable
+from benchmarks.core.durable import check_dir
+from benchmarks.core.errors import UsageError
 from benchmarks.distributed import strategies
-from benchmarks.durable import check_dir
-from benchmarks.errors import UsageError
 
 from .. import accuracy, plots
 from ..reporting import aggregate, equivalence, keys, load, network, why

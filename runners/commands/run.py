@@ -16,10 +16,10 @@ import json
 import os
 import sys
 
-from benchmarks.durable import append_or_fallback, check_dir
-from benchmarks.errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, UsageError, choices
-from benchmarks.options import OPTIONS
+from benchmarks.core.durable import append_or_fallback, check_dir
+from benchmarks.core.errors import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_USAGE, UsageError, choices
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import OPTIONS
 
 from .. import dispatch, launchers, runtimes
 

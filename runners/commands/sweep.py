@@ -47,9 +47,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks import durable
-from benchmarks.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
-from benchmarks.processes import ENDING_SIGNALS, StopScope, sweep_deadline
+from benchmarks.core import durable
+from benchmarks.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, EXIT_USAGE, UsageError
+from benchmarks.core.processes import ENDING_SIGNALS, StopScope, sweep_deadline
 
 from .. import dispatch, mlflow_export, store
 from ..sweep import (

@@ -19,10 +19,10 @@ import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from benchmarks.core.errors import UsageError
+from benchmarks.core.processes import STOP_GRACE_S, exit_code, stop_process_group
 from benchmarks.distributed import strategies
 from benchmarks.distributed.world import RUN_TOKEN_ENV
-from benchmarks.errors import UsageError
-from benchmarks.processes import STOP_GRACE_S, exit_code, stop_process_group
 from benchmarks.runspec import RunSpec
 
 SAID_LINES = 500  # of a launcher's stderr, kept for fault()
@@ -110,7 +110,7 @@ class Launcher(ABC):
 
     def run(self, spec: LaunchSpec, timeout_s: float | None = None) -> int:
         """Run the launcher in its own process group; stop the whole group after timeout_s
-        (the host's deadline: see benchmarks.processes) or on Ctrl-C. Its stderr (the ranks' too) is
+        (the host's deadline: see benchmarks.core.processes) or on Ctrl-C. Its stderr (the ranks' too) is
         relayed line by line and its last lines kept in `said`, where fault() reads what it reported."""
         proc = subprocess.Popen(self.command(spec), env={**os.environ, **self.environment(spec)},
                                 stderr=subprocess.PIPE, start_new_session=True)
@@ -176,7 +176,7 @@ def wait_ranks(procs: list[subprocess.Popen], timeout_s: float | None,
         killed = procs[0].poll() is not None and procs[0].returncode < 0  # before anything of ours reached it
         if procs[0].poll() is None:
             # Every rank at once, process 0 first: bench writes an 'interrupted'/'timeout' record, and each rank's
-            # worker writes the steps it timed for process 0's supervisor to total (benchmarks/rank_steps.py),
+            # worker writes the steps it timed for process 0's supervisor to total (benchmarks/run/rank_steps.py),
             # which it could not once process 0 had ended.
             for proc in procs:
                 if proc.poll() is None:

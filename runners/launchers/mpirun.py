@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from benchmarks.processes import STOP_GRACE_S
+from benchmarks.core.processes import STOP_GRACE_S
 
 from .base import Launcher, LaunchSpec
 

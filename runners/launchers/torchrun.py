@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Launcher, LaunchSpec
 

@@ -9,8 +9,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from benchmarks import fingerprint
-from benchmarks.stats import Stats, t_halfwidth
+from benchmarks.measure.stats import Stats, t_halfwidth
+from benchmarks.results import fingerprint
 
 from . import equivalence
 from .keys import BASELINE_RUNTIME, KEY_FIELDS, device_kind, ids, key_values, picker, runtime_of, without
@@ -19,7 +19,7 @@ from .keys import BASELINE_RUNTIME, KEY_FIELDS, device_kind, ids, key_values, pi
 @dataclass
 class Summary:
     """One metric over the records of one configuration: the host side's one statistics type
-    (report, compare, compare-runtimes); its numbers come from benchmarks.stats."""
+    (report, compare, compare-runtimes); its numbers come from benchmarks.measure.stats."""
 
     values: list[float]
     records: list[dict]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .. import runtimes
 

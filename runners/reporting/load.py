@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from benchmarks.comm.record import is_comm
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .. import store
 from . import scan
@@ -44,7 +44,7 @@ FIELDS = (
     "ranks",  # whole: each rank's host, step times and ceiling, where "why" names a straggler (why.find_straggler)
     "accuracy",  # whole: time-to-accuracy runs only (runners/accuracy.py)
     *(f"comparison.{name}" for name in ("id", "seed", "round", "position")),  # compare-runtimes' rounds (1.18)
-    "path",  # whole: the path facts set beside a runtime's verdict (benchmarks/fingerprint.py)
+    "path",  # whole: the path facts set beside a runtime's verdict (benchmarks/results/fingerprint.py)
 )
 SHARED = ("config", "world", "provenance", "error", "model")  # few distinct values in a long history: one dict each
 UNIQUE = ("run_id", "timestamp_utc")  # text not worth interning

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .. import store
 

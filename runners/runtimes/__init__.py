@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.registry import Registry
+from benchmarks.core.registry import Registry
 
 from .base import DockerCliRuntime, Mount, Runtime, forwarded_names
 

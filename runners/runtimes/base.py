@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from benchmarks.errors import UsageError
-from benchmarks.processes import CLIENT_GRACE_S
+from benchmarks.core.errors import UsageError
+from benchmarks.core.processes import CLIENT_GRACE_S
 
 # Image references: docker names (registry/path:tag@digest) or paths to a .sif / tarball / directory.
 _IMAGE = re.compile(r"^/?[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Mount, Runtime, docker_image_id
 from .image_store import ImageStore, PathCopy

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-from benchmarks.errors import EXIT_USAGE, UsageError
-from benchmarks.processes import StopScope, exit_code
+from benchmarks.core.errors import EXIT_USAGE, UsageError
+from benchmarks.core.processes import StopScope, exit_code
 
 from . import get
 from .base import Mount, forwarded_names

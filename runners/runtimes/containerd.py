@@ -13,8 +13,8 @@ import re
 import shutil
 import subprocess
 
-from benchmarks.errors import UsageError
-from benchmarks.processes import alive
+from benchmarks.core.errors import UsageError
+from benchmarks.core.processes import alive
 
 from .base import Command, Invocation, Mount, Runtime, last_line, local_docker_id, run_quiet, safe_name
 from .image_store import EngineCopy, ImageStore, tmp_lock

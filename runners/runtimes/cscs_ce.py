@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Command, Invocation, check_mount
 from .pyxis import PyxisRuntime

@@ -15,7 +15,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Command, Invocation, Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
 from .image_store import ImageStore, PathCopy

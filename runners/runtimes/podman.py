@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import DockerCliRuntime, last_line, local_docker_id, run_quiet, safe_name
 from .image_store import EngineCopy, ImageStore, tmp_lock

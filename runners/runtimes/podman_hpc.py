@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.errors import UsageError
-from benchmarks.processes import CLIENT_GRACE_S, children, command_lines, terminate
+from benchmarks.core.errors import UsageError
+from benchmarks.core.processes import CLIENT_GRACE_S, children, command_lines, terminate
 
 from .base import Client, Command, DockerCliRuntime, Invocation, last_line, local_docker_id, run_quiet
 from .image_store import EngineCopy, ImageStore, tmp_lock

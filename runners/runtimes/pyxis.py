@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Mount, check_mount, check_name
 from .enroot import squashfs_for

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Command, Invocation, Mount, Runtime, run_quiet
 

@@ -19,7 +19,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Mount, Runtime, docker_image_id, last_line, run_quiet, safe_name
 from .image_store import Copy, ImageStore

@@ -12,7 +12,7 @@ import subprocess
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from benchmarks.errors import UsageError
+from benchmarks.core.errors import UsageError
 
 from .base import Command, Invocation, RunPlan, Runtime, env_and_argv
 

@@ -20,8 +20,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.errors import EXIT_CODE_BY_STATUS, UsageError
-from benchmarks.processes import group_members
+from benchmarks.core.errors import EXIT_CODE_BY_STATUS, UsageError
+from benchmarks.core.processes import group_members
 
 from .base import (
     Client,

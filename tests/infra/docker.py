@@ -82,7 +82,7 @@ class PrivateDockerd:
 
     def kill(self, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
         """Signal the daemon and wait until it is gone (SIGKILL: a crash; SIGTERM: a stop)."""
-        from benchmarks.processes import alive
+        from benchmarks.core.processes import alive
 
         pid = self.pid()
         os.kill(pid, sig)
@@ -123,7 +123,7 @@ class PrivateDockerd:
 
     def close(self) -> None:
         if (self.root / "dockerd.pid").exists():
-            from benchmarks.processes import alive
+            from benchmarks.core.processes import alive
 
             if alive(self.pid()):
                 self.kill(signal.SIGTERM)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jsonschema
 
-from benchmarks import processes
+from benchmarks.core import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "benchmarks" / "schema" / "result-1.json").read_text())
@@ -166,7 +166,7 @@ def rank_processes(root, rank: int):
         for child in root.children(recursive=True):
             try:
                 if child.environ().get("RANK") == str(rank):
-                    found["worker" if "benchmarks.worker" in " ".join(child.cmdline()) else "bench"] = child
+                    found["worker" if "benchmarks.run.worker" in " ".join(child.cmdline()) else "bench"] = child
             except psutil.Error:
                 pass
         if len(found) == 2:

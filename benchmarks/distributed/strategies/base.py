@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 
 WORKER = "worker"  # the role of a training process
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...framework_specs import FRAMEWORKS
+from ...core.framework_specs import FRAMEWORKS
 from .base import Strategy
 
 

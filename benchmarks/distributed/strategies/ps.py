@@ -8,7 +8,7 @@ PS with workers. Workers and PS only serve the chief; its record covers all.
 
 from __future__ import annotations
 
-from ...errors import UsageError
+from ...core.errors import UsageError
 from .base import WORKER, Role, Strategy
 
 CHIEF = "chief"
