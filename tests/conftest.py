@@ -42,7 +42,7 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def fashion_mnist():
     """Debian's Fashion-MNIST files (installed here when missing; skipped loudly where apt cannot)."""
-    from benchmarks.settings.config import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
+    from benchmarks.data.fashion_mnist import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE
     from infra.slurm import ensure_packages_or_skip
 
     ensure_packages_or_skip((FASHION_MNIST_PACKAGE,), "FASHION-MNIST")

@@ -16,8 +16,8 @@ import pytest
 
 from benchmarks.core.errors import UsageError
 from benchmarks.data import labelled
+from benchmarks.data.fashion_mnist import FASHION_MNIST_PACKAGE
 from benchmarks.measure import stats
-from benchmarks.settings.config import FASHION_MNIST_PACKAGE
 from benchmarks.tta import convergence, lr_rules
 from infra.helpers import ROOT, bench, benchrun, last_json_line, run, validate_record
 
