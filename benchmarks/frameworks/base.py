@@ -105,7 +105,7 @@ class Framework(ABC):
 
     trace_suffix = ".trace.json"  # the profiler trace's file name ending (bench --trace: capabilities.ProfilesSteps)
 
-    # -- the path (benchmarks/results/fingerprint.py) and the preflight (benchmarks/measure/preflight.py) ---------------------
+    # -- the path (benchmarks/results/fingerprint.py) and the preflight (benchmarks/measure/preflight.py) ----------
 
     def compute_threads(self) -> int | None:
         """The intra-op threads this backend will compute with, known before setup: --num-threads, else the
