@@ -320,7 +320,7 @@ def test_stdout_to_a_file_the_disk_cannot_take(tmp_path, with_output):
 
 APPENDER = """
 import sys
-from benchmarks import durable
+from benchmarks.core import durable
 for i in range(int(sys.argv[3])):
     durable.append_jsonl(sys.argv[1], {"writer": int(sys.argv[2]), "i": i, "pad": "x" * int(sys.argv[4])})
 """
@@ -342,7 +342,7 @@ def test_a_store_held_by_one_writer_refuses_a_second_at_once(tmp_path):
     from benchmarks.core.errors import UsageError
 
     target = tmp_path / "store.jsonl"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom benchmarks import durable\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom benchmarks.core import durable\n"
                                f"with durable.sole_writer({str(target)!r}, '--store', 'the sweep of plan.yaml'):\n"
                                "    print('held', flush=True)\n    time.sleep(600)"],
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
@@ -417,7 +417,7 @@ def test_an_export_beside_an_append_in_progress_waits_for_the_whole_line(tmp_pat
 
 APPEND_RECORDS = """
 import json, sys, time
-from benchmarks import durable
+from benchmarks.core import durable
 record = json.loads(sys.argv[2])
 for i in range(20):
     durable.append_jsonl(sys.argv[1], {**record, "run_id": f"{sys.argv[3]}{i:031x}", "padding": "x" * (1 << 20)})

@@ -180,7 +180,8 @@ def hanging_shutdown(close_grace_s: float, peer_close_grace_s: float) -> str:
     waiting for a peer), with the shutdown graces shortened: a real hang, injected on a worker's PYTHONPATH."""
     return f"""\
 import threading
-from benchmarks import frameworks, processes
+from benchmarks import frameworks
+from benchmarks.core import processes
 
 processes.CLOSE_GRACE_S, processes.PEER_CLOSE_GRACE_S = {close_grace_s}, {peer_close_grace_s}
 real_load = frameworks.load
