@@ -15,6 +15,7 @@ from benchmarks.comm import metrics
 from benchmarks.comm import record as comm_record
 from benchmarks.comm.cli import default_backend
 from benchmarks.runspec import RunSpec
+from benchmarks.settings.options import parse_size
 from infra.helpers import ROOT, bench, last_json_line, needs_module, rank_processes
 
 COMM_SCHEMA = json.loads(comm_record.COMM_SCHEMA_FILE.read_text())
@@ -40,9 +41,9 @@ def test_sizes_and_units():
     assert metrics.message_sizes(4, 64, 2) == [4, 8, 16, 32, 64]
     assert metrics.message_sizes(4, 256 * 2**20, 4)[-1] == 256 * 2**20
     assert metrics.message_sizes(1, 8, 2) == [4, 8]
-    assert metrics.parse_size("256MiB") == 256 * 2**20 and metrics.parse_size("64K") == 65536
+    assert parse_size("256MiB") == 256 * 2**20 and parse_size("64K") == 65536
     with pytest.raises(ValueError):
-        metrics.parse_size("lots")
+        parse_size("lots")
 
 
 def test_check_catches_wrong_sums():

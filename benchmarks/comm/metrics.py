@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..measure.stats import Stats
-from ..settings.options import parse_size  # noqa: F401 - re-exported: --max-bytes and the tables read sizes alike
 
 GB = 1e9
 ELEMENT_BYTES = 4  # float32 buffers, as nccl-tests' default (-d float)
