@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.core import framework_specs
 from benchmarks.core.errors import EXIT_CODE_BY_STATUS, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, UsageError
-from benchmarks.core.processes import STOP_GRACE_S, StopScope, host_deadline, stop_process_group, unhandled
+from benchmarks.core.processes import STOP_GRACE_S, host_deadline, interrupting, stop_process_group
 from benchmarks.results.provenance import REQUESTED_RUNTIME_ENV, RUNTIME_VERSION_ENV
 from benchmarks.runspec import RunSpec
 from benchmarks.settings.options import FASHION_MNIST_DIR, FASHION_MNIST_PACKAGE, OPTIONS
@@ -289,7 +289,7 @@ def run(request: RunRequest) -> Outcome:
         # Ctrl-C, and every other ending signal nobody above us handles (scancel, a job's time limit, `kill`, a
         # hang-up, Slurm's warning: processes.ENDING_SIGNALS): the run is stopped now (wait_ranks: SIGTERM, then
         # SIGKILL), its record says 'interrupted' and its containers go (a sweep's point process has its own).
-        stop = StopScope(lambda signum: KeyboardInterrupt(), signals=unhandled()).install()
+        stop = interrupting()
         launcher, proc = None, None
         try:
             if launcher_name(request, runtime) is None:

@@ -15,10 +15,12 @@ import json
 import re
 import subprocess
 import time
+import uuid
 
 import pytest
 
-from infra.helpers import hanging_shutdown, run, validate_record
+from benchmarks.core.errors import EXIT_INTERRUPTED
+from infra.helpers import Started, hanging_shutdown, run, validate_record
 from infra.images import VERSION
 
 HOROVOD_VERSION = "0.28.1"
@@ -166,6 +168,38 @@ def test_mpich_run_keeps_its_record_when_every_shutdown_hangs(horovod_images, tm
     assert len(recs) == 1, f"exit {p.returncode}\nstderr:\n{p.stderr[-3000:]}"
     assert validate_record(recs[0])["status"] == "ok" and recs[0]["world"]["workers"] == 2
     assert "did not shut down within 10 s" in p.stderr, p.stderr[-3000:]
+
+
+STOPS = [("openmpi", "horovodrun"), ("mpich", "mpich")]  # gloo; MPI under Hydra (ends the job when a rank leaves)
+
+
+@pytest.mark.parametrize("mpi,launcher", STOPS, ids=[f"{m}-{la}" for m, la in STOPS])
+def test_a_stopped_horovod_run_keeps_the_steps_every_rank_timed(horovod_images, mpi, launcher):
+    """`docker stop`'s SIGTERM to a container whose first process is `benchrun launch` (it gets only the signals it
+    handles: it handled none but SIGINT, and the run went on until SIGKILL, record unwritten), in the timed loop of
+    two Horovod ranks: process 0's record totals both ranks' steps, exit 130, the container gone. Under Hydra, rank 1
+    leaving at once had ended the job before process 0 wrote the record (rank_steps.LINGER_S)."""
+    name = f"dlbench-test-hvd-stop-{uuid.uuid4().hex[:8]}"
+    long = TINY.copy()
+    long[long.index("--num-batches") + 1] = "100000"  # ended only by the stop
+    started = Started(["docker", "run", "--rm", "--name", name, "--network=host", "--ipc=host", "--entrypoint",
+                       "benchrun", horovod_images[mpi], "launch", "--launcher", launcher, "-n", "2", "--bench-command",
+                       "bench", "--", "--framework", "torch", *long])
+    try:
+        started.wait_for("step 10/100000 (repeat 1)", RUN_TIMEOUT)
+        subprocess.run(["docker", "kill", "--signal", "TERM", name], capture_output=True, timeout=60)
+        out, err = started.communicate(timeout=120)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
+    assert started.proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    (rec,) = records(out)
+    validate_record(rec)
+    assert rec["status"] == "interrupted" and rec["error"]["signal"] == "SIGTERM", rec["error"]
+    assert rec["world"]["strategy"] == "horovod" and rec["world"]["launcher"] == launcher
+    assert "every rank completed" in rec["error"]["message"], rec["error"]["message"]
+    assert [row["rank"] for row in rec["ranks"]] == [0, 1] and rec["throughput"]["total_images"] >= 2 * 2 * 10
+    assert not subprocess.run(["docker", "ps", "-aq", "--filter", f"name={name}"], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
 
 
 def test_horovod_comm_in_its_image(horovod_images):

@@ -134,6 +134,15 @@ class StopScope:
         self.armed = True
 
 
+def interrupting() -> StopScope:
+    """The host's side of a run (benchrun run, benchrun launch): Ctrl-C and every other ending signal nobody above
+    handles (scancel, `docker stop` of a container whose first process it is, a hang-up, Slurm's warning) raise
+    KeyboardInterrupt, which stops the ranks (wait_ranks), whose record then says 'interrupted'. A container's first
+    process gets no signal it has no handler for: without this, `docker stop` of `benchrun launch` did nothing for
+    10 s and then killed every rank, record unwritten."""
+    return StopScope(lambda signum: KeyboardInterrupt(), signals=unhandled()).install()
+
+
 _WAKEUP: list = []  # on_stop_in_thread's sockets: they live as long as the process
 _TAKEN: list[int] = []  # on_stop_in_thread's signals
 

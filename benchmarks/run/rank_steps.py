@@ -32,6 +32,10 @@ from ..measure.totals import aggregate, rank_rows
 # default, 5 s on the test cluster, where waiting 5 s lost the whole record), benchrun's 20 s, torchrun's 30 s.
 WAIT_S = 3.0
 COLLECT_WAIT_S = 1.0
+# How long a stopped rank other than 0 stays before it leaves: until process 0 has had the time to take every rank's
+# steps and write the record. MPICH's Hydra ends the whole job, process 0 included, as soon as one rank of a job that
+# initialised MPI (Horovod's ranks do) leaves without MPI_Finalize: a rank that left at once lost the record.
+LINGER_S = WAIT_S + COLLECT_WAIT_S + 2.0
 STOPPED = ("interrupted", "timeout")
 
 

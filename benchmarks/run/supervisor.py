@@ -315,6 +315,8 @@ def supervise(job: Job, *, report: TextIO, timeout_s: float | None, display_ever
             if result["status"] in rank_steps.STOPPED:
                 # Stopped with the run, this rank leaves its outcome (and its steps) to process 0's record and exit
                 # code: a launcher that ends the step on a task's bad exit (srun --kill-on-bad-exit kills the other
-                # tasks at once) would kill process 0 before it wrote the record.
+                # tasks at once) would kill process 0 before it wrote the record; nor does it leave before process 0
+                # could write it (rank_steps.LINGER_S: MPICH's Hydra ends the job when a rank of an MPI job leaves).
+                time.sleep(rank_steps.LINGER_S)
                 return result, 0
         return result, EXIT_CODE_BY_STATUS[result["status"]]

@@ -10,8 +10,8 @@ import argparse
 import shlex
 import sys
 
-from benchmarks.core.errors import UsageError, choices
-from benchmarks.core.processes import host_deadline
+from benchmarks.core.errors import EXIT_INTERRUPTED, UsageError, choices
+from benchmarks.core.processes import host_deadline, interrupting
 from benchmarks.runspec import RunSpec
 
 from .. import launchers
@@ -66,4 +66,10 @@ def run(args) -> int:
     if args.dry_run:
         print(shlex.join(launcher.typed(spec)))
         return 0
-    return launcher.run(spec, timeout_s=host_deadline(args.timeout))
+    stop = interrupting()  # the ranks are stopped and recorded, not left running when benchrun goes
+    try:
+        code = launcher.run(spec, timeout_s=host_deadline(args.timeout))
+    finally:
+        stop.restore()
+    # after a stop, whatever the launcher makes of its ranks' ends (horovodrun and mpirun: 1): stopped from outside
+    return EXIT_INTERRUPTED if stop.received and code != 0 else code
