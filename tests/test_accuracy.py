@@ -235,6 +235,8 @@ def test_target_extraction_from_a_curve():
     assert result["best_accuracy"] == 0.82
     missed = convergence.summary(curve, 0.9)
     assert missed["outcome"] == "not_converged" and missed["samples_to_target"] is None and missed["best_at_samples"] == 600
+    assert convergence.summary(curve, 0.9, stopped=True)["outcome"] == "stopped"  # stopped before either
+    assert convergence.summary(curve, 0.8, stopped=True)["outcome"] == "converged"  # what it reached, it reached
 
 
 def test_distributed_evaluation_sums_counts():

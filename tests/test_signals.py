@@ -232,6 +232,34 @@ def test_a_stopped_run_under_an_mpi_launcher_or_srun_keeps_the_steps_every_rank_
     _wait_for(lambda: not [pid for pid in descendants if processes.alive(pid)], 10, "a rank outlived the run")
 
 
+TTA = ["--framework", "torch", "--model", "smallcnn", "--batch-size", "32", "--base-lr", "0.02", "--eval-every", "512",
+       "--max-epochs", "1", "--val-images", "500", "--num-threads", "1", "--target-accuracy", "0.99"]  # not reached
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_stopped_time_to_accuracy_run_keeps_its_curve_and_its_training_steps(fashion_mnist, ranks):
+    """bench --target-accuracy stopped by SIGTERM after its second evaluation, alone and as two DDP ranks (benchrun
+    stops both): outcome `stopped`, the curve so far, the finished blocks' training rate (over both ranks), exit 130.
+    Both kept nothing before."""
+    argv = ([sys.executable, "-m", "benchmarks", *TTA, "--json"] if ranks == 1 else
+            [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2", "--",
+             "--strategy", "ddp", *TTA])
+    started = Started(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started.wait_for(f"{512 * 2} samples (epoch", 300)  # the second evaluation's line
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["error"]["signal"] == "SIGTERM", record["error"]
+    section = record["accuracy"]
+    assert section["outcome"] == "stopped" and len(section["curve"]) >= 2 and section["samples_to_target"] is None
+    assert section["best_accuracy"] == max(point["val_accuracy"] for point in section["curve"])
+    assert section["train_images_per_sec"] == record["throughput"]["images_per_sec"] > 0
+    assert record["throughput"]["total_images"] >= section["curve"][1]["samples"]  # the blocks before the 2nd evaluation
+    assert [row["rank"] for row in record["ranks"] or [{"rank": 0}]] == list(range(ranks))
+
+
 @pytest.mark.slow
 def test_a_rank_whose_steps_never_come_is_named_and_no_total_is_kept(tmp_path):
     """Rank 1's worker SIGSTOPped in the timed loop (it cannot write its steps when the stop comes; its supervisor
@@ -276,6 +304,10 @@ def test_ranks_steps_are_totalled_over_the_steps_every_rank_completed_or_not_at_
         {}, "; the steps of rank 1 are missing (stopped before it could hand them over): no totals kept (steps "
             "timed: rank 0 8)")
     assert rank_steps.kept({0: rank("a", [[1.0]]), 1: rank("b", [[]])}, 2, 2)[0] == {}
+    # a time-to-accuracy run's: process 0's curve so far, with the run's training rate over ranks
+    given = {**found[0], "sections": {"accuracy": {"outcome": "stopped", "train_images_per_sec": 0.0}}}
+    sections, _ = rank_steps.kept({0: given, 1: found[1]}, 2, batch_size=2)
+    assert sections["accuracy"] == {"outcome": "stopped", "train_images_per_sec": 28 / 14.0}
 
 
 def free_port() -> int:
@@ -295,7 +327,7 @@ def test_a_stopped_ranks_steps_reach_process_0_over_the_rendezvous_and_another_r
     zero = Rendezvous(0, 2, "127.0.0.1", port, 10, run_token="run-a")
     try:
         one = Rendezvous(1, 2, "127.0.0.1", port, 10, run_token="run-a")
-        steps = rank_steps.payload(1, "node2", {"kind": "worker", "index": 1}, [{"step_times_s": [0.5]}], "SIGTERM")
+        steps = rank_steps.payload(1, "node2", {"kind": "worker", "index": 1}, {"loops": [{"step_times_s": [0.5]}]}, "SIGTERM")
         assert one.hand_over(steps)
         with socket.create_connection(("127.0.0.1", port)) as stranger:  # another run's rank: process 0 hangs up
             stranger.sendall(json.dumps({"op": "steps", "rank": 2, "value": steps, "run": "run-b"}).encode() + b"\n")

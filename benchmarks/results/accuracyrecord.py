@@ -56,7 +56,8 @@ class BudgetInfo(_Model):
 class AccuracyInfo(_Model):
     target: float = Field(description="--target-accuracy")
     outcome: Literal[convergence.OUTCOMES] = Field(description="converged: an evaluation reached the target; not_converged: the "
-                                                               "budget ended first")
+                                                               "budget ended first; stopped: a signal or --timeout ended "
+                                                               "the run first, the curve is the evaluations before (1.21)")
     samples_to_target: Optional[int] = Field(description="training images at the first evaluation at or above the target")
     epochs_to_target: Optional[float]
     time_to_target_s: Optional[float] = Field(description="run clock at the end of that evaluation (MLPerf's time to train)")

@@ -26,7 +26,7 @@ from ..settings.options import DEFAULTS, choices_of
 from .pathrecord import ComparisonInfo, PathInfo, PreflightInfo, StatsRecord, _Model  # the 1.18 sections' models live there
 from .provenance import CONTAINER_RUNTIMES
 
-SCHEMA_VERSION = "1.20"
+SCHEMA_VERSION = "1.21"
 SCHEMA_FILE = Path(__file__).parents[1] / "schema" / "result-1.json"  # one file per major version
 
 Status = Literal["ok", "oom", "failed", "timeout", "interrupted"]

@@ -5,11 +5,17 @@ The measurement is Measurement's (meeting the ranks, failures, the record); only
 setup and the record differs. Every rank evaluates its own shard and gets every rank's counts back
 through dlbench's rendezvous, so all take the same stop decision and none waits in a collective for a
 rank that already stopped.
+
+A run stopped from outside (a signal, --timeout) keeps its curve so far and the training steps of its finished
+blocks (outcome `stopped`): a run of one process in its own record (finish), one of several through each rank's
+steps (kept_so_far: rank_steps), process 0's with the section.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,7 +31,24 @@ from .measurement import Measurement
 EVAL_BATCH = 500  # validation images per forward pass at most
 
 
+@dataclass
+class SoFar:
+    """What the run has done so far, as far as its record holds it: the whole run's at its end, a stopped run's."""
+    data: labelled.LabelledData
+    budget: convergence.Budget
+    schedule: lr_rules.Schedule
+    per_update: int  # images behind one update
+    init_time_s: float
+    started: float  # the run's clock (timing.clock) at the first dataset read
+    segments: list = field(default_factory=list)  # the training blocks between evaluations (timing.TimedLoop)
+    curve: list = field(default_factory=list)
+    eval_time_s: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)  # a stopped rank reads it from another thread
+
+
 class AccuracyMeasurement(Measurement):
+    so_far: SoFar | None = None
+
     def _measure(self, monitor: memory.DeviceMemoryMonitor) -> dict | None:
         cfg = self.config
         backend = capabilities.of(self.backend, capabilities.TrainsToAccuracy,  # _evaluate's too
@@ -45,6 +68,7 @@ class AccuracyMeasurement(Measurement):
                                     cfg.max_epochs, cfg.time_budget, len(data.train))
         schedule = lr_rules.schedule(cfg.lr_rule, cfg.base_lr, cfg.base_batch, global_batch, cfg.warmup_epochs,
                                      len(data.train))
+        self.so_far = so_far = SoFar(data, budget, schedule, per_update, init_time_s, started)
         self.mllog.event("opt_base_learning_rate", schedule.peak_lr)
         self.mllog.dataset(len(data.train), len(data.val))
         indices = labelled.train_batches(len(data.train), cfg.batch_size, rank, shards, cfg.seed)
@@ -65,20 +89,21 @@ class AccuracyMeasurement(Measurement):
                 lr_now = lr
             trained += per_update
 
-        segments, curve, eval_time_s, outcome = [], [], 0.0, None
+        segments, curve, outcome = so_far.segments, so_far.curve, None
         while outcome is None:
             updates = -(-(budget.next_eval(trained) - trained) // per_update)  # to the first boundary at/after it
             first_epoch = trained / len(data.train)
             self.mllog.start("block_start", first_epoch_num=first_epoch, epoch_count=updates * per_update / len(data.train))
             loop = backend.labelled_loop(stream, updates, before_update)
             self.mllog.end("block_stop", first_epoch_num=first_epoch)
-            segments.append(loop)
+            with so_far.lock:
+                segments.append(loop)
             train_loss = sum(backend.loss_value(loss) for loss in loop.losses) / len(loop.losses)
             evaluated = timing.clock()
             self.mllog.start("eval_start", epoch_num=trained / len(data.train))
             shard = self._evaluate(data, rank, shards)
             self.mllog.end("eval_stop", epoch_num=trained / len(data.train))
-            eval_time_s += timing.clock() - evaluated
+            so_far.eval_time_s += timing.clock() - evaluated
             # One gather per evaluation, its own tag (the rendezvous keeps every tag's values): everyone's
             # counts, and process 0's clock for everyone.
             gathered = self._gather(f"eval-{len(curve)}", {**shard, "elapsed": timing.clock() - started,
@@ -88,7 +113,8 @@ class AccuracyMeasurement(Measurement):
             accuracy, val_loss = convergence.eval_total(gathered)
             point = convergence.Point(trained, trained / len(data.train), gathered[0]["elapsed"], accuracy, val_loss,
                                       sum(g["train_loss"] for g in gathered) / len(gathered), lr_now)
-            curve.append(point.as_dict())
+            with so_far.lock:
+                curve.append(point.as_dict())
             self.mllog.event("eval_accuracy", accuracy, epoch_num=point.epoch, samples=trained)
             if self.world.rank == 0:  # one voice per run
                 self.progress(f"{trained} samples (epoch {point.epoch:.2f}, {point.wall_time_s:.1f} s): validation accuracy "
@@ -109,24 +135,51 @@ class AccuracyMeasurement(Measurement):
             per_rank = [[{**peer["loop"], "energy": None, "device_state": None}] for peer in everyone]
             ranks = list(range(len(everyone)))
         totals = aggregate(per_rank, cfg.batch_size)
-        section = {
-            "target": cfg.target_accuracy,
-            **convergence.summary(curve, cfg.target_accuracy),
-            "budget": {"max_epochs": cfg.max_epochs, "time_s": cfg.time_budget},
-            "eval_every_samples": budget.eval_every,
-            "dataset": data.as_dict(cfg.image_size),
-            "lr": {**schedule.as_dict(), "warmup_epochs": lr_rules.warmup_epochs(cfg.lr_rule, cfg.warmup_epochs),
-                   "per_update_batch": per_update,
-                   "staleness": stats.Stats.of(backend.staleness).as_dict() if backend.staleness else None},
-            "init_time_s": init_time_s,
-            "run_time_s": run_time_s,
-            "eval_time_s": eval_time_s,
-            "train_images_per_sec": totals["throughput"]["images_per_sec"],
-            "curve": curve,
-        }
+        section = self._section(so_far, totals["throughput"]["images_per_sec"], run_time_s)
         if self.tensorboard is not None:
             self._write_events(tensorboard.write_curve, self.tensorboard, curve, started_unix)
         return self.finish_ok(totals, per_rank, ranks, everyone, curve[-1]["train_loss"], accuracy=section)
+
+    def _section(self, so_far: SoFar, train_images_per_sec: float, run_time_s: float, stopped: bool = False) -> dict:
+        cfg = self.config
+        return {
+            "target": cfg.target_accuracy,
+            **convergence.summary(so_far.curve, cfg.target_accuracy, stopped),
+            "budget": {"max_epochs": cfg.max_epochs, "time_s": cfg.time_budget},
+            "eval_every_samples": so_far.budget.eval_every,
+            "dataset": so_far.data.as_dict(cfg.image_size),
+            "lr": {**so_far.schedule.as_dict(), "warmup_epochs": lr_rules.warmup_epochs(cfg.lr_rule, cfg.warmup_epochs),
+                   "per_update_batch": so_far.per_update,
+                   "staleness": stats.Stats.of(self.backend.staleness).as_dict() if self.backend.staleness else None},
+            "init_time_s": so_far.init_time_s,
+            "run_time_s": run_time_s,
+            "eval_time_s": so_far.eval_time_s,
+            "train_images_per_sec": train_images_per_sec,
+            "curve": list(so_far.curve),
+        }
+
+    def kept_so_far(self) -> dict:
+        """A stopped rank's training steps (its finished blocks, as one loop) and, on process 0, the accuracy section
+        of the curve so far (rank_steps totals the steps; the section's training rate is theirs)."""
+        if self.so_far is None or self.strategy.gathers_at_chief:
+            return super().kept_so_far()
+        with self.so_far.lock:
+            segments, curve = list(self.so_far.segments), list(self.so_far.curve)
+        loops = [{**loop_payload(all_segments(segments)), "energy": None, "device_state": None}] if segments else []
+        if self.world.rank != 0 or not curve:
+            return {"loops": loops, "sections": {}}
+        return {"loops": loops, "sections": {"accuracy": self._section(self.so_far, 0.0, timing.clock() - self.so_far.started,
+                                                                       stopped=True)}}
+
+    def finish(self, status: str, error: dict | None, **result) -> dict:
+        """A run of one process stopped from outside keeps its curve and its finished blocks' training rate."""
+        if status in ("interrupted", "timeout") and self.world.size == 1 and "accuracy" not in result:
+            kept = self.kept_so_far()
+            if kept["sections"]:
+                totals = aggregate([kept["loops"]], self.config.batch_size) if kept["loops"] else {}
+                rate = totals["throughput"]["images_per_sec"] if totals else 0.0
+                result = {**totals, "accuracy": {**kept["sections"]["accuracy"], "train_images_per_sec": rate}, **result}
+        return super().finish(status, error, **result)
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
         """This rank's disjoint shard of the validation set: counts, never a mean (convergence.eval_total).

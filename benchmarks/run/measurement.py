@@ -53,7 +53,7 @@ class Measurement(RankSession):
         self.preflight: dict | None = None  # the record's `preflight`, once every rank has checked
         self.timed: list[dict] = []  # this rank's timed loops so far (loop_payload): what a stopped run keeps
         self._repeat: int | None = None  # the timed repeat in progress (its steps are in timing.running), else None
-        self._timed_lock = threading.Lock()  # `timed` and `_repeat` change together: steps_so_far reads both
+        self._timed_lock = threading.Lock()  # `timed` and `_repeat` change together: kept_so_far reads both
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
@@ -233,16 +233,17 @@ class Measurement(RankSession):
         return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), ceilings,
                               **sections)
 
-    def steps_so_far(self) -> list[dict]:
-        """This rank's timed loops (loop_payload) so far, the steps of the repeat in progress included: what a rank
-        of several processes keeps when it is stopped (rank_steps.keep), read from another thread than the loop's."""
+    def kept_so_far(self) -> dict:
+        """What a rank of several processes keeps when it is stopped (rank_steps.payload), read from another thread
+        than the loop's: its timed loops (loop_payload) so far, the steps of the repeat in progress included
+        (`loops`), and the record sections only it can give (`sections`: none here)."""
         with self._timed_lock:
             loops, repeat = list(self.timed), self._repeat
         cut = timing.running.steps() if repeat is not None else None
         if cut is not None:
             loops.append({**loop_payload(cut), "device_state": None,
                           "energy": {"joules": None, "reason": "the loop was stopped: not read"}})
-        return loops
+        return {"loops": loops, "sections": {}}
 
     def _trace_dir(self) -> Path:
         return Path(self.trace["dir"], self.peers[0]["run_id"])
@@ -443,7 +444,7 @@ class Measurement(RankSession):
     def finish(self, status: str, error: dict | None, **result) -> dict:
         """The record; a failed run's memory is the host's alone. A run stopped from outside (a signal, --timeout)
         keeps the steps this process had timed, measured over those steps alone (warmup excluded); in a run of
-        several processes each rank writes its steps instead (steps_so_far), which process 0's supervisor totals."""
+        several processes each rank writes its steps instead (kept_so_far), which process 0's supervisor totals."""
         from ..data.dataset import skipped_section
 
         if status != "ok":

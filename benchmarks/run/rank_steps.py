@@ -46,9 +46,11 @@ def steps_dir(run_token: str | None, rendezvous_port: int) -> Path:
     return Path(tempfile.gettempdir()) / f"dlbench-steps-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
 
 
-def payload(rank: int, host: str, role: dict, loops: list[dict], signal: str) -> dict:
-    """What a stopped rank keeps: its timed loops (totals.loop_payload each), where it ran and what stopped it."""
-    return {"rank": rank, "host": host, "role": role, "signal": signal, "loops": loops}
+def payload(rank: int, host: str, role: dict, kept: dict, signal: str) -> dict:
+    """What a stopped rank keeps (Measurement.kept_so_far: its timed loops, totals.loop_payload each, and the record
+    sections only it can give), where it ran and what stopped it."""
+    return {"rank": rank, "host": host, "role": role, "signal": signal, "loops": kept["loops"],
+            "sections": kept.get("sections", {})}
 
 
 def keep(path: str | os.PathLike, steps: dict) -> None:
@@ -139,6 +141,11 @@ def kept(found: dict[int, dict], size: int, batch_size: int) -> tuple[dict, str]
     per_rank = [[_cut(rank_loops[r], common[r]) for r in repeats] for rank_loops in loops]
     peers = [{"host": found[rank]["host"], "role": found[rank]["role"]} for rank in range(size)]
     sections = {**aggregate(per_rank, batch_size), "ranks": rank_rows(per_rank, list(range(size)), peers)}
+    given = found[0].get("sections", {})
+    if "accuracy" in given:  # process 0's curve so far (time to accuracy): its training rate is the run's, over ranks
+        given = {**given, "accuracy": {**given["accuracy"],
+                                       "train_images_per_sec": sections["throughput"]["images_per_sec"]}}
+    sections.update(given)
     every = sum(common)
     return sections, (f"; steps timed: {counts}; totals over the {every} step{'s' if every != 1 else ''} every rank "
                       f"completed")

@@ -197,7 +197,7 @@ def training_job(config: BenchConfig, base: dict, *, mllog: bool, mllog_submissi
             "mllog": mllog, "mllog_submission": mllog_submission, "tensorboard": tensorboard, "data_scan": data_scan,
             "display_every": display_every, "trace": trace}
     world, since = worlds.detect(), time.time()
-    keeps = world.size > 1 and not config.accuracy_mode and not strategies.get(config.strategy).gathers_at_chief
+    keeps = world.size > 1 and not strategies.get(config.strategy).gathers_at_chief
     directory = rank_steps.steps_dir(worlds.run_token(), config.rendezvous_port) if keeps else None
     if directory is not None:  # where this rank's worker writes its steps when stopped
         spec["steps_path"] = str(rank_steps.rank_file(directory, world.rank))

@@ -117,7 +117,7 @@ def main(spec_path: str) -> int:
             stopping.set()
             me = measurement.peers[world.rank] if world.rank < len(measurement.peers) else {}
             steps = rank_steps.payload(world.rank, measurement.host, me.get("role", {"kind": "worker", "index": world.rank}),
-                                       measurement.steps_so_far(), signal.Signals(signum).name)
+                                       measurement.kept_so_far(), signal.Signals(signum).name)
             rendezvous = measurement.rendezvous  # None: stopped before the ranks met
             if world.rank and rendezvous is not None and rendezvous.hand_over(steps):  # to process 0, on any host
                 return

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-CONVERGED, NOT_CONVERGED = "converged", "not_converged"
-OUTCOMES = (CONVERGED, NOT_CONVERGED)
+CONVERGED, NOT_CONVERGED, STOPPED = "converged", "not_converged", "stopped"
+OUTCOMES = (CONVERGED, NOT_CONVERGED, STOPPED)  # stopped: from outside (a signal, --timeout) before either
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,13 @@ class Budget:
         return None
 
 
-def summary(curve: list[dict], target: float) -> dict:
-    """The record's result fields from the curve alone (so reports can recompute them for another target)."""
+def summary(curve: list[dict], target: float, stopped: bool = False) -> dict:
+    """The record's result fields from the curve alone (so reports can recompute them for another target); `stopped`:
+    the run was stopped from outside, its curve so far."""
     hit = next((point for point in curve if point["val_accuracy"] >= target), None)  # the time and samples to target
     best = max(curve, key=lambda point: point["val_accuracy"]) if curve else None
     return {
-        "outcome": CONVERGED if hit else NOT_CONVERGED,
+        "outcome": CONVERGED if hit else STOPPED if stopped else NOT_CONVERGED,
         "samples_to_target": hit["samples"] if hit else None,
         "epochs_to_target": hit["epoch"] if hit else None,
         "time_to_target_s": hit["wall_time_s"] if hit else None,
