@@ -179,7 +179,7 @@ def test_a_stopped_horovod_run_keeps_the_steps_every_rank_timed(horovod_images, 
     handles: it handled none but SIGINT, and the run went on until SIGKILL, record unwritten), in the timed loop of
     two Horovod ranks: process 0's record totals both ranks' steps, exit 130, the container gone. Under Hydra, rank 1
     leaving at once had ended the job before process 0 wrote the record (rank_steps.LINGER_S)."""
-    name = f"dlbench-test-hvd-stop-{uuid.uuid4().hex[:8]}"
+    name = f"hvd-stop-test-{uuid.uuid4().hex[:8]}"  # not "dlbench-": another test counts benchrun's containers by it
     long = TINY.copy()
     long[long.index("--num-batches") + 1] = "100000"  # ended only by the stop
     started = Started(["docker", "run", "--rm", "--name", name, "--network=host", "--ipc=host", "--entrypoint",
