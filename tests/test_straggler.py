@@ -206,7 +206,7 @@ def test_without_the_plant_no_straggler_is_named(n, tmp_path, one_rank):
     loss, sentence = straggler_verdict(n, tmp_path, plant=False, one_rank=one_rank)
     assert loss.straggler is not None, sentence
     if loss.straggler.named:
-        # Never one of the plant's size (its rank's compute grows by several times the median here). On our 2-core
+        # Never one of the plant's size (perf/headroom.md: +70% of the median at 2 ranks, +4.3x at 4). On our 2-core
         # machines the ranks share the cores with the other test worker's programs, and a rank can truly be slower
         # by a few percent there: a noisy neighbour makes a real straggler (CI, 2026-12-05: rank 2 of 4 named at
         # +9.5% of the median compute, its difference 130 ms against a noise of 123 ms).
