@@ -235,9 +235,13 @@ def private_slurm():
     stop_cluster(info)
 
 
-def node_processes(node: str) -> list[int]:
-    """The processes Slurm runs on an emulated node: its tasks (SLURMD_NODENAME=node) and their slurmstepd."""
-    tasks = [pid for pid in all_pids() if f"SLURMD_NODENAME={node}".encode() in environ(pid)]
+def node_processes(node: str, marker: str) -> list[int]:
+    """The processes this test's run has on an emulated node: its tasks (SLURMD_NODENAME=node and the test's
+    marker) and their slurmstepd. The marker is what makes them this test's: the other test worker's cluster
+    has a node2 too, and killing its tasks and their slurmstepd (SLURMD_NODENAME alone, before) broke a run
+    there: CI's podman-hpc run over two nodes lost rank 1 and then waited on its step for 900 s."""
+    tasks = [pid for pid in all_pids()
+             if {f"SLURMD_NODENAME={node}".encode(), f"DLBENCH_TEST_MARK={marker}".encode()} <= set(environ(pid).split(b"\0"))]
     return sorted({*tasks, *(parent(pid) for pid in tasks if "slurmstepd" in " ".join(cmdline(parent(pid) or 0)))} - {None})
 
 
@@ -253,7 +257,7 @@ def test_slurm_node_dies_mid_run(private_slurm):
     try:
         stderr = read_until(run.stderr, "bench: step ", 240)
         slurmd = int((Path(private_slurm["dir"]) / "node2" / "slurmd.daemon.pid").read_text())
-        victims = [slurmd, *node_processes("node2")]
+        victims = [slurmd, *node_processes("node2", marker)]
         assert len(victims) >= 3, victims  # slurmd, slurmstepd, rank 1
         for pid in victims:  # the node dies as a whole, as in a crash
             os.kill(pid, signal.SIGKILL)

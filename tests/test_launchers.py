@@ -2,13 +2,15 @@
 
 import os
 import re
+import shlex
+import signal
 import sys
 
 import pytest
 
 from benchmarks.core.errors import UsageError
 from benchmarks.runspec import RunSpec
-from infra.helpers import ROOT
+from infra.helpers import ROOT, Started
 from infra.slurm import require_mpich
 from runners import launchers
 from runners.cli import main
@@ -169,3 +171,18 @@ def test_process_0_killed_is_said_and_a_clean_end_says_nothing():
                                                                            "record")
     assert base.wait_ranks(ranks("pass", "pass"), timeout_s=30) == (0, None)
     assert base.wait_ranks(ranks("raise SystemExit(1)", "pass"), timeout_s=30) == (1, None)  # its record says why
+
+
+def test_a_stopped_launch_exits_130_whatever_its_ranks_exit_with():
+    """`benchrun launch` does not read the record: a launcher's code after a stop says nothing of it (Hydra's is 0
+    when the stopped rank 1, which exits 0, ends last; CI saw it). Here the one rank exits 0 on SIGTERM, so the
+    launcher's code is 0: a stopped launch is 130 all the same."""
+    rank = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+            "print('rank ready', file=sys.stderr, flush=True); time.sleep(120)")
+    started = Started([sys.executable, "-m", "runners", "launch", "--launcher", "local", "-n", "1", "--bench-command",
+                       f"{sys.executable} -c {shlex.quote(rank)}", "--", "--framework", "torch"])
+    started.wait_for("rank ready", 60)
+    started.proc.send_signal(signal.SIGTERM)
+    _, err = started.communicate(timeout=60)
+    assert started.proc.returncode == 130, err
+    assert "benchrun: interrupted: stopping all ranks" in err

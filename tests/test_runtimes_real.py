@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,25 @@ def benchrun_run(*args, env: dict | None = None, timeout: float = 400):
     return benchrun_record("run", *args, env=env, timeout=timeout)
 
 
+MARK = uuid.uuid4().hex  # this module's runs carry it into their containers (benchrun passes DLBENCH_* on)
+
+
+@pytest.fixture(autouse=True)
+def marked_runs(monkeypatch):
+    monkeypatch.setenv("DLBENCH_TEST_MARK", MARK)
+
+
 def containers(runtime="docker"):
+    """This module's containers: benchrun names them dlbench-*, and this module's carry MARK. The other test
+    worker runs benchrun's containers too (test_accuracy, test_reframe): not this module's to count."""
     out = subprocess.run([runtime, "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
-    return sorted(n for n in out.split() if n.startswith("dlbench-"))
+    ours = []
+    for name in sorted(n for n in out.split() if n.startswith("dlbench-")):
+        env = subprocess.run([runtime, "inspect", "--format", "{{json .Config.Env}}", name], capture_output=True,
+                             text=True)
+        if env.returncode == 0 and f"DLBENCH_TEST_MARK={MARK}" in (json.loads(env.stdout or "null") or []):
+            ours.append(name)  # (one gone between the listing and its inspection is not left)
+    return ours
 
 
 def validate_in_image(record):

@@ -71,5 +71,7 @@ def run(args) -> int:
         code = launcher.run(spec, timeout_s=host_deadline(args.timeout))
     finally:
         stop.restore()
-    # after a stop, whatever the launcher makes of its ranks' ends (horovodrun and mpirun: 1): stopped from outside
-    return EXIT_INTERRUPTED if stop.received and code != 0 else code
+    # After a stop, whatever the launcher makes of its ranks' ends: horovodrun's and mpirun's 1, Hydra's 0 or 130 by
+    # which rank ended first (a stopped rank but 0 exits 0: docs/signals.md). benchrun run reads process 0's record
+    # for its code; here, where the record may be anywhere, being stopped from outside is the run's end.
+    return EXIT_INTERRUPTED if stop.received else code

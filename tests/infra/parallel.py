@@ -33,6 +33,9 @@ from .images import IMAGES
 
 SHARED = {
     "container-engines": ("test_runtimes_real", "test_containers", "test_runtimes_podman_hpc"),
+    # test_reframe runs Apptainer (a SIF of Singularity.def) while test_runtimes_apptainer asserts that no
+    # Apptainer process or session mount of ours is left: side by side, one's run is the other's leftover
+    "apptainer": ("test_runtimes_apptainer", "test_reframe"),
 }
 # Modules in the order their units should start: test_horovod (the image builds, when cold), then
 # test_runtimes_apptainer (its SIF builds, ~15 min of them after an image change, on the other worker),
