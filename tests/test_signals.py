@@ -203,6 +203,32 @@ def test_a_stopped_run_of_two_ranks_keeps_the_steps_every_rank_timed(tmp_path, f
 
 
 @pytest.mark.slow
+def test_a_stopped_parameter_server_run_keeps_the_steps_its_chief_timed():
+    """--strategy ps (a chief, two workers, one PS) stopped by SIGTERM in the timed loop: the chief, which times every
+    worker's steps itself and waits in no collective, unwinds as a run of one does; its record keeps each worker's
+    steps that had reached it (a row per worker), exit 130, no ERROR of TensorFlow's for the workers the same stop
+    took, nothing left. Before, it kept nothing. The progress line is the chief's too: steps per worker."""
+    needs_module("tensorflow")
+    started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2",
+                       "--num-ps", "1", "--", *RUN, "--framework", "tensorflow", "--strategy", "ps", *LONG],
+                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+    started.wait_for("step 2/100000 (repeat 1)", 300)  # two steps per worker have reached the chief
+    descendants = processes.descendants(started.proc.pid)
+    started.proc.send_signal(signal.SIGTERM)
+    out, err = started.communicate(timeout=120)
+    assert started.proc.returncode == EXIT_INTERRUPTED and "Traceback" not in err, err[-3000:]
+    assert "ERROR:tensorflow" not in err, err[-3000:]
+    record = validate_record(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
+    assert record["status"] == "interrupted" and record["error"] == {
+        "kind": "interrupted", "message": "stopped by SIGTERM", "signal": "SIGTERM", "exit_code": None}, record["error"]
+    assert [(row["rank"], row["role"]) for row in record["ranks"]] == [(1, "worker"), (2, "worker")]
+    throughput = record["throughput"]
+    assert throughput["total_images"] == sum(row["images"] for row in record["ranks"]) >= 2 * 2 * 2  # batch 2
+    assert throughput["images_per_sec"] == pytest.approx(throughput["total_images"] / throughput["total_wall_time_s"])
+    _wait_for(lambda: not [pid for pid in descendants if processes.alive(pid)], 10, "a process outlived the run")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["mpirun", "mpich", "srun"])
 def test_a_stopped_run_under_an_mpi_launcher_or_srun_keeps_the_steps_every_rank_timed(launcher, request):
     """benchrun's launcher stopped by SIGTERM in the timed loop: the launcher passes the stop to both ranks (Open MPI's
@@ -237,14 +263,17 @@ TTA = ["--framework", "torch", "--model", "smallcnn", "--batch-size", "32", "--b
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [1, 2, "ps"])
 def test_a_stopped_time_to_accuracy_run_keeps_its_curve_and_its_training_steps(fashion_mnist, ranks):
-    """bench --target-accuracy stopped by SIGTERM after its second evaluation, alone and as two DDP ranks (benchrun
-    stops both): outcome `stopped`, the curve so far, the finished blocks' training rate (over both ranks), exit 130.
-    Both kept nothing before."""
+    """bench --target-accuracy stopped by SIGTERM after its second evaluation, alone, as two DDP ranks (benchrun
+    stops both) and as TensorFlow's chief with two workers and a PS: outcome `stopped`, the curve so far, the finished
+    blocks' training rate (over both ranks; over both workers, which the chief timed), exit 130. Each kept nothing
+    before."""
     argv = ([sys.executable, "-m", "benchmarks", *TTA, "--json"] if ranks == 1 else
             [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2", "--",
-             "--strategy", "ddp", *TTA])
+             "--strategy", "ddp", *TTA] if ranks == 2 else
+            [sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2", "--num-ps",
+             "1", "--", *TTA, "--framework", "tensorflow", "--strategy", "ps"])
     started = Started(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
     started.wait_for(f"{512 * 2} samples (epoch", 300)  # the second evaluation's line
     started.proc.send_signal(signal.SIGTERM)
@@ -257,7 +286,7 @@ def test_a_stopped_time_to_accuracy_run_keeps_its_curve_and_its_training_steps(f
     assert section["best_accuracy"] == max(point["val_accuracy"] for point in section["curve"])
     assert section["train_images_per_sec"] == record["throughput"]["images_per_sec"] > 0
     assert record["throughput"]["total_images"] >= section["curve"][1]["samples"]  # the blocks before the 2nd evaluation
-    assert [row["rank"] for row in record["ranks"] or [{"rank": 0}]] == list(range(ranks))
+    assert [row["rank"] for row in record["ranks"] or [{"rank": 0}]] == ([1, 2] if ranks == "ps" else list(range(ranks)))
 
 
 @pytest.mark.slow

@@ -286,6 +286,10 @@ def test_strategy_objects_count_processes_and_invert():
     assert strategies.get("none").frameworks == tuple(FRAMEWORKS)  # a new framework runs independent replicas as it is
     assert not strategies.get("none").syncs_replicas and strategies.get("ddp").syncs_replicas
     assert [ps.serves_only(ps.role(r, 4, 1)) for r in range(4)] == [False, True, True, True]
+    # who keeps a stopped run's steps in its own record (benchmarks/run/worker.py): a run of one; PS's chief alone
+    assert [ps.measures_alone(r, 4) for r in range(4)] == [True, False, False, False]
+    assert [strategies.get(name).measures_alone(0, size) for name in ("ddp", "allreduce", "none") for size in (1, 2)] == [
+        True, False] * 3
 
 
 def test_a_rank_that_dies_waiting_for_done_is_reported(unused_port, monkeypatch):

@@ -62,6 +62,12 @@ class RankSession:
         self.started = time.monotonic()
         self.host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
+    @classmethod
+    def unwinds(cls, spec: dict, world: worlds.World) -> bool:
+        """This process, stopped, unwinds and keeps what it measured in its own record (benchmarks/run/worker.py):
+        a run of one process. Another rank of several may be blocked in a collective its stopped peers never join."""
+        return world.size == 1
+
     def progress(self, message: str) -> None:
         print(f"{self.program}: {message}", file=sys.stderr, flush=True)
 

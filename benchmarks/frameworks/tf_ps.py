@@ -15,6 +15,8 @@ The variable placement and the PS/worker server are module functions, shared wit
 from __future__ import annotations
 
 import contextlib
+import queue
+import threading
 
 from .tf_backend import TensorFlowFramework  # first: it quiets TensorFlow's C++ logging before the import
 
@@ -23,6 +25,7 @@ from .tf_backend import TensorFlowFramework  # first: it quiets TensorFlow's C++
 import numpy as np
 import tensorflow as tf
 
+from ..core.errors import Stopped
 from ..distributed.cluster import GreedyPlacer
 from ..distributed.strategies.ps import PS
 from ..measure import timing
@@ -181,17 +184,18 @@ class TensorFlowPsFramework(TensorFlowFramework):
 
         Steps go asynchronously to whichever worker is free; a worker runs one at a
         time, so its steps, ordered by their end, are consecutive on its own clock."""
-        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
-        results = [self.coordinator.schedule(self._step, args=(iterator,)) for _ in range(num_steps * num_workers)]
+        results = self._schedule(iterator, num_steps)
         self.coordinator.join()
-        stamps: dict[int, list[tuple]] = {}
-        loss = None
-        for remote in results:
-            worker, *stamped, loss = (np.asarray(v) for v in remote.fetch())
-            stamps.setdefault(int(worker), []).append(tuple(float(v) for v in stamped))
-        for steps in stamps.values():
-            steps.sort(key=lambda step: step[2])
-        return stamps, loss
+        return by_worker([remote.fetch() for remote in results])
+
+    def _schedule(self, iterator, num_steps: int, then=lambda remote: None) -> list:
+        """num_steps steps per worker, each to whichever worker is free; `then(remote)` as each is queued."""
+        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
+        results = []
+        for _ in range(num_steps * num_workers):
+            results.append(self.coordinator.schedule(self._step, args=(iterator,)))
+            then(results[-1])
+        return results
 
     def _labelled_worker_step(self, images, labels):
         """One asynchronous update from a batch the chief sent, on whichever worker is free; its
@@ -217,10 +221,11 @@ class TensorFlowPsFramework(TensorFlowFramework):
         """The chief deals the batches; each update goes to the first free worker. Each worker's loop
         comes from its own stamps (timing.loop_from_stamps), as in timed_loop."""
         scheduled = []
-        for _ in range(num_updates):
-            before_update()
-            scheduled.append(self.coordinator.schedule(self._labelled_step, args=next(batches)))
-        self.coordinator.join()
+        with quiet_when_stopped():  # a stop loses this block (the finished ones are kept: benchmarks/run/accuracy.py)
+            for _ in range(num_updates):
+                before_update()
+                scheduled.append(self.coordinator.schedule(self._labelled_step, args=next(batches)))
+            self.coordinator.join()
         stamps: dict[int, list[tuple]] = {}
         losses = []
         for remote in scheduled:
@@ -237,13 +242,72 @@ class TensorFlowPsFramework(TensorFlowFramework):
         merged.losses = losses
         return merged
 
-    def timed_loop(self, iterator, num_steps: int, **display) -> timing.TimedLoop:
+    def timed_loop(self, iterator, num_steps: int, display_every: int = 0, display=None) -> timing.TimedLoop:
         """A worker's loop starts when its first step starts fetching; a step's input wait is its own
         fetch (the time before it, waiting for the previous step's push and the chief's next step,
-        stays in the step). No progress lines (display)."""
-        stamps, loss = self.worker_stamps(iterator, num_steps)
+        stays in the step). Each step's stamps come to the chief as it ends (fetch_in_order: what a stop keeps), and
+        with them the progress lines: every `display_every` steps per worker, the rate over those steps as the chief
+        sees them end, from a thread of its own (nothing is added to a step)."""
+        num_workers = self.strategy._num_workers  # noqa: SLF001 - no public accessor
+        every = display_every * num_workers if display is not None else 0
+        scheduled: queue.SimpleQueue = queue.SimpleQueue()
+        ended: list = []  # the steps' stamps, fetched in scheduling order as they end
+
+        def fetch_in_order() -> None:
+            """Each step's stamps onto the chief as soon as it ends (a copy of five scalars from its worker), in the
+            order the steps were queued, until None: on a stop the workers go at the same moment as the chief, and
+            their steps' results with them. Ends at the first step that failed or was cancelled: the steps before
+            it are what was measured."""
+            shown = timing.clock()
+            while (remote := scheduled.get()) is not None:
+                try:
+                    ended.append(remote.fetch())
+                except Exception:  # noqa: BLE001 - the loop's own error (or the stop) is what the run reports
+                    return
+                if every and len(ended) % every == 0:
+                    now = timing.clock()
+                    display(len(ended) // num_workers, every * self.config.batch_size / (now - shown), ended[-1][-1])
+                    shown = now
+
+        threading.Thread(target=fetch_in_order, name="ps-stamps", daemon=True).start()
+        try:
+            with quiet_when_stopped():
+                results = self._schedule(iterator, num_steps, scheduled.put)  # the first steps run while the rest queue
+                scheduled.put(None)
+                self.coordinator.join()
+        except Stopped as stop:  # the chief unwinds (benchmarks/run/worker.py): the steps fetched by now are kept
+            stop.loop = self._merged(*by_worker(ended[:])) if ended else None
+            raise
+        return self._merged(*by_worker([remote.fetch() for remote in results]))
+
+    def _merged(self, stamps: dict[int, list[tuple]], loss) -> timing.TimedLoop:
         per_worker = {worker: timing.loop_from_stamps(steps[0][0], [(fetched, end) for _, fetched, end, _ in steps],
                                                       self.config.batch_size, fetch_started=[s[0] for s in steps])
                       for worker, steps in sorted(stamps.items())}
         return timing.merge_loops(per_worker, last_loss=tf.constant(loss))
+
+
+@contextlib.contextmanager
+def quiet_when_stopped():
+    """A stop of the chief (it unwinds: benchmarks/run/worker.py) takes the workers with it: the coordinator's threads
+    would log each one lost as an ERROR, which it is not."""
+    try:
+        yield
+    except Stopped:
+        tf.get_logger().setLevel("CRITICAL")
+        raise
+
+
+def by_worker(fetched: list) -> tuple[dict[int, list[tuple]], object]:
+    """Per worker, its steps' (fetch start, fetch end, end, pushed) stamps ordered by their end, and the last loss."""
+    stamps: dict[int, list[tuple]] = {}
+    loss = None
+    for values in fetched:
+        worker, *stamped, loss = (np.asarray(v) for v in values)
+        stamps.setdefault(int(worker), []).append(tuple(float(v) for v in stamped))
+    for steps in stamps.values():
+        steps.sort(key=lambda step: step[2])
+    return stamps, loss
+
+
 

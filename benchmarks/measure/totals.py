@@ -21,6 +21,15 @@ def loop_payload(loop: timing.TimedLoop) -> dict:
     }
 
 
+def timed_payload(loop: timing.TimedLoop) -> dict:
+    """loop_payload, and each worker's where one process timed the steps of several (timing.merge_loops: the chief of
+    --strategy ps), which a stopped run totals per worker (Measurement._kept_totals)."""
+    payload = loop_payload(loop)
+    if loop.per_worker is not None:
+        payload["per_worker"] = {worker: loop_payload(steps) for worker, steps in loop.per_worker.items()}
+    return payload
+
+
 def _pooled(loops: list[dict], key: str) -> list[float]:
     return [t for loop in loops for t in loop[key]]
 

@@ -23,7 +23,7 @@ from ..data import labelled
 from ..frameworks import capabilities
 from ..measure import memory, stats, timing
 from ..measure.memory import memory_peaks
-from ..measure.totals import aggregate, loop_payload
+from ..measure.totals import aggregate, loop_payload, rank_rows
 from ..results import tensorboard
 from ..tta import convergence, lr_rules
 from .measurement import Measurement
@@ -124,10 +124,8 @@ class AccuracyMeasurement(Measurement):
         run_time_s = timing.clock() - started
         mine = {"memory": memory_peaks(backend, monitor, "process_start"), "checksum": backend.parameter_checksum()}
         if self.strategy.gathers_at_chief:  # the chief timed every worker: one loop each, one copy of the weights
-            workers_seen = sorted(segments[0].per_worker)
-            per_rank = [[{**loop_payload(all_segments(s.per_worker[w] for s in segments if w in s.per_worker)),
-                          "energy": None, "device_state": None}] for w in workers_seen]
-            everyone, ranks = [mine], [1 + w for w in workers_seen]
+            per_rank, ranks = self._chief_loops(segments)
+            everyone = [mine]
         else:
             everyone = self._gather("result", {**mine, "loop": loop_payload(all_segments(segments))})
             if self.world.rank != 0:
@@ -139,6 +137,14 @@ class AccuracyMeasurement(Measurement):
         if self.tensorboard is not None:
             self._write_events(tensorboard.write_curve, self.tensorboard, curve, started_unix)
         return self.finish_ok(totals, per_rank, ranks, everyone, curve[-1]["train_loss"], accuracy=section)
+
+    @staticmethod
+    def _chief_loops(segments: list) -> tuple[list[list[dict]], list[int]]:
+        """Where the chief timed every worker (timing.merge_loops' per_worker): each worker's steps over the blocks as
+        one loop, and the workers' ranks."""
+        workers = sorted({w for s in segments for w in s.per_worker})
+        return ([[{**loop_payload(all_segments(s.per_worker[w] for s in segments if w in s.per_worker)),
+                   "energy": None, "device_state": None}] for w in workers], [1 + w for w in workers])
 
     def _section(self, so_far: SoFar, train_images_per_sec: float, run_time_s: float, stopped: bool = False) -> dict:
         cfg = self.config
@@ -161,7 +167,7 @@ class AccuracyMeasurement(Measurement):
     def kept_so_far(self) -> dict:
         """A stopped rank's training steps (its finished blocks, as one loop) and, on process 0, the accuracy section
         of the curve so far (rank_steps totals the steps; the section's training rate is theirs)."""
-        if self.so_far is None or self.strategy.gathers_at_chief:
+        if self.so_far is None:
             return super().kept_so_far()
         with self.so_far.lock:
             segments, curve = list(self.so_far.segments), list(self.so_far.curve)
@@ -172,14 +178,26 @@ class AccuracyMeasurement(Measurement):
                                                                        stopped=True)}}
 
     def finish(self, status: str, error: dict | None, **result) -> dict:
-        """A run of one process stopped from outside keeps its curve and its finished blocks' training rate."""
-        if status in ("interrupted", "timeout") and self.world.size == 1 and "accuracy" not in result:
+        """A run whose process timed every step (a run of one; the chief of --strategy ps: Strategy.measures_alone),
+        stopped from outside, keeps its curve and its finished blocks' training rate."""
+        if (status in ("interrupted", "timeout") and "accuracy" not in result
+                and self.strategy.measures_alone(self.world.rank, self.world.size)):
             kept = self.kept_so_far()
             if kept["sections"]:
-                totals = aggregate([kept["loops"]], self.config.batch_size) if kept["loops"] else {}
+                totals = self._stopped_totals(kept["loops"])
                 rate = totals["throughput"]["images_per_sec"] if totals else 0.0
                 result = {**totals, "accuracy": {**kept["sections"]["accuracy"], "train_images_per_sec": rate}, **result}
         return super().finish(status, error, **result)
+
+    def _stopped_totals(self, loops: list[dict]) -> dict:
+        """The finished blocks' totals: this process's loop; the chief's, each worker's, with a row per worker."""
+        if not loops:
+            return {}
+        if not self.strategy.gathers_at_chief:
+            return aggregate([loops], self.config.batch_size)
+        with self.so_far.lock:
+            per_rank, ranks = self._chief_loops(list(self.so_far.segments))
+        return {**aggregate(per_rank, self.config.batch_size), "ranks": rank_rows(per_rank, ranks, self.peers)}
 
     def _evaluate(self, data: labelled.LabelledData, rank: int, workers: int) -> dict:
         """This rank's disjoint shard of the validation set: counts, never a mean (convergence.eval_total).

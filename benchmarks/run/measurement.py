@@ -24,7 +24,7 @@ from ..distributed.session import RankSession
 from ..frameworks import capabilities
 from ..frameworks.base import Framework, framework_section
 from ..measure import anchors, ceiling, energy, flops, limits, memory, preflight, timing
-from ..measure.totals import aggregate, loop_payload, rank_rows
+from ..measure.totals import aggregate, loop_payload, rank_rows, timed_payload
 from ..results import fingerprint, record, tensorboard
 from ..results.mllog import MLLogger
 from ..settings.config import BenchConfig
@@ -54,6 +54,11 @@ class Measurement(RankSession):
         self.timed: list[dict] = []  # this rank's timed loops so far (loop_payload): what a stopped run keeps
         self._repeat: int | None = None  # the timed repeat in progress (its steps are in timing.running), else None
         self._timed_lock = threading.Lock()  # `timed` and `_repeat` change together: kept_so_far reads both
+
+    @classmethod
+    def unwinds(cls, spec: dict, world) -> bool:
+        """Also the chief of a strategy whose chief times every worker itself (Strategy.measures_alone)."""
+        return strategies.get(spec["config"]["strategy"]).measures_alone(world.rank, world.size)
 
     @classmethod
     def from_spec(cls, spec: dict, on_peer_failure, on_silence=None) -> Measurement:
@@ -164,13 +169,13 @@ class Measurement(RankSession):
                                           **self._display(f"repeat {index + 1}", cfg.num_batches))
             except Stopped as stop:  # a stop now: the steps it had timed are kept (finish)
                 if stop.loop is not None:
-                    self.timed.append({**loop_payload(stop.loop), "device_state": None,
+                    self.timed.append({**timed_payload(stop.loop), "device_state": None,
                                        "energy": {"joules": None, "reason": "the loop was stopped: not read"}})
                 raise
             reading = {**dataclasses.asdict(meter.stop()), "host": self.host}
             if not loop.step_times_s:  # the warning came before this loop's first step
                 break
-            payload = {**loop_payload(loop), "energy": reading, "device_state": monitor.repeat_state()}
+            payload = {**timed_payload(loop), "energy": reading, "device_state": monitor.repeat_state()}
             with self._timed_lock:
                 self.timed.append(payload)
                 self._repeat = None
@@ -232,6 +237,17 @@ class Measurement(RankSession):
         self.mllog.end("run_stop", status="aborted" if timing.boundary.requested else "success")
         return self.finish_ok(totals, per_rank, ranks, everyone, backend.loss_value(loops[-1].last_loss), ceilings,
                               **sections)
+
+    def _kept_totals(self) -> dict:
+        """A stopped run's totals over the steps this process timed (Strategy.measures_alone): its own loops; a chief's, each
+        worker's loops (a worker without a step in a repeat cut short adds none there), and a row per worker."""
+        if not self.strategy.gathers_at_chief:
+            return aggregate([self.timed], self.config.batch_size)
+        workers = sorted({w for loop in self.timed for w in loop["per_worker"]})
+        idle = {"images": 0, "wall_time_s": 0.0, "step_times_s": [], "input_wait_s": []}
+        per_rank = [[loop["per_worker"].get(w, idle) for loop in self.timed] for w in workers]
+        return {**aggregate(per_rank, self.config.batch_size),
+                "ranks": rank_rows(per_rank, [1 + w for w in workers], self.peers)}
 
     def kept_so_far(self) -> dict:
         """What a rank of several processes keeps when it is stopped (rank_steps.payload), read from another thread
@@ -449,8 +465,9 @@ class Measurement(RankSession):
 
         if status != "ok":
             result.setdefault("memory", memory.host_only())
-        if status in ("interrupted", "timeout") and self.timed and self.world.size == 1 and "throughput" not in result:
-            result = {**aggregate([self.timed], self.config.batch_size), **result}
+        if status in ("interrupted", "timeout") and self.timed and "throughput" not in result \
+                and self.strategy.measures_alone(self.world.rank, self.world.size):
+            result = {**self._kept_totals(), **result}
         framework, model = None, None
         if self.backend is not None:
             try:

@@ -11,7 +11,8 @@ has ended, reads them all (collect) and its record keeps the totals over ranks o
 (kept), as an `ok` run's (totals.aggregate), or, when a rank's steps never came, names it and keeps no total rather
 than a wrong one.
 
-A run whose chief times every worker itself (--strategy ps) keeps none.
+A run whose chief times every worker itself (--strategy ps) needs none of this: the chief has every worker's steps
+and unwinds as a run of one does (Strategy.measures_alone, worker.py).
 """
 
 from __future__ import annotations

@@ -86,11 +86,13 @@ def main(spec_path: str) -> int:
     kind = load_target(spec["measurement"])
     # A run of one process keeps what it has timed: a stop signal (the supervisor's SIGTERM, which says why in its
     # stop file; SIGXCPU at this process's own CPU limit) is raised as Stopped once the measurement can keep it,
-    # noted until then, and only noted after the first, so that the record is written whole. A rank of several
-    # cannot unwind (it may be blocked in a collective its stopped peers never join): it writes the steps it has
-    # timed from a thread of its own, for process 0's supervisor to total (rank_steps), and ends as the signal says.
+    # noted until then, and only noted after the first, so that the record is written whole. So does the chief of a
+    # strategy whose chief times every worker itself (--strategy ps): it waits on the coordinator, in no collective,
+    # and has every step (kind.unwinds). Another rank of several cannot unwind (it may be blocked in a collective its
+    # stopped peers never join): it writes the steps it has timed from a thread of its own, for process 0's
+    # supervisor to total (rank_steps), and ends as the signal says.
     world = worlds.detect()
-    single = world.size == 1
+    single = kind.unwinds(spec, world)
     stop = StopScope(Stopped.by, signals=STOP_SIGNALS if single else (), once=True, armed=False).install()
     if single:
         StopScope(signals=(BOUNDARY_SIGNAL,), then=lambda signum: boundary.request(_warned_by(spec, signum))).install()
@@ -100,6 +102,8 @@ def main(spec_path: str) -> int:
         # Called from the rendezvous thread while the main thread may be stuck in a
         # collective with the dead rank: write the record and leave at once.
         if stopping.is_set():  # a peer stopped with this run: process 0's supervisor records the stop itself
+            return
+        if stop.received:  # a peer stopped with the chief that unwinds (measures_alone): its own record says so
             return
         write_json(spec["result_path"], {"record": record})
         sys.stderr.write(f"bench: {record['error']['message']}\n")

@@ -60,6 +60,11 @@ class Strategy:
         """True for processes that only host state for others and record nothing."""
         return False
 
+    def measures_alone(self, rank: int, size: int) -> bool:
+        """This process times every training rank's steps: a run of one, or the chief where it times every worker
+        itself (gathers_at_chief). Stopped, it unwinds and keeps them in its own record (benchmarks/run/worker.py)."""
+        return size == 1 or (self.gathers_at_chief and rank == 0)
+
     def supports(self, framework: str) -> bool:
         return framework in self.frameworks
 
