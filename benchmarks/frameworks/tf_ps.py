@@ -308,6 +308,3 @@ def by_worker(fetched: list) -> tuple[dict[int, list[tuple]], object]:
     for steps in stamps.values():
         steps.sort(key=lambda step: step[2])
     return stamps, loss
-
-
-
