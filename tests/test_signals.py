@@ -212,7 +212,7 @@ def test_a_stopped_parameter_server_run_keeps_the_steps_its_chief_timed():
     started = Started([sys.executable, "-m", "runners", "run", "--runtime", "local", "--launcher", "local", "-n", "2",
                        "--num-ps", "1", "--", *RUN, "--framework", "tensorflow", "--strategy", "ps", *LONG],
                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    started.wait_for("step 2/100000 (repeat 1)", 300)  # two steps per worker have reached the chief
+    started.wait_for("step 2/100000 (repeat 1)", 300)  # the first four steps queued (two per worker) reached the chief
     descendants = processes.descendants(started.proc.pid)
     started.proc.send_signal(signal.SIGTERM)
     out, err = started.communicate(timeout=120)
